@@ -1,0 +1,275 @@
+"""Prefill lightning-indexer logits (DeepGEMM ``fp8_mqa_logits`` / ``fp8_fp4_mqa_logits``) in Triton.
+
+Contract: q [S, H, D] float8_e4m3fn (or FP4: int8 [S, H, D/2] + int32 ue8m0 [S, H]), k [S_kv, D]
+float8_e4m3fn + float32 k_scale [S_kv] (or FP4: int8 [S_kv, D/2] + int32 [S_kv]), weights [S, H]
+float32/bf16, ks/ke [S] int32. Returns
+
+    logits[i, j] = sum_h weights[i, h] * relu(q[i, h] . k[j] * k_scale[j])   for ks[i] <= j < ke[i]
+
+as [S, S_kv] (float32 or bf16), -inf elsewhere when ``clean_logits`` (undefined otherwise). With
+``max_seqlen_k > 0`` the output is compressed: [S, max_seqlen_k] with logits[i, j - ks[i]]
+(columns >= ke[i]-ks[i] undefined). Like DeepGEMM the result is a view of a buffer whose rows are
+padded to a 1024-byte aligned stride (and the row count to a multiple of 128/H).
+
+Tiling: one program owns BLOCK_Q queries x all H heads (a [BLOCK_Q*H, D] q tile, BLOCK_Q*H = 128
+rows) and a chunk of N_ITERS*BLOCK_N keys; q.k^T is one tl.dot per key tile (fp8 operands; FP4 is
+decoded to e4m3, which holds every e2m1 value exactly, and done as one K=32 dot per scale group).
+All row offsets are int64, so S x S_kv >= 2**31 is fine.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from sm12x.kernels import configs
+
+OP = "fp8_mqa_logits"
+
+# rows = BLOCK_Q * H queries-x-heads per program; keys per program = BLOCK_N * N_ITERS
+CONFIGS = {
+    "sm_120": {
+        "fp8": {"rows": 128, "BLOCK_N": 64, "N_ITERS": 8, "num_warps": 8, "num_stages": 2},
+        "fp4": {"rows": 128, "BLOCK_N": 32, "N_ITERS": 16, "num_warps": 8, "num_stages": 2},
+    },
+    "sm_90": {
+        "fp8": {"rows": 128, "BLOCK_N": 128, "N_ITERS": 4, "num_warps": 8, "num_stages": 2},
+        "fp4": {"rows": 128, "BLOCK_N": 64, "N_ITERS": 8, "num_warps": 8, "num_stages": 2},
+    },
+}
+LOGITS_ALIGN_BYTES = 1024
+BLOCK_KV_SLACK = 256  # DeepGEMM allocates S_kv + 256 columns before aligning the stride
+
+
+@triton.jit
+def e2m1_to_e4m3(c):
+    """4-bit e2m1 codes (int32) -> float8e4nv of the same value (every e2m1 value is exact in e4m3)."""
+    e = (c >> 1) & 3
+    m = c & 1
+    bits = tl.where(e == 0, tl.where(m == 1, 6 << 3, 0), ((e + 6) << 3) | (m << 2))
+    bits = bits | (((c >> 3) & 1) << 7)
+    return bits.to(tl.uint8).to(tl.float8e4nv, bitcast=True)
+
+
+@triton.jit
+def load_fp4_group(ptr, row_off, row_mask, G: tl.constexpr):
+    """Decode group G (32 values) of packed FP4 rows: bytes [16G, 16G+16) -> [rows, 32] e4m3 in
+    natural element order (low nibble = even element)."""
+    b = tl.load(ptr + row_off[:, None] + G * 16 + tl.arange(0, 16)[None, :],
+                mask=row_mask[:, None], other=0).to(tl.int32) & 0xFF
+    lo = e2m1_to_e4m3(b & 15)
+    hi = e2m1_to_e4m3(b >> 4)
+    return tl.reshape(tl.join(lo, hi), (row_off.shape[0], 32))
+
+
+@triton.jit
+def ue8m0_scale(sf, G: tl.constexpr):
+    """Byte G of packed int32 ue8m0 scales -> float32 2**(byte-127) (byte 0 -> 0, as DeepGEMM)."""
+    return (((sf >> (8 * G)) & 0xFF) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def qk_scores(q, q_ptr, q_row_off, q_row_mask, qsf, k_ptr, k_row_off, k_mask, ksf_ptr, k_idx,
+              D: tl.constexpr, IS_FP4: tl.constexpr):
+    """relu(q . k^T * scale) for one key tile -> [ROWS, BLOCK_N] float32.
+
+    FP8: ``q`` is the preloaded [ROWS, D] tile, k is float8 with float32 scales at ksf_ptr[k_idx].
+    FP4: q/k are packed bytes; one K=32 dot per ue8m0 group, scaled by the outer product of scales."""
+    if IS_FP4:
+        ksf = tl.load(ksf_ptr + k_idx, mask=k_mask, other=0)
+        acc = tl.zeros((q_row_off.shape[0], k_row_off.shape[0]), dtype=tl.float32)
+        for g in tl.static_range(D // 32):
+            qg = load_fp4_group(q_ptr, q_row_off, q_row_mask, g)
+            kg = load_fp4_group(k_ptr, k_row_off, k_mask, g)
+            s = tl.dot(qg, tl.trans(kg))
+            acc += s * ue8m0_scale(qsf, g)[:, None] * ue8m0_scale(ksf, g)[None, :]
+        return tl.maximum(acc, 0.0)
+    else:
+        kt = tl.load(k_ptr + k_row_off[:, None] + tl.arange(0, D)[None, :], mask=k_mask[:, None], other=0.0)
+        ks = tl.load(ksf_ptr + k_idx, mask=k_mask, other=0.0)
+        s = tl.dot(q, tl.trans(kt))
+        return tl.maximum(s * ks[None, :], 0.0)
+
+
+@triton.jit
+def head_reduce(s, w, BLOCK_Q: tl.constexpr, H: tl.constexpr):
+    """[BLOCK_Q*H, N] scores x [BLOCK_Q*H] weights -> [BLOCK_Q, N] summed over heads."""
+    sw = s * w[:, None]
+    return tl.sum(tl.reshape(sw, (BLOCK_Q, H, s.shape[1])), axis=1)
+
+
+@triton.jit
+def sortable_key(v, idx):
+    """float32 score + int index -> int64 key ordered by (score desc, index asc) under signed compare."""
+    b = v.to(tl.int32, bitcast=True)
+    b = tl.where(b < 0, b ^ 0x7FFFFFFF, b)
+    return (b.to(tl.int64) << 32) | (0x7FFFFFFF - idx).to(tl.int64)
+
+
+@triton.jit
+def _mqa_logits_kernel(
+    q_ptr, qsf_ptr, k_ptr, ksf_ptr, w_ptr, ks_ptr, ke_ptr, out_ptr,
+    S, S_kv, stride_w, stride_out, col_start, num_cols, out_cols,
+    H: tl.constexpr, D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
+    N_ITERS: tl.constexpr, IS_FP4: tl.constexpr, CLEAN: tl.constexpr, COMPRESSED: tl.constexpr,
+    OUT_MODE: tl.constexpr,  # 0: float32, 1: bfloat16, 2: int64 top-k keys (workspace, local index)
+):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    ROWS: tl.constexpr = BLOCK_Q * H
+    DB: tl.constexpr = D // 2 if IS_FP4 else D  # bytes per q/k row
+
+    r = tl.arange(0, ROWS)
+    qi = pid_m * BLOCK_Q + r // H  # query of each row
+    row_ok = qi < S
+    q_row = (qi.to(tl.int64) * H + (r % H)) * DB
+    w = tl.load(w_ptr + qi.to(tl.int64) * stride_w + (r % H), mask=row_ok, other=0.0).to(tl.float32)
+    if IS_FP4:
+        q = 0.0
+        qsf = tl.load(qsf_ptr + qi.to(tl.int64) * H + (r % H), mask=row_ok, other=0)
+    else:
+        q = tl.load(q_ptr + q_row[:, None] + tl.arange(0, D)[None, :], mask=row_ok[:, None], other=0.0)
+        qsf = 0
+
+    t = pid_m * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    t_ok = t < S
+    ks = tl.load(ks_ptr + t, mask=t_ok, other=0)
+    ke = tl.load(ke_ptr + t, mask=t_ok, other=0)
+    lo = tl.min(tl.where(t_ok, ks, 2147483647))
+    hi = tl.max(tl.where(t_ok, ke, 0))
+    out_row = t.to(tl.int64) * stride_out
+
+    for it in range(N_ITERS):
+        c = (pid_n * N_ITERS + it) * BLOCK_N + tl.arange(0, BLOCK_N)  # column in the window
+        j = col_start + c  # key index
+        col_ok = c < num_cols
+        valid = (j[None, :] >= ks[:, None]) & (j[None, :] < ke[:, None])
+        j0 = col_start + (pid_n * N_ITERS + it) * BLOCK_N
+        if (j0 < hi) & (j0 + BLOCK_N > lo):
+            k_ok = col_ok & (j < S_kv)
+            s = qk_scores(q, q_ptr, q_row, row_ok, qsf, k_ptr, j.to(tl.int64) * DB, k_ok, ksf_ptr, j, D, IS_FP4)
+            v = head_reduce(s, w, BLOCK_Q, H)
+            if COMPRESSED:
+                cc = j[None, :] - ks[:, None]
+                tl.store(out_ptr + out_row[:, None] + cc, v.to(out_ptr.dtype.element_ty),
+                         mask=valid & t_ok[:, None] & (cc < out_cols))
+            elif OUT_MODE == 2:
+                key = sortable_key(v, j[None, :] - ks[:, None])
+                key = tl.where(valid, key, -9223372036854775807 - 1)
+                tl.store(out_ptr + out_row[:, None] + c[None, :], key, mask=t_ok[:, None] & col_ok[None, :])
+            else:
+                if CLEAN:
+                    v = tl.where(valid, v, float("-inf"))
+                m = t_ok[:, None] & (col_ok & (j < S_kv))[None, :]
+                tl.store(out_ptr + out_row[:, None] + c[None, :], v.to(out_ptr.dtype.element_ty), mask=m)
+        elif not COMPRESSED:
+            m = t_ok[:, None] & (col_ok & (j < S_kv))[None, :]
+            if OUT_MODE == 2:
+                key = tl.zeros((BLOCK_Q, BLOCK_N), dtype=tl.int64) - 9223372036854775807 - 1
+                tl.store(out_ptr + out_row[:, None] + c[None, :], key, mask=m)
+            elif CLEAN:
+                ninf = tl.full((BLOCK_Q, BLOCK_N), float("-inf"), dtype=out_ptr.dtype.element_ty)
+                tl.store(out_ptr + out_row[:, None] + c[None, :], ninf, mask=m)
+
+
+def _block_q(h: int, rows: int) -> int:
+    return max(rows // h, 1, 16 // h)
+
+
+def alloc_logits(s: int, width: int, h: int, dtype, device, extra: int = BLOCK_KV_SLACK):
+    """DeepGEMM-shaped output: a [s, width] view of [align(s, 128/h), stride] with stride 1024-B aligned."""
+    elem = torch.tensor([], dtype=dtype).element_size()
+    align = LOGITS_ALIGN_BYTES // elem
+    stride = -(-(width + extra) // align) * align
+    rows = -(-s // max(128 // h, 1)) * max(128 // h, 1)
+    return torch.empty((rows, stride), dtype=dtype, device=device)[:s, :width]
+
+
+def launch(q, q_sf, k, k_sf, weights, ks, ke, out, *, clean, compressed, out_mode,
+           col_start=0, num_cols=None, config=None):
+    """Run the kernel into ``out`` (a [S, *] view with unit column stride). ``col_start``/``num_cols``
+    restrict the computed key window (columns of ``out`` are then j - col_start)."""
+    s, h = q.shape[0], q.shape[1]
+    is_fp4 = q_sf is not None
+    d = q.shape[2] * 2 if is_fp4 else q.shape[2]
+    s_kv = k.shape[0]
+    if num_cols is None:
+        num_cols = s_kv
+    cfg = config or configs.pick(CONFIGS, q.device)["fp4" if is_fp4 else "fp8"]
+    block_q = _block_q(h, cfg["rows"])
+    chunk = cfg["BLOCK_N"] * cfg["N_ITERS"]
+    if compressed:
+        num_cols = s_kv
+    grid = (triton.cdiv(s, block_q), max(triton.cdiv(num_cols, chunk), 1))
+    if s == 0 or num_cols == 0:
+        return out
+    dummy = ks  # unused pointer slot
+    _mqa_logits_kernel[grid](
+        q, q_sf if is_fp4 else dummy, k, k_sf, weights, ks, ke, out,
+        s, s_kv, weights.stride(0), out.stride(0), col_start, num_cols, out.shape[1],
+        H=h, D=d, BLOCK_Q=block_q, BLOCK_N=cfg["BLOCK_N"], N_ITERS=cfg["N_ITERS"],
+        IS_FP4=is_fp4, CLEAN=clean, COMPRESSED=compressed, OUT_MODE=out_mode,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    return out
+
+
+def mqa_logits(q, q_sf, k, k_sf, weights, ks, ke, clean_logits=True, max_seqlen_k=0,
+               logits_dtype=torch.float32):
+    """Logits as described in the module docstring (inputs assumed validated by the caller)."""
+    s, h = q.shape[0], q.shape[1]
+    compressed = max_seqlen_k > 0
+    width = max_seqlen_k if compressed else k.shape[0]
+    extra = 0 if compressed else BLOCK_KV_SLACK
+    if compressed:
+        width_alloc = -(-max_seqlen_k // BLOCK_KV_SLACK) * BLOCK_KV_SLACK
+        out = alloc_logits(s, width_alloc, h, logits_dtype, q.device, extra=0)[:, :max_seqlen_k]
+    else:
+        out = alloc_logits(s, width, h, logits_dtype, q.device, extra=extra)
+    out_mode = 1 if logits_dtype == torch.bfloat16 else 0
+    return launch(q, q_sf, k, k_sf, weights, ks, ke, out, clean=clean_logits and not compressed,
+                  compressed=compressed, out_mode=out_mode)
+
+
+# ----------------------------------------------------------------------------------------------
+# compile check
+
+
+def _signature(is_fp4: bool, out_mode: int):
+    out_t = {0: "*fp32", 1: "*bf16", 2: "*i64"}[out_mode]
+    sig = {
+        "q_ptr": "*i8" if is_fp4 else "*fp8e4nv", "qsf_ptr": "*i32",
+        "k_ptr": "*i8" if is_fp4 else "*fp8e4nv", "ksf_ptr": "*i32" if is_fp4 else "*fp32",
+        "w_ptr": "*fp32", "ks_ptr": "*i32", "ke_ptr": "*i32", "out_ptr": out_t,
+        "S": "i32", "S_kv": "i32", "stride_w": "i32", "stride_out": "i64", "col_start": "i32",
+        "num_cols": "i32", "out_cols": "i32",
+    }
+    for name in ("H", "D", "BLOCK_Q", "BLOCK_N", "N_ITERS", "IS_FP4", "CLEAN", "COMPRESSED", "OUT_MODE"):
+        sig[name] = "constexpr"
+    return sig
+
+
+VARIANTS = ((0, True, False), (0, False, False), (0, False, True), (1, True, False), (2, False, False))
+
+
+def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 16, 32, 64), dims=(64, 128),
+                    variants=VARIANTS, fp4=(False, True)):
+    """Compile the configurations for ``targets`` (every head count, head dim, FP8/FP4 and output
+    variant (out_mode, clean, compressed) given) and return CompileReports."""
+    from sm12x.kernels.compile_check import compile_kernel
+
+    reports = []
+    for target in targets:
+        for is_fp4 in fp4:
+            cfg = CONFIGS["sm_120" if target == "sm_121" else target]["fp4" if is_fp4 else "fp8"]
+            for h in heads:
+                for d in dims:
+                    for out_mode, clean, comp in variants:
+                        bq = _block_q(h, cfg["rows"])
+                        const = dict(H=h, D=d, BLOCK_Q=bq, BLOCK_N=cfg["BLOCK_N"], N_ITERS=cfg["N_ITERS"],
+                                     IS_FP4=is_fp4, CLEAN=clean, COMPRESSED=comp, OUT_MODE=out_mode)
+                        name = (f"{'fp4' if is_fp4 else 'fp8'} H{h} D{d} out{out_mode}"
+                                f"{' clean' if clean else ''}{' comp' if comp else ''}")
+                        reports.append(compile_kernel(
+                            _mqa_logits_kernel, _signature(is_fp4, out_mode), const, target=target,
+                            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], config_name=name))
+    return reports
