@@ -1,0 +1,240 @@
+"""Decode lightning-indexer logits over a paged cache (DeepGEMM ``fp8_paged_mqa_logits`` /
+``fp8_fp4_paged_mqa_logits``) in Triton.
+
+Contract: q [B, next_n, H, D] float8_e4m3fn (FP4: int8 [B, next_n, H, D/2] + int32 ue8m0
+[B, next_n, H]); kv_cache fused uint8 [num_blocks, block_kv, 1, D+4] (FP4: D/2+4; layout in
+``indexer_cache``; stride(0) may be padded); weights [B*next_n, H]; context_lens int32 [B, next_n]
+(row (b, t) sees positions < context_lens[b, t]) or [B] (old API: row (b, t) sees positions
+< ctx - next_n + t + 1); block_table int32 [B, max_blocks]. Returns [B*next_n, max_context_len]
+(float32 or bf16, row stride padded to 1024 B like DeepGEMM) with
+
+    logits[b*next_n + t, p] = sum_h w[b*next_n + t, h] * relu(q[b, t, h] . k(b, p) * scale(b, p))
+
+for visible positions; others are -inf with ``clean_logits`` and undefined otherwise.
+
+CUDA-graph safe: the grid depends only on shapes and ``max_context_len`` (programs past a request's
+length exit at once), nothing reads device values on the host, and the output is allocated from
+shapes. ``schedule_meta`` is accepted for API compatibility; this kernel does not need it.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from sm12x.kernels import configs
+from sm12x.kernels.mqa_logits import LOGITS_ALIGN_BYTES, head_reduce, qk_scores, sortable_key
+
+OP = "fp8_paged_mqa_logits"
+SPLIT_ALIGN = 256  # DeepGEMM rounds the logits row to a multiple of 256 before the 1024-B alignment
+
+# rows = BLOCK_T * H (query tokens x heads) per program; blocks of the cache per program = N_ITERS
+CONFIGS = {
+    "sm_120": {
+        "fp8": {"rows": 64, "N_ITERS": 16, "num_warps": 4, "num_stages": 2},
+        "fp4": {"rows": 64, "N_ITERS": 16, "num_warps": 4, "num_stages": 2},
+    },
+    "sm_90": {
+        "fp8": {"rows": 64, "N_ITERS": 16, "num_warps": 4, "num_stages": 2},
+        "fp4": {"rows": 64, "N_ITERS": 16, "num_warps": 4, "num_stages": 2},
+    },
+}
+
+
+@triton.jit
+def _paged_mqa_logits_kernel(
+    q_ptr, qsf_ptr, kv_ptr, kvf_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr,
+    next_n, max_context_len, stride_kv, stride_bt, stride_w, stride_out, col_start, num_cols,
+    H: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_KV: tl.constexpr,
+    N_ITERS: tl.constexpr, IS_FP4: tl.constexpr, CTX_2D: tl.constexpr, CLEAN: tl.constexpr,
+    OUT_MODE: tl.constexpr,  # 0: float32, 1: bfloat16, 2: int64 top-k keys (workspace)
+):
+    pid_r = tl.program_id(0)  # (request, group of BLOCK_T query tokens)
+    pid_n = tl.program_id(1)  # chunk of N_ITERS cache blocks
+    t_groups = tl.cdiv(next_n, BLOCK_T)
+    b = pid_r // t_groups
+    t0 = (pid_r % t_groups) * BLOCK_T
+    ROWS: tl.constexpr = BLOCK_T * H
+    DB: tl.constexpr = D // 2 if IS_FP4 else D  # bytes per token row
+
+    r = tl.arange(0, ROWS)
+    tok = t0 + r // H
+    row_ok = tok < next_n
+    qrow = b.to(tl.int64) * next_n + tok  # logits row of each q row
+    q_row = (qrow * H + (r % H)) * DB
+    w = tl.load(w_ptr + qrow * stride_w + (r % H), mask=row_ok, other=0.0).to(tl.float32)
+    if IS_FP4:
+        q = 0.0
+        qsf = tl.load(qsf_ptr + qrow * H + (r % H), mask=row_ok, other=0)
+    else:
+        q = tl.load(q_ptr + q_row[:, None] + tl.arange(0, D)[None, :], mask=row_ok[:, None], other=0.0)
+        qsf = 0
+
+    t = t0 + tl.arange(0, BLOCK_T)
+    t_ok = t < next_n
+    if CTX_2D:
+        end = tl.load(ctx_ptr + b.to(tl.int64) * next_n + t, mask=t_ok, other=0)
+    else:
+        end = tl.load(ctx_ptr + b) - next_n + t + 1
+    end = tl.where(t_ok, tl.minimum(end, max_context_len), 0)
+    span = tl.max(end)
+    out_row = (b.to(tl.int64) * next_n + t) * stride_out
+
+    # values of block n start at n*stride_kv bytes; scales (4 B each) after BLOCK_KV*DB value bytes
+    for it in range(N_ITERS):
+        blk = (col_start // BLOCK_KV) + pid_n * N_ITERS + it  # logical block
+        p = blk * BLOCK_KV + tl.arange(0, BLOCK_KV)  # positions
+        c = p - col_start
+        col_ok = (c < num_cols) & (p < max_context_len)
+        m = t_ok[:, None] & col_ok[None, :]
+        if blk * BLOCK_KV < span:
+            phys = tl.load(bt_ptr + b.to(tl.int64) * stride_bt + blk).to(tl.int64)
+            tok_off = phys * stride_kv + tl.arange(0, BLOCK_KV) * DB
+            sf_idx = (phys * stride_kv + BLOCK_KV * DB) // 4 + tl.arange(0, BLOCK_KV)
+            k_ok = tl.arange(0, BLOCK_KV) < BLOCK_KV
+            s = qk_scores(q, q_ptr, q_row, row_ok, qsf, kv_ptr, tok_off, k_ok, kvf_ptr, sf_idx, D, IS_FP4)
+            v = head_reduce(s, w, BLOCK_T, H)
+            visible = p[None, :] < end[:, None]
+            if OUT_MODE == 2:
+                key = sortable_key(v, p[None, :])
+                key = tl.where(visible, key, -9223372036854775807 - 1)
+                tl.store(out_ptr + out_row[:, None] + c[None, :], key, mask=m)
+            else:
+                if CLEAN:
+                    v = tl.where(visible, v, float("-inf"))
+                tl.store(out_ptr + out_row[:, None] + c[None, :], v.to(out_ptr.dtype.element_ty), mask=m)
+        else:
+            if OUT_MODE == 2:
+                key = tl.zeros((BLOCK_T, BLOCK_KV), dtype=tl.int64) - 9223372036854775807 - 1
+                tl.store(out_ptr + out_row[:, None] + c[None, :], key, mask=m)
+            elif CLEAN:
+                ninf = tl.full((BLOCK_T, BLOCK_KV), float("-inf"), dtype=out_ptr.dtype.element_ty)
+                tl.store(out_ptr + out_row[:, None] + c[None, :], ninf, mask=m)
+
+
+def block_t(h: int, next_n: int, rows: int) -> int:
+    """Query tokens per program: fill ``rows`` MMA rows but at least 16 rows (H=8 -> 2 tokens)."""
+    bt = max(1, rows // h)
+    bt = min(bt, triton.next_power_of_2(max(next_n, 1)))
+    return max(bt, 16 // h, 1)
+
+
+def alloc_logits(rows: int, max_context_len: int, dtype, device):
+    elem = torch.tensor([], dtype=dtype).element_size()
+    align = LOGITS_ALIGN_BYTES // elem
+    width = -(-max_context_len // SPLIT_ALIGN) * SPLIT_ALIGN
+    width = -(-width // align) * align
+    return torch.empty((rows, max(width, align)), dtype=dtype, device=device)[:, :max_context_len]
+
+
+def cache_pointers(kv_cache: torch.Tensor, fp4: bool):
+    """(values, 4-byte view) of the same storage: element offsets are bytes / 4-byte words."""
+    vals = kv_cache if fp4 else kv_cache.view(torch.float8_e4m3fn)
+    words = kv_cache.view(torch.int32 if fp4 else torch.float32)
+    return vals, words
+
+
+def launch(q, q_sf, kv_cache, weights, context_lens, block_table, max_context_len, out, *,
+           clean, out_mode, col_start=0, num_cols=None, config=None):
+    """Run the kernel into ``out`` ([B*next_n, *] view, unit column stride); ``col_start`` (a multiple
+    of block_kv) / ``num_cols`` restrict the positions computed (out column = p - col_start)."""
+    bsz, next_n, h = q.shape[0], q.shape[1], q.shape[2]
+    is_fp4 = q_sf is not None
+    d = q.shape[3] * 2 if is_fp4 else q.shape[3]
+    block_kv = kv_cache.shape[1]
+    if num_cols is None:
+        num_cols = max_context_len
+    cfg = config or configs.pick(CONFIGS, q.device)["fp4" if is_fp4 else "fp8"]
+    bt = block_t(h, next_n, cfg["rows"])
+    n_iters = cfg["N_ITERS"]
+    grid = (bsz * triton.cdiv(next_n, bt), triton.cdiv(triton.cdiv(num_cols, block_kv), n_iters))
+    if bsz == 0 or num_cols <= 0:
+        return out
+    vals, words = cache_pointers(kv_cache, is_fp4)
+    _paged_mqa_logits_kernel[grid](
+        q, q_sf if is_fp4 else context_lens, vals, words, weights, context_lens, block_table, out,
+        next_n, max_context_len, kv_cache.stride(0), block_table.stride(0), weights.stride(0),
+        out.stride(0), col_start, num_cols,
+        H=h, D=d, BLOCK_T=bt, BLOCK_KV=block_kv, N_ITERS=n_iters, IS_FP4=is_fp4,
+        CTX_2D=context_lens.dim() == 2, CLEAN=clean, OUT_MODE=out_mode,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    return out
+
+
+def paged_mqa_logits(q, q_sf, kv_cache, weights, context_lens, block_table, max_context_len,
+                     clean_logits=False, logits_dtype=torch.float32):
+    """Logits as in the module docstring (inputs assumed validated by the caller)."""
+    rows = q.shape[0] * q.shape[1]
+    out = alloc_logits(rows, max_context_len, logits_dtype, q.device)
+    return launch(q, q_sf, kv_cache, weights, context_lens, block_table, max_context_len, out,
+                  clean=clean_logits, out_mode=1 if logits_dtype == torch.bfloat16 else 0)
+
+
+def get_paged_mqa_logits_metadata(context_lens: torch.Tensor, block_kv: int, num_sms: int,
+                                  indices=None) -> torch.Tensor:
+    """[num_sms+1, 2] int32 schedule: row i = (request, first block) where SM i's share of the total
+    cache blocks starts (an even split of sum_b cdiv(len_b, block_kv)); the last row is (B, 0).
+    Computed with device ops only (no host sync). Our kernels use a shape-only grid and ignore it."""
+    bsz = context_lens.shape[0]
+    ctx = context_lens.reshape(bsz, -1).max(dim=1).values.clamp(min=0).long()
+    blocks = (ctx + block_kv - 1) // block_kv
+    cum = torch.cumsum(blocks, 0)  # inclusive
+    total = cum[-1:].sum() if bsz else torch.zeros((), dtype=torch.long, device=ctx.device)
+    starts = torch.arange(num_sms + 1, device=ctx.device) * total // num_sms
+    req = torch.searchsorted(cum, starts, right=True)  # first request whose blocks reach past start
+    first = (cum - blocks)[req.clamp(max=max(bsz - 1, 0))] if bsz else starts
+    done = req >= bsz
+    meta = torch.stack([req, torch.where(done, 0, starts - first)], dim=1).to(torch.int32)
+    return meta
+
+
+# ----------------------------------------------------------------------------------------------
+# compile check
+
+
+def _signature(is_fp4: bool, out_mode: int):
+    out_t = {0: "*fp32", 1: "*bf16", 2: "*i64"}[out_mode]
+    sig = {
+        "q_ptr": "*i8" if is_fp4 else "*fp8e4nv", "qsf_ptr": "*i32",
+        "kv_ptr": "*u8" if is_fp4 else "*fp8e4nv", "kvf_ptr": "*i32" if is_fp4 else "*fp32",
+        "w_ptr": "*fp32", "ctx_ptr": "*i32", "bt_ptr": "*i32", "out_ptr": out_t,
+        "next_n": "i32", "max_context_len": "i32", "stride_kv": "i64", "stride_bt": "i32",
+        "stride_w": "i32", "stride_out": "i64", "col_start": "i32", "num_cols": "i32",
+    }
+    for name in ("H", "D", "BLOCK_T", "BLOCK_KV", "N_ITERS", "IS_FP4", "CTX_2D", "CLEAN", "OUT_MODE"):
+        sig[name] = "constexpr"
+    return sig
+
+
+VARIANTS = ((0, False, True), (0, True, False), (1, False, True), (2, False, True))  # (out, clean, 2-D)
+
+
+def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 16, 32, 64), dims=(64, 128),
+                    block_kvs=(32, 64), next_ns=(1, 2, 4), variants=VARIANTS, fp4=(False, True)):
+    """Compile the configurations for ``targets`` and return CompileReports."""
+    from sm12x.kernels.compile_check import compile_kernel
+
+    reports = []
+    seen = set()
+    for target in targets:
+        for is_fp4 in fp4:
+            cfg = CONFIGS["sm_120" if target == "sm_121" else target]["fp4" if is_fp4 else "fp8"]
+            for h in heads:
+                for d in dims:
+                    for bkv in block_kvs:
+                        for nn in next_ns:
+                            bt = block_t(h, nn, cfg["rows"])
+                            for out_mode, clean, ctx2d in variants:
+                                key = (target, is_fp4, h, d, bkv, bt, out_mode, clean, ctx2d)
+                                if key in seen:
+                                    continue
+                                seen.add(key)
+                                const = dict(H=h, D=d, BLOCK_T=bt, BLOCK_KV=bkv, N_ITERS=cfg["N_ITERS"],
+                                             IS_FP4=is_fp4, CTX_2D=ctx2d, CLEAN=clean, OUT_MODE=out_mode)
+                                name = (f"{'fp4' if is_fp4 else 'fp8'} H{h} D{d} bkv{bkv} T{bt} out{out_mode}"
+                                        f"{' clean' if clean else ''}{' ctx2d' if ctx2d else ' ctx1d'}")
+                                reports.append(compile_kernel(
+                                    _paged_mqa_logits_kernel, _signature(is_fp4, out_mode), const,
+                                    target=target, num_warps=cfg["num_warps"],
+                                    num_stages=cfg["num_stages"], config_name=name))
+    return reports
