@@ -1,0 +1,248 @@
+"""DeepGEMM-compatible lightning-indexer API backed by the sm12x Triton kernels.
+
+Same names, parameter names, defaults and return shapes as ``deep_gemm`` (checked against
+deepseek-ai/DeepGEMM v2.6.1 ``csrc/apis/attention.hpp``), so a patch can install these functions on
+a ``deep_gemm`` module (see ``NAMES``) or in place of a framework's wrapper implementations.
+
+Differences from DeepGEMM (supersets only): 1-D and 2-D ``context_lens`` both work, also with
+``clean_logits=True``; ``schedule_meta`` is validated but not needed (the kernels use a shape-only
+grid; ``get_paged_mqa_logits_metadata`` still returns a real [num_sms+1, 2] int32 schedule);
+``indices`` (varlen decode rows, next_n == 1) is accepted: rows already carry their own
+context_lens / block_table rows, so it only affects DeepGEMM's KV-sharing schedule, not the result.
+Unknown keyword arguments are accepted when None and raise NotImplementedError naming them
+otherwise (they could change semantics).
+"""
+from __future__ import annotations
+
+import torch
+
+from sm12x.kernels import configs
+from sm12x.kernels.checks import bad, require, require_dtype, require_same_device, require_shape, unsupported
+from sm12x.kernels.mqa_logits import mqa_logits as _mqa_logits
+from sm12x.kernels.paged_mqa_logits import get_paged_mqa_logits_metadata as _metadata
+from sm12x.kernels.paged_mqa_logits import paged_mqa_logits as _paged_mqa_logits
+
+NAMES = (
+    "fp8_mqa_logits",
+    "fp8_fp4_mqa_logits",
+    "get_paged_mqa_logits_metadata",
+    "fp8_paged_mqa_logits",
+    "fp8_fp4_paged_mqa_logits",
+)
+HELPER_NAMES = ("get_num_sms", "set_num_sms")
+
+HEADS = (8, 16, 32, 64)
+FP8_DIMS = (32, 64, 128)
+FP4_DIMS = (64, 128)
+BLOCK_KVS = (32, 64)
+FP4_DTYPES = (torch.int8, torch.uint8)
+LOGITS_DTYPES = (torch.float32, torch.bfloat16)
+WEIGHT_DTYPES = (torch.float32, torch.bfloat16)
+
+_num_sms: int | None = None
+
+
+def get_num_sms() -> int:
+    """SMs used for schedules: ``set_num_sms`` value, else the current device's count (188 on CPU)."""
+    if _num_sms is not None:
+        return _num_sms
+    dev = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    return configs.sm_count(dev)
+
+
+def set_num_sms(num_sms: int) -> None:
+    global _num_sms
+    require(isinstance(num_sms, int) and num_sms > 0, "set_num_sms", "num_sms", num_sms, "an int > 0")
+    _num_sms = num_sms
+
+
+def _reject_unknown(op: str, kwargs: dict) -> None:
+    for name, value in kwargs.items():
+        if value is not None:
+            raise unsupported(op, name, repr(value)[:60], "None (unknown argument; sm12x does not implement it)")
+
+
+def _split_q(op, q):
+    if isinstance(q, (tuple, list)):
+        require(len(q) == 2, op, "q", f"a tuple of {len(q)}", "(values, scale or None)")
+        return q[0], q[1]
+    require(isinstance(q, torch.Tensor), op, "q", type(q).__name__, "a tensor or (values, scale or None)")
+    return q, None
+
+
+def _check_weights(op, weights, rows, h, q):
+    require_dtype(weights, WEIGHT_DTYPES, op, "weights")
+    require_shape(weights, (rows, h), op, "weights")
+    require(weights.stride(1) == 1, op, "weights", f"stride {weights.stride()}", "unit stride along heads")
+
+
+def _check_q(op, qv, qs, ndim):
+    fp4 = qs is not None
+    if fp4:
+        require_dtype(qv, FP4_DTYPES, op, "q")
+    else:
+        require_dtype(qv, (torch.float8_e4m3fn,), op, "q")
+    require(qv.dim() == ndim, op, "q", f"shape {list(qv.shape)}", f"{ndim} dims")
+    require(qv.is_contiguous(), op, "q", "a non-contiguous tensor", "contiguous")
+    h = qv.shape[-2]
+    d = qv.shape[-1] * (2 if fp4 else 1)
+    require(h in HEADS, op, "q", f"{h} heads", f"heads in {HEADS}")
+    dims = FP4_DIMS if fp4 else FP8_DIMS
+    require(d in dims, op, "q", f"head_dim {d}", f"head_dim in {dims}")
+    if fp4:
+        require_dtype(qs, (torch.int32,), op, "q_scale")
+        require_shape(qs, tuple(qv.shape[:-1]), op, "q_scale")
+        require(qs.is_contiguous(), op, "q_scale", "a non-contiguous tensor", "contiguous")
+    return h, d
+
+
+def _check_mqa(op, qv, qs, k, k_sf, weights, ks, ke):
+    h, d = _check_q(op, qv, qs, 3)
+    s = qv.shape[0]
+    fp4 = qs is not None
+    if fp4:
+        require_dtype(k, FP4_DTYPES, op, "kv")
+        require_shape(k, (None, d // 2), op, "kv")
+        require_dtype(k_sf, (torch.int32,), op, "kv_scale")
+    else:
+        require_dtype(k, (torch.float8_e4m3fn,), op, "kv")
+        require_shape(k, (None, d), op, "kv")
+        require_dtype(k_sf, (torch.float32,), op, "kv_scale")
+    require(k.is_contiguous(), op, "kv", "a non-contiguous tensor", "contiguous")
+    require_shape(k_sf, (k.shape[0],), op, "kv_scale")
+    require(k_sf.is_contiguous(), op, "kv_scale", "a non-contiguous tensor", "contiguous")
+    _check_weights(op, weights, s, h, qv)
+    for name, t in (("cu_seq_len_k_start", ks), ("cu_seq_len_k_end", ke)):
+        require_dtype(t, (torch.int32,), op, name)
+        require_shape(t, (s,), op, name)
+        require(t.is_contiguous(), op, name, "a non-contiguous tensor", "contiguous")
+    require_same_device(op, qv, q_scale=qs, kv=k, kv_scale=k_sf, weights=weights,
+                        cu_seq_len_k_start=ks, cu_seq_len_k_end=ke)
+
+
+def _as_u8_cache(op, kv_cache):
+    require(isinstance(kv_cache, torch.Tensor), op, "kv_cache", type(kv_cache).__name__, "a uint8 tensor")
+    require_dtype(kv_cache, (torch.uint8, torch.int8), op, "kv_cache")
+    if kv_cache.dim() == 3:
+        kv_cache = kv_cache.unsqueeze(2)
+    require(kv_cache.dim() == 4 and kv_cache.shape[2] == 1, op, "kv_cache", f"shape {list(kv_cache.shape)}",
+            "[num_blocks, block_kv, 1, bytes_per_token]")
+    return kv_cache.view(torch.uint8)
+
+
+def _check_paged(op, qv, qs, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len):
+    h, d = _check_q(op, qv, qs, 4)
+    b, next_n = qv.shape[0], qv.shape[1]
+    require(next_n >= 1, op, "q", f"next_n {next_n}", "next_n >= 1")
+    fp4 = qs is not None
+    kv_cache = _as_u8_cache(op, kv_cache)
+    tok = d // 2 + 4 if fp4 else d + 4
+    require(kv_cache.shape[3] == tok, op, "kv_cache", f"{kv_cache.shape[3]} bytes per token",
+            f"{tok} ({'D/2' if fp4 else 'D'} + 4) for head_dim {d}")
+    require(kv_cache.shape[1] in BLOCK_KVS, op, "kv_cache", f"block_kv {kv_cache.shape[1]}", f"block_kv in {BLOCK_KVS}")
+    require(kv_cache.stride(3) == 1 and kv_cache.stride(1) == tok, op, "kv_cache", f"strides {kv_cache.stride()}",
+            "token-major blocks (stride(1) == bytes per token, stride(3) == 1)")
+    require(kv_cache.stride(0) % 4 == 0 and kv_cache.stride(0) >= kv_cache.shape[1] * tok, op, "kv_cache",
+            f"stride(0) {kv_cache.stride(0)}", "a multiple of 4 bytes >= block_kv * bytes per token")
+    require(kv_cache.storage_offset() % 4 == 0, op, "kv_cache", f"storage offset {kv_cache.storage_offset()}",
+            "a multiple of 4 bytes")
+    _check_weights(op, weights, b * next_n, h, qv)
+    require_dtype(context_lens, (torch.int32,), op, "context_lens")
+    require((context_lens.dim() == 2 and tuple(context_lens.shape) == (b, next_n)) or
+            (context_lens.dim() == 1 and context_lens.shape[0] == b), op, "context_lens",
+            f"shape {list(context_lens.shape)}", f"[{b}, {next_n}] or [{b}]")
+    require(context_lens.is_contiguous(), op, "context_lens", "a non-contiguous tensor", "contiguous")
+    require_dtype(block_table, (torch.int32,), op, "block_table")
+    require_shape(block_table, (b, None), op, "block_table")
+    require(block_table.stride(1) == 1, op, "block_table", f"stride {block_table.stride()}", "unit stride(1)")
+    if schedule_meta is not None:
+        require_dtype(schedule_meta, (torch.int32,), op, "schedule_meta")
+        require_shape(schedule_meta, (None, 2), op, "schedule_meta")
+    require(isinstance(max_context_len, int) and max_context_len >= 0, op, "max_context_len",
+            max_context_len, "an int >= 0")
+    require(max_context_len <= block_table.shape[1] * kv_cache.shape[1] or block_table.shape[1] == 0, op,
+            "max_context_len", max_context_len,
+            f"<= block_table columns x block_kv ({block_table.shape[1] * kv_cache.shape[1]})")
+    require_same_device(op, qv, q_scale=qs, kv_cache=kv_cache, weights=weights, context_lens=context_lens,
+                        block_table=block_table, schedule_meta=schedule_meta)
+    return kv_cache
+
+
+# ----------------------------------------------------------------------------------------------
+# public API
+
+
+def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True,
+                       max_seqlen_k=0, logits_dtype=torch.float32, **kwargs):
+    """q = (values, scale|None): FP8 float8_e4m3fn [S, H, D] with None, or FP4 int8 [S, H, D/2]
+    with int32 [S, H]; kv = (k, k_scale): float8 [S_kv, D] + float32 [S_kv], or int8 [S_kv, D/2] +
+    int32 [S_kv]. Returns [S, S_kv] logits (or [S, max_seqlen_k] compressed when max_seqlen_k > 0)."""
+    op = "fp8_fp4_mqa_logits"
+    _reject_unknown(op, kwargs)
+    qv, qs = _split_q(op, q)
+    require(isinstance(kv, (tuple, list)) and len(kv) == 2, op, "kv", type(kv).__name__, "(k, k_scale)")
+    k, k_sf = kv
+    _check_mqa(op, qv, qs, k, k_sf, weights, cu_seq_len_k_start, cu_seq_len_k_end)
+    require(logits_dtype in LOGITS_DTYPES, op, "logits_dtype", logits_dtype, " or ".join(map(str, LOGITS_DTYPES)))
+    require(isinstance(max_seqlen_k, int) and max_seqlen_k >= 0, op, "max_seqlen_k", max_seqlen_k, "an int >= 0")
+    require(not (max_seqlen_k > 0 and clean_logits), op, "clean_logits", clean_logits,
+            "False when max_seqlen_k > 0 (compressed logits are not cleaned)")
+    return _mqa_logits(qv, qs, k.view(torch.int8) if qs is not None else k, k_sf, weights,
+                       cu_seq_len_k_start, cu_seq_len_k_end, bool(clean_logits), max_seqlen_k, logits_dtype)
+
+
+def fp8_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True,
+                   max_seqlen_k=0, **kwargs):
+    """Legacy FP8 form: q float8 [S, H, D] (no q scale; fold it into weights). Float32 logits."""
+    op = "fp8_mqa_logits"
+    _reject_unknown(op, kwargs)
+    if isinstance(q, (tuple, list)):
+        raise bad(op, "q", "a tuple", "a float8_e4m3fn tensor (use fp8_fp4_mqa_logits for (values, scale))")
+    return fp8_fp4_mqa_logits((q, None), kv, weights, cu_seq_len_k_start, cu_seq_len_k_end,
+                              clean_logits=clean_logits, max_seqlen_k=max_seqlen_k)
+
+
+def get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms, indices=None, **kwargs):
+    """[num_sms+1, 2] int32 schedule for the paged kernels (device ops only; content is ours)."""
+    op = "get_paged_mqa_logits_metadata"
+    _reject_unknown(op, kwargs)
+    require(isinstance(context_lens, torch.Tensor), op, "context_lens", type(context_lens).__name__, "a tensor")
+    require_dtype(context_lens, (torch.int32,), op, "context_lens")
+    require(context_lens.dim() in (1, 2), op, "context_lens", f"shape {list(context_lens.shape)}", "[B, next_n] or [B]")
+    require(isinstance(block_kv, int) and block_kv in BLOCK_KVS, op, "block_kv", block_kv, f"one of {BLOCK_KVS}")
+    require(isinstance(num_sms, int) and num_sms > 0, op, "num_sms", num_sms, "an int > 0")
+    if indices is not None:
+        require_dtype(indices, (torch.int32,), op, "indices")
+        require_shape(indices, (context_lens.shape[0],), op, "indices")
+    return _metadata(context_lens, block_kv, num_sms)
+
+
+def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta,
+                             max_context_len, clean_logits=False, logits_dtype=torch.float32,
+                             indices=None, **kwargs):
+    """q = (values, scale|None): float8 [B, next_n, H, D] or FP4 int8 [B, next_n, H, D/2] + int32
+    [B, next_n, H]; kv_cache fused uint8 [num_blocks, block_kv, 1, D+4 | D/2+4]. Returns
+    [B*next_n, max_context_len] logits (row stride padded)."""
+    op = "fp8_fp4_paged_mqa_logits"
+    _reject_unknown(op, kwargs)
+    qv, qs = _split_q(op, q)
+    kv_cache = _check_paged(op, qv, qs, kv_cache, weights, context_lens, block_table, schedule_meta,
+                            max_context_len)
+    require(logits_dtype in LOGITS_DTYPES, op, "logits_dtype", logits_dtype, " or ".join(map(str, LOGITS_DTYPES)))
+    if indices is not None:
+        require_dtype(indices, (torch.int32,), op, "indices")
+        require_shape(indices, (qv.shape[0],), op, "indices")
+        require(qv.shape[1] == 1, op, "indices", "given with next_n > 1", "next_n == 1 for varlen rows")
+    return _paged_mqa_logits(qv, qs, kv_cache, weights, context_lens, block_table, max_context_len,
+                             bool(clean_logits), logits_dtype)
+
+
+def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta,
+                         max_context_len, clean_logits=False, indices=None, **kwargs):
+    """Legacy FP8 form: q float8 [B, next_n, H, D]; float32 logits."""
+    op = "fp8_paged_mqa_logits"
+    _reject_unknown(op, kwargs)
+    if isinstance(q, (tuple, list)):
+        raise bad(op, "q", "a tuple", "a float8_e4m3fn tensor (use fp8_fp4_paged_mqa_logits for (values, scale))")
+    return fp8_fp4_paged_mqa_logits((q, None), kv_cache, weights, context_lens, block_table, schedule_meta,
+                                    max_context_len, clean_logits=clean_logits, indices=indices)

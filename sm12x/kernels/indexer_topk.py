@@ -1,0 +1,157 @@
+"""Fused lightning-indexer top-k: top-k key indices straight from q and the (flat or paged) key
+cache, without materialising the [rows, S_kv] logits.
+
+How: the MQA-logits kernels run over a window of key columns and write, instead of float logits, an
+int64 sort key per (row, key) -- the float32 score mapped to an order-preserving int32 in the high
+half and (2**31-1 - local index) in the low half, or INT64_MIN for keys the row cannot see. One
+``torch.topk`` per window picks that window's best candidates, which are merged into a running
+[rows, topk] set. Memory is O(rows x topk) plus a workspace of at most ``workspace_bytes`` (default
+256 MiB), independent of S_kv; rows are processed in blocks when one window row would not fit.
+No host sync: the loop bounds come from shapes and ``max_context_len`` only (CUDA-graph safe).
+
+Index conventions (int32 output, -1 padded at the end when a row sees fewer than topk keys):
+
+- prefill (``mqa_topk_indices``): j - ks[i], the key's position inside the row's visible range
+  [ks[i], ke[i]) -- vLLM's local index in the request's (compressed) sequence when ks is the
+  request's first key in the gathered k buffer; ``relative=False`` returns j itself.
+- decode (``paged_mqa_topk_indices``): the position p in the request's sequence (0 <= p < visible
+  end of the row, see ``paged_mqa_logits``). SGLang's topk_transform takes the same local positions
+  and maps them to pages itself.
+
+Ordering is deterministic: descending score, equal scores lower index first (the int64 key makes
+this exact), matching ``reference.indexer.ref_indexer_topk`` applied to the kernel's own logits.
+"""
+from __future__ import annotations
+
+import torch
+
+from sm12x.kernels import configs
+from sm12x.kernels import mqa_logits as _mqa
+from sm12x.kernels import paged_mqa_logits as _paged
+
+DEFAULT_WORKSPACE_BYTES = 256 << 20
+INT64_MIN = -(1 << 63)
+
+
+def decode_keys(keys: torch.Tensor, topk: int) -> torch.Tensor:
+    """int64 sort keys [R, n] (best first) -> int32 indices [R, topk], -1 for invisible / missing."""
+    idx = (0x7FFFFFFF - (keys & 0xFFFFFFFF)).to(torch.int32)
+    idx = torch.where(keys == INT64_MIN, torch.full_like(idx, -1), idx)
+    if idx.shape[1] < topk:
+        pad = torch.full((idx.shape[0], topk - idx.shape[1]), -1, dtype=torch.int32, device=idx.device)
+        idx = torch.cat([idx, pad], dim=1)
+    return idx
+
+
+def _merge(best, cand, topk):
+    if best is not None:
+        cand = torch.cat([best, cand], dim=1)
+    return cand.topk(min(topk, cand.shape[1]), dim=1, sorted=True).values
+
+
+def _plan(rows: int, cols: int, unit: int, topk: int, budget: int):
+    """(rows per pass, columns per window): window a multiple of ``unit``, workspace <= budget."""
+    cols_needed = -(-cols // unit) * unit
+    per_row = max(budget // 8, unit)
+    win = min(cols_needed, max(unit, (per_row // max(rows, 1)) // unit * unit))
+    win = max(win, min(cols_needed, -(-topk // unit) * unit))  # a window never yields fewer than topk
+    row_block = max(1, min(rows, per_row // win))
+    return row_block, win
+
+
+def _split_q(q):
+    if isinstance(q, (tuple, list)):
+        return q[0], q[1]
+    return q, None
+
+
+def mqa_topk_indices(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, topk: int, *,
+                     relative: bool = True, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
+                     out: torch.Tensor | None = None) -> torch.Tensor:
+    """Prefill top-k. q: float8 [S, H, D] or (values, scale|None) (FP4: int8 [S, H, D/2] + int32
+    [S, H]); kv = (k, k_scale) as for ``fp8_fp4_mqa_logits``; weights [S, H]; ks/ke int32 [S].
+    Returns int32 [S, topk] (into ``out`` when given)."""
+    from sm12x.kernels.deep_gemm_api import _check_mqa
+
+    qv, qs = _split_q(q)
+    k, k_sf = kv
+    _check_mqa("mqa_topk_indices", qv, qs, k, k_sf, weights, cu_seq_len_k_start, cu_seq_len_k_end)
+    _check_topk("mqa_topk_indices", topk, out, qv.shape[0], qv.device)
+    s, s_kv = qv.shape[0], k.shape[0]
+    cfg = configs.pick(_mqa.CONFIGS, qv.device)["fp4" if qs is not None else "fp8"]
+    unit = cfg["BLOCK_N"] * cfg["N_ITERS"]
+    result = out if out is not None else torch.empty((s, topk), dtype=torch.int32, device=qv.device)
+    if s == 0:
+        return result
+    row_block, win = _plan(s, s_kv, unit, topk, workspace_bytes)
+    ws = torch.empty((row_block, win), dtype=torch.int64, device=qv.device)
+    for r0 in range(0, s, row_block):
+        r1 = min(s, r0 + row_block)
+        best = None
+        for c0 in range(0, max(s_kv, 1), win):
+            n = min(win, s_kv - c0)
+            if n <= 0:
+                break
+            w_ = ws[: r1 - r0, :n]
+            _mqa.launch(qv[r0:r1], None if qs is None else qs[r0:r1], k, k_sf, weights[r0:r1],
+                        cu_seq_len_k_start[r0:r1], cu_seq_len_k_end[r0:r1], w_,
+                        clean=False, compressed=False, out_mode=2, col_start=c0, num_cols=n)
+            best = _merge(best, w_.topk(min(topk, n), dim=1, sorted=False).values, topk)
+        if best is None:
+            best = torch.full((r1 - r0, 0), INT64_MIN, dtype=torch.int64, device=qv.device)
+        idx = decode_keys(best, topk)
+        if not relative:
+            idx = torch.where(idx >= 0, idx + cu_seq_len_k_start[r0:r1, None], idx)
+        result[r0:r1] = idx
+    return result
+
+
+def paged_mqa_topk_indices(q, kv_cache, weights, context_lens, block_table, max_context_len: int,
+                           topk: int, *, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
+                           out: torch.Tensor | None = None) -> torch.Tensor:
+    """Decode top-k over the paged cache. Arguments as ``fp8_fp4_paged_mqa_logits`` (q a tensor or
+    (values, scale|None); context_lens [B, next_n] or [B]). Returns int32 [B*next_n, topk] positions
+    (into ``out`` when given)."""
+    from sm12x.kernels.deep_gemm_api import _check_paged
+
+    qv, qs = _split_q(q)
+    kv_cache = _check_paged("paged_mqa_topk_indices", qv, qs, kv_cache, weights, context_lens, block_table, None,
+                 max_context_len)
+    rows = qv.shape[0] * qv.shape[1]
+    _check_topk("paged_mqa_topk_indices", topk, out, rows, qv.device)
+    cfg = configs.pick(_paged.CONFIGS, qv.device)["fp4" if qs is not None else "fp8"]
+    block_kv = kv_cache.shape[1]
+    unit = block_kv * cfg["N_ITERS"]
+    result = out if out is not None else torch.empty((rows, topk), dtype=torch.int32, device=qv.device)
+    if rows == 0:
+        return result
+    # rows are whole requests (b, all t) so a row block maps onto a slice of q / block_table
+    next_n = qv.shape[1]
+    row_block, win = _plan(rows, max_context_len, unit, topk, workspace_bytes)
+    req_block = max(1, row_block // next_n)
+    ws = torch.empty((req_block * next_n, win), dtype=torch.int64, device=qv.device)
+    for b0 in range(0, qv.shape[0], req_block):
+        b1 = min(qv.shape[0], b0 + req_block)
+        r0, r1 = b0 * next_n, b1 * next_n
+        best = None
+        for c0 in range(0, max_context_len, win):
+            n = min(win, max_context_len - c0)
+            w_ = ws[: r1 - r0, :n]
+            _paged.launch(qv[b0:b1], None if qs is None else qs[b0:b1], kv_cache, weights[r0:r1],
+                          context_lens[b0:b1], block_table[b0:b1], max_context_len, w_,
+                          clean=False, out_mode=2, col_start=c0, num_cols=n)
+            best = _merge(best, w_.topk(min(topk, n), dim=1, sorted=False).values, topk)
+        if best is None:
+            best = torch.full((r1 - r0, 0), INT64_MIN, dtype=torch.int64, device=qv.device)
+        result[r0:r1] = decode_keys(best, topk)
+    return result
+
+
+def _check_topk(op, topk, out, rows, device):
+    from sm12x.kernels.checks import require, require_dtype, require_shape
+
+    require(isinstance(topk, int) and topk >= 1, op, "topk", topk, "an int >= 1")
+    if out is not None:
+        require_dtype(out, (torch.int32,), op, "out")
+        require_shape(out, (rows, topk), op, "out")
+        require(out.device == device, op, "out", f"device {out.device}", f"the device of q ({device})")
