@@ -1,0 +1,446 @@
+"""Sparse MLA decode on FP8 KV caches (FlashMLA ``sparse_decode_fwd`` semantics) in Triton.
+
+Split-KV: program (head block, split, query token) handles BLOCK_H heads of one query token over a
+contiguous range of BLOCK_N-token tiles of the candidate list (main top-k tiles, then extra top-k
+tiles). It gathers the rows, dequantises FP8 -> bf16 in registers (exact: the scales are powers of
+two), runs QK^T and PV as bf16 x bf16 -> fp32 dots with an online base-2 softmax, and writes a
+normalised partial output and its log2-sum-exp. A combine kernel merges the splits, applies the
+sink and writes bf16 ``out`` and natural-log ``lse``. With one split the first kernel writes the
+final result itself.
+
+The number of splits and the workspace depend on shapes only (CUDA-graph capturable).
+Formats: see ``mla_kv_cache``. The public entry point is :func:`sparse_mla_decode`.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from sm12x.kernels import checks, configs
+
+OP = "sparse_mla_decode"
+D_V = 512
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+# Per-architecture launch configurations. BLOCK_H heads x BLOCK_N tokens per tile; the fp32
+# accumulator is BLOCK_H x 512. sm_120/sm_121 must fit 101,376 B of shared memory with no spills.
+CONFIGS = {
+    "sm_120": {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1, "waves": 1},
+    "sm_90": {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 8, "num_stages": 1, "waves": 1},
+}
+COMBINE_CONFIG = {"BLOCK_HC": 8, "num_warps": 4}
+
+
+@triton.jit
+def _load_kv_tile(cache_ptr, stride0, ntok, idx, valid, PAGE: tl.constexpr,
+                  IS_MODEL1: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Gather and dequantise BLOCK_N tokens -> (k bf16 [BLOCK_N, 512], rope bf16 [BLOCK_N, 64]).
+    For MODEL1 the RoPE part is already the last 64 dims of k and ``rope`` is unused."""
+    safe = tl.where(valid, idx, 0)
+    page_base = (safe // PAGE).to(tl.int64) * stride0  # int64: page * stride(0) can exceed 2^31
+    off = (safe % PAGE).to(tl.int64)
+    if IS_MODEL1:
+        tok = page_base + off * 576
+        c = tl.arange(0, 8)
+        d = tl.arange(0, 64)
+        is_nope = (c < 7)[None, :, None]
+        v3 = valid[:, None, None]
+        raw = tl.load(cache_ptr + tok[:, None, None] + (c * 64)[None, :, None] + d[None, None, :],
+                      mask=v3 & is_nope, other=0)
+        sc_ptr = cache_ptr + (page_base + PAGE * 576 + off * 8)
+        e8 = tl.load(sc_ptr[:, None] + c[None, :], mask=valid[:, None] & (c < 7)[None, :], other=127)
+        scale = (e8.to(tl.int32) << 23).to(tl.float32, bitcast=True)   # UE8M0 -> 2^(e - 127)
+        nope = (raw.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale[:, :, None])
+        rope_ptr = (cache_ptr + (tok + 448)).to(tl.pointer_type(tl.bfloat16))
+        rope3 = tl.load(rope_ptr[:, None, None] + d[None, None, :] + (c * 0)[None, :, None],
+                        mask=v3 & (c == 7)[None, :, None], other=0.0)
+        k = tl.reshape(tl.where(is_nope, nope.to(tl.bfloat16), rope3), (BLOCK_N, 512))
+        rope = tl.zeros((BLOCK_N, 64), dtype=tl.bfloat16)
+    else:
+        tok = page_base + off * 656
+        c = tl.arange(0, 4)
+        d = tl.arange(0, 128)
+        raw = tl.load(cache_ptr + tok[:, None, None] + (c * 128)[None, :, None] + d[None, None, :],
+                      mask=valid[:, None, None], other=0)
+        nope = raw.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        sc_ptr = (cache_ptr + (tok + 512)).to(tl.pointer_type(tl.float32))
+        scale = tl.load(sc_ptr[:, None] + c[None, :], mask=valid[:, None], other=0.0)
+        k = tl.reshape((nope * scale[:, :, None]).to(tl.bfloat16), (BLOCK_N, 512))
+        rope_ptr = (cache_ptr + (tok + 528)).to(tl.pointer_type(tl.bfloat16))
+        rope = tl.load(rope_ptr[:, None] + tl.arange(0, 64)[None, :], mask=valid[:, None], other=0.0)
+    return k, rope
+
+
+@triton.jit
+def _dot(a, b, acc, INTERPRET: tl.constexpr):
+    """bf16 x bf16 -> fp32. Triton 3.9's interpreter gets bf16 dots wrong; it gets the (exact)
+    fp32 upcast right."""
+    if INTERPRET:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc=acc)
+    else:
+        return tl.dot(a, b, acc=acc)
+
+
+@triton.jit
+def _to_bf16(x, INTERPRET: tl.constexpr):
+    """fp32 -> bf16, round to nearest even. Triton 3.9's interpreter truncates instead, so it
+    gets the rounding done by hand (finite inputs)."""
+    if INTERPRET:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return bits.to(tl.float32, bitcast=True).to(tl.bfloat16)
+    else:
+        return x.to(tl.bfloat16)
+
+
+@triton.jit
+def _attend_tile(acc, m_i, l_i, q, q_rope, cache_ptr, stride0, ntok, idx_row_ptr, pos0, length,
+                 qk_scale, PAGE: tl.constexpr, IS_MODEL1: tl.constexpr, BLOCK_N: tl.constexpr,
+                 INTERPRET: tl.constexpr):
+    """One BLOCK_N tile of candidates [pos0, pos0 + BLOCK_N) -> updated (acc, m_i, l_i)."""
+    pos = pos0 + tl.arange(0, BLOCK_N)
+    in_len = pos < length
+    idx = tl.load(idx_row_ptr + pos, mask=in_len, other=-1)
+    valid = in_len & (idx >= 0) & (idx < ntok)
+    k, rope = _load_kv_tile(cache_ptr, stride0, ntok, idx, valid, PAGE, IS_MODEL1, BLOCK_N)
+    s = _dot(q, tl.trans(k), tl.zeros((q.shape[0], BLOCK_N), dtype=tl.float32), INTERPRET)
+    if not IS_MODEL1:
+        s = _dot(q_rope, tl.trans(rope), s, INTERPRET)
+    s = tl.where(valid[None, :], s * qk_scale, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # avoids (-inf) - (-inf) on empty tiles
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(s - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = _dot(_to_bf16(p, INTERPRET), k, acc * alpha[:, None], INTERPRET)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def _write_final(out_ptr, lse_ptr, sink_ptr, acc, lse2, heads, hmask, pid_bs, H, stride_ob,
+                 stride_os, stride_oh, S_Q, HAS_SINK: tl.constexpr, INTERPRET: tl.constexpr):
+    """acc = normalised output fp32 [BLOCK_H, 512], lse2 = log2-sum-exp (-inf: no valid key)."""
+    lonely = lse2 == float("-inf")
+    lse = tl.where(lonely, float("inf"), lse2 * 0.6931471805599453)
+    factor = tl.where(lonely, 0.0, 1.0)
+    if HAS_SINK:
+        sink = tl.load(sink_ptr + heads, mask=hmask, other=float("-inf"))
+        factor = tl.where(lonely, 0.0, 1.0 / (1.0 + tl.exp(sink - lse)))
+    o = acc * factor[:, None]
+    b = pid_bs // S_Q
+    s = pid_bs % S_Q
+    dv = tl.arange(0, 512)
+    o_ptrs = (out_ptr + b.to(tl.int64) * stride_ob + s * stride_os + heads[:, None] * stride_oh
+              + dv[None, :])
+    tl.store(o_ptrs, _to_bf16(o, INTERPRET), mask=hmask[:, None])
+    tl.store(lse_ptr + pid_bs.to(tl.int64) * H + heads, lse, mask=hmask)
+
+
+@triton.jit
+def _sparse_mla_split_kernel(
+        q_ptr, stride_qb, stride_qs, stride_qh,
+        cache_ptr, cache_stride0, cache_ntok, idx_ptr, stride_ib, stride_is, len_ptr,
+        xcache_ptr, xcache_stride0, xcache_ntok, xidx_ptr, stride_xb, stride_xs, xlen_ptr,
+        ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, stride_ob, stride_os, stride_oh,
+        S_Q, H, TOPK, XTOPK, NUM_SPLITS, TILES_PER_SPLIT, qk_scale,
+        PAGE: tl.constexpr, XPAGE: tl.constexpr, IS_MODEL1: tl.constexpr, HAS_LEN: tl.constexpr,
+        HAS_EXTRA: tl.constexpr, HAS_XLEN: tl.constexpr, HAS_SINK: tl.constexpr,
+        DIRECT: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+        INTERPRET: tl.constexpr):
+    pid_h = tl.program_id(0)
+    pid_sp = tl.program_id(1)
+    pid_bs = tl.program_id(2)
+    b = pid_bs // S_Q
+    s = pid_bs % S_Q
+    heads = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    hmask = heads < H
+
+    q_row = q_ptr + b.to(tl.int64) * stride_qb + s * stride_qs + heads[:, None] * stride_qh
+    q = tl.load(q_row + tl.arange(0, 512)[None, :], mask=hmask[:, None], other=0.0)
+    if IS_MODEL1:
+        q_rope = tl.zeros((BLOCK_H, 64), dtype=tl.bfloat16)
+    else:
+        q_rope = tl.load(q_row + 512 + tl.arange(0, 64)[None, :], mask=hmask[:, None], other=0.0)
+
+    acc = tl.zeros((BLOCK_H, 512), dtype=tl.float32)
+    m_i = tl.full((BLOCK_H,), float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros((BLOCK_H,), dtype=tl.float32)
+
+    lo = pid_sp * TILES_PER_SPLIT
+    hi = lo + TILES_PER_SPLIT
+    n_main = tl.cdiv(TOPK, BLOCK_N)
+    length = TOPK
+    if HAS_LEN:
+        length = tl.minimum(tl.load(len_ptr + b), TOPK)
+    idx_row = idx_ptr + b.to(tl.int64) * stride_ib + s * stride_is
+    for t in range(lo, tl.minimum(hi, tl.cdiv(length, BLOCK_N))):
+        acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, q_rope, cache_ptr, cache_stride0,
+                                     cache_ntok, idx_row, t * BLOCK_N, length, qk_scale,
+                                     PAGE, IS_MODEL1, BLOCK_N, INTERPRET)
+    if HAS_EXTRA:
+        xlength = XTOPK
+        if HAS_XLEN:
+            xlength = tl.minimum(tl.load(xlen_ptr + b), XTOPK)
+        xidx_row = xidx_ptr + b.to(tl.int64) * stride_xb + s * stride_xs
+        for t in range(tl.maximum(lo, n_main), tl.minimum(hi, n_main + tl.cdiv(xlength, BLOCK_N))):
+            acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, q_rope, xcache_ptr, xcache_stride0,
+                                         xcache_ntok, xidx_row, (t - n_main) * BLOCK_N, xlength,
+                                         qk_scale, XPAGE, IS_MODEL1, BLOCK_N, INTERPRET)
+
+    has_any = l_i > 0.0
+    acc = acc / tl.where(has_any, l_i, 1.0)[:, None]
+    lse2 = tl.where(has_any, m_i + tl.log2(tl.where(has_any, l_i, 1.0)), float("-inf"))
+    if DIRECT:
+        _write_final(out_ptr, lse_ptr, sink_ptr, acc, lse2, heads, hmask, pid_bs, H, stride_ob,
+                     stride_os, stride_oh, S_Q, HAS_SINK, INTERPRET)
+    else:
+        row = (pid_bs.to(tl.int64) * NUM_SPLITS + pid_sp) * H + heads
+        tl.store(ows_ptr + row[:, None] * 512 + tl.arange(0, 512)[None, :], acc,
+                 mask=hmask[:, None])
+        tl.store(lsews_ptr + row, lse2, mask=hmask)
+
+
+@triton.jit
+def _sparse_mla_combine_kernel(ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, stride_ob,
+                               stride_os, stride_oh, S_Q, H, NUM_SPLITS,
+                               HAS_SINK: tl.constexpr, BLOCK_HC: tl.constexpr,
+                               INTERPRET: tl.constexpr):
+    pid_h = tl.program_id(0)
+    pid_bs = tl.program_id(1)
+    heads = pid_h * BLOCK_HC + tl.arange(0, BLOCK_HC)
+    hmask = heads < H
+    base = pid_bs.to(tl.int64) * NUM_SPLITS * H + heads
+    gmax = tl.full((BLOCK_HC,), float("-inf"), dtype=tl.float32)
+    for sp in range(NUM_SPLITS):
+        gmax = tl.maximum(gmax, tl.load(lsews_ptr + base + sp * H, mask=hmask, other=float("-inf")))
+    gsafe = tl.where(gmax == float("-inf"), 0.0, gmax)
+    total = tl.zeros((BLOCK_HC,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_HC, 512), dtype=tl.float32)
+    for sp in range(NUM_SPLITS):
+        row = base + sp * H
+        w = tl.exp2(tl.load(lsews_ptr + row, mask=hmask, other=float("-inf")) - gsafe)
+        o = tl.load(ows_ptr + row[:, None] * 512 + tl.arange(0, 512)[None, :],
+                    mask=hmask[:, None] & (w > 0.0)[:, None], other=0.0)
+        total += w
+        acc += w[:, None] * o
+    lse2 = tl.where(total > 0.0, gsafe + tl.log2(tl.where(total > 0.0, total, 1.0)), float("-inf"))
+    acc = acc / tl.where(total > 0.0, total, 1.0)[:, None]
+    _write_final(out_ptr, lse_ptr, sink_ptr, acc, lse2, heads, hmask, pid_bs, H, stride_ob,
+                 stride_os, stride_oh, S_Q, HAS_SINK, INTERPRET)
+
+
+# ----------------------------------------------------------------------------------------------
+# Launcher
+
+
+def _check_cache(op, cache, name, d_qk, q):
+    bpt = 584 if d_qk == 512 else 656
+    checks.require_dtype(cache, (torch.uint8, torch.int8, torch.float8_e4m3fn), op, name)
+    checks.require(cache.dim() == 4 and cache.shape[2] == 1 and cache.shape[3] == bpt, op, name,
+                   f"shape {list(cache.shape)}",
+                   f"[num_blocks, page_block_size, 1, {bpt}] for d_qk {d_qk}")
+    checks.require(cache.stride(1) == bpt and cache.stride(3) == 1, op, name,
+                   f"strides {tuple(cache.stride())}", f"stride(1) == {bpt} (bytes_per_token), "
+                   "stride(3) == 1")
+    page = cache.shape[1]
+    checks.require(cache.shape[0] <= 1 or cache.stride(0) >= page * bpt, op, name,
+                   f"stride(0) {cache.stride(0)}", f">= page_block_size * {bpt}")
+    checks.require_same_device(op, q, **{name: cache})
+
+
+def _check_indices(op, idx, name, b, s_q, q):
+    checks.require_dtype(idx, (torch.int32,), op, name)
+    checks.require(idx.dim() == 3 and idx.shape[0] == b and idx.shape[1] == s_q and idx.shape[2] > 0,
+                   op, name, f"shape {list(idx.shape)}", f"[{b}, {s_q}, topk > 0]")
+    checks.require(idx.stride(2) == 1, op, name, f"strides {tuple(idx.stride())}",
+                   "a contiguous last dimension")
+    checks.require_same_device(op, q, **{name: idx})
+
+
+def _check_length(op, t, name, b, q):
+    if t is None:
+        return
+    checks.require_dtype(t, (torch.int32,), op, name)
+    checks.require_shape(t, (b,), op, name)
+    checks.require(t.stride(0) == 1 or b == 1, op, name, "a strided tensor", "a contiguous tensor")
+    checks.require_same_device(op, q, **{name: t})
+
+
+def validate(op, q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices,
+             extra_topk_length, d_v):
+    """Raise ValueError naming ``op`` and the argument for anything the kernel does not handle."""
+    checks.require_dtype(q, (torch.bfloat16,), op, "q")
+    checks.require(q.dim() == 4 and q.shape[-1] in (512, 576), op, "q", f"shape {list(q.shape)}",
+                   "[b, s_q, h_q, d_qk] with d_qk 512 (MODEL1) or 576 (V3.2)")
+    checks.require(q.stride(-1) == 1, op, "q", f"strides {tuple(q.stride())}",
+                   "a contiguous last dimension")
+    checks.require(d_v == D_V, op, "head_dim_v", d_v, "512")
+    b, s_q, h_q, d_qk = q.shape
+    checks.require(b > 0 and s_q > 0 and h_q > 0, op, "q", f"shape {list(q.shape)}",
+                   "non-empty b, s_q, h_q")
+    _check_cache(op, k_cache, "k_cache", d_qk, q)
+    if indices is None:
+        raise checks.bad(op, "indices", None, "an int32 tensor [b, s_q, topk] (sparse decode)")
+    _check_indices(op, indices, "indices", b, s_q, q)
+    _check_length(op, topk_length, "topk_length", b, q)
+    if attn_sink is not None:
+        checks.require_dtype(attn_sink, (torch.float32,), op, "attn_sink")
+        checks.require_shape(attn_sink, (h_q,), op, "attn_sink")
+        checks.require(attn_sink.stride(0) == 1 or h_q == 1, op, "attn_sink", "a strided tensor",
+                       "a contiguous tensor")
+        checks.require_same_device(op, q, attn_sink=attn_sink)
+    if (extra_k_cache is None) != (extra_indices is None):
+        name = "extra_indices_in_kvcache" if extra_k_cache is not None else "extra_k_cache"
+        raise checks.bad(op, name, None, "extra_k_cache and extra_indices_in_kvcache together")
+    if extra_k_cache is not None:
+        _check_cache(op, extra_k_cache, "extra_k_cache", d_qk, q)
+        _check_indices(op, extra_indices, "extra_indices_in_kvcache", b, s_q, q)
+        _check_length(op, extra_topk_length, "extra_topk_length", b, q)
+    elif extra_topk_length is not None:
+        raise checks.bad(op, "extra_topk_length", "a tensor without extra_k_cache",
+                         "None unless extra_k_cache is given")
+
+
+def _interpret():
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _byte_view(cache):
+    return cache if cache.dtype == torch.uint8 else cache.view(torch.uint8)
+
+
+def _ntok(cache):
+    return min(cache.shape[0] * cache.shape[1], 2**31 - 1)
+
+
+def plan(b, s_q, h_q, topk, extra_topk, device, num_splits=None, cfg=None):
+    """Shapes-only launch plan -> (cfg, head_blocks, num_splits, tiles_per_split)."""
+    cfg = cfg or configs.pick(CONFIGS, device)
+    bn, bh = cfg["BLOCK_N"], cfg["BLOCK_H"]
+    n_tiles = triton.cdiv(topk, bn) + triton.cdiv(extra_topk, bn)
+    head_blocks = triton.cdiv(h_q, bh)
+    if num_splits is None:
+        target = configs.sm_count(device) * cfg.get("waves", 1)
+        num_splits = triton.cdiv(target, b * s_q * head_blocks)
+    num_splits = max(1, min(int(num_splits), n_tiles))
+    tiles_per_split = triton.cdiv(n_tiles, num_splits)
+    num_splits = triton.cdiv(n_tiles, tiles_per_split)  # no empty splits
+    return cfg, head_blocks, num_splits, tiles_per_split
+
+
+def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, extra_k_cache=None,
+                      extra_indices=None, extra_topk_length=None, softmax_scale=None, d_v=D_V,
+                      num_splits=None, out=None, lse=None, op=OP, validate_inputs=True):
+    """FlashMLA sparse decode. q bf16 [b, s_q, h_q, 512 | 576]; caches uint8/int8/fp8 views
+    [num_blocks, page, 1, 584 | 656]; indices int32 [b, s_q, topk] (-1 = invalid);
+    topk_length / extra_topk_length int32 [b]; attn_sink fp32 [h_q].
+    -> (out bf16 [b, s_q, h_q, 512], lse fp32 [b, h_q, s_q], a transposed view of [b, s_q, h_q]).
+    ``num_splits`` forces the split-KV count (default: from shapes and the SM count)."""
+    if validate_inputs:
+        validate(op, q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices,
+                 extra_topk_length, d_v)
+    b, s_q, h_q, d_qk = q.shape
+    if softmax_scale is None:
+        softmax_scale = d_qk ** -0.5
+    topk = indices.shape[-1]
+    has_extra = extra_k_cache is not None
+    xtopk = extra_indices.shape[-1] if has_extra else 0
+    cfg, head_blocks, nsplit, tps = plan(b, s_q, h_q, topk, xtopk, q.device, num_splits)
+    if out is None:
+        out = torch.empty((b, s_q, h_q, D_V), dtype=torch.bfloat16, device=q.device)
+    if lse is None:
+        lse = torch.empty((b, s_q, h_q), dtype=torch.float32, device=q.device)
+    direct = nsplit == 1
+    if direct:
+        ows = lsews = lse  # unused
+    else:
+        ows = torch.empty((b * s_q, nsplit, h_q, D_V), dtype=torch.float32, device=q.device)
+        lsews = torch.empty((b * s_q, nsplit, h_q), dtype=torch.float32, device=q.device)
+    cache = _byte_view(k_cache)
+    xcache = _byte_view(extra_k_cache) if has_extra else cache
+    xidx = extra_indices if has_extra else indices
+    sink = attn_sink if attn_sink is not None else lse
+    dummy_len = indices
+    _sparse_mla_split_kernel[(head_blocks, nsplit, b * s_q)](
+        q, q.stride(0), q.stride(1), q.stride(2),
+        cache, cache.stride(0), _ntok(cache), indices, indices.stride(0), indices.stride(1),
+        topk_length if topk_length is not None else dummy_len,
+        xcache, xcache.stride(0), _ntok(xcache), xidx, xidx.stride(0), xidx.stride(1),
+        extra_topk_length if extra_topk_length is not None else dummy_len,
+        ows, lsews, out, lse, sink, out.stride(0), out.stride(1), out.stride(2),
+        s_q, h_q, topk, xtopk, nsplit, tps, float(softmax_scale) * LOG2E,
+        PAGE=k_cache.shape[1], XPAGE=xcache.shape[1], IS_MODEL1=d_qk == 512,
+        HAS_LEN=topk_length is not None, HAS_EXTRA=has_extra,
+        HAS_XLEN=has_extra and extra_topk_length is not None, HAS_SINK=attn_sink is not None,
+        DIRECT=direct, BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"], INTERPRET=_interpret(),
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    if not direct:
+        bhc = COMBINE_CONFIG["BLOCK_HC"]
+        _sparse_mla_combine_kernel[(triton.cdiv(h_q, bhc), b * s_q)](
+            ows, lsews, out, lse, sink, out.stride(0), out.stride(1), out.stride(2), s_q, h_q,
+            nsplit, HAS_SINK=attn_sink is not None, BLOCK_HC=bhc, INTERPRET=_interpret(),
+            num_warps=COMBINE_CONFIG["num_warps"])
+    return out, lse.transpose(1, 2)
+
+
+# ----------------------------------------------------------------------------------------------
+# Compile checks (no GPU needed)
+
+_PAGE_VARIANTS = ((256, 64), (64, 2))
+
+
+def _split_signature(cfg, is_model1, page, xpage, direct):
+    sig = {n: "*u8" for n in ("cache_ptr", "xcache_ptr")}
+    sig.update({n: "*i32" for n in ("idx_ptr", "len_ptr", "xidx_ptr", "xlen_ptr")})
+    sig.update({"q_ptr": "*bf16", "ows_ptr": "*fp32", "lsews_ptr": "*fp32", "out_ptr": "*bf16",
+                "lse_ptr": "*fp32", "sink_ptr": "*fp32", "qk_scale": "fp32"})
+    for n in ("stride_qb", "stride_qs", "stride_qh", "cache_ntok", "stride_ib", "stride_is",
+              "xcache_ntok", "stride_xb", "stride_xs", "stride_ob", "stride_os", "stride_oh", "S_Q",
+              "H", "TOPK", "XTOPK", "NUM_SPLITS", "TILES_PER_SPLIT"):
+        sig[n] = "i32"
+    sig["cache_stride0"] = sig["xcache_stride0"] = "i64"
+    const = dict(PAGE=page, XPAGE=xpage, IS_MODEL1=is_model1, HAS_LEN=True, HAS_EXTRA=True,
+                 HAS_XLEN=True, HAS_SINK=True, DIRECT=direct, BLOCK_H=cfg["BLOCK_H"],
+                 BLOCK_N=cfg["BLOCK_N"], INTERPRET=False)
+    for k in const:
+        sig[k] = "constexpr"
+    names = _sparse_mla_split_kernel.arg_names
+    return {n: sig[n] for n in names}, const
+
+
+def compile_reports(targets=("sm_120", "sm_121")):
+    """Compile every configuration of both kernels for ``targets`` -> list of CompileReport."""
+    from sm12x.kernels.compile_check import compile_kernel
+
+    reports = []
+    for target in targets:
+        key = target if target in CONFIGS else "sm_120"
+        cfg = CONFIGS[key]
+        for is_model1 in (True, False):
+            for direct in (False, True):
+                page, xpage = _PAGE_VARIANTS[0]
+                sig, const = _split_signature(cfg, is_model1, page, xpage, direct)
+                name = (f"{'model1' if is_model1 else 'v32'} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} "
+                        f"w{cfg['num_warps']}{' direct' if direct else ''}")
+                reports.append(compile_kernel(_sparse_mla_split_kernel, sig, const, target=target,
+                                              num_warps=cfg["num_warps"],
+                                              num_stages=cfg["num_stages"], config_name=name))
+        sig = {"ows_ptr": "*fp32", "lsews_ptr": "*fp32", "out_ptr": "*bf16", "lse_ptr": "*fp32",
+               "sink_ptr": "*fp32", "stride_ob": "i32", "stride_os": "i32", "stride_oh": "i32",
+               "S_Q": "i32", "H": "i32", "NUM_SPLITS": "i32", "HAS_SINK": "constexpr",
+               "BLOCK_HC": "constexpr", "INTERPRET": "constexpr"}
+        const = {"HAS_SINK": True, "BLOCK_HC": COMBINE_CONFIG["BLOCK_HC"], "INTERPRET": False}
+        reports.append(compile_kernel(_sparse_mla_combine_kernel, sig, const, target=target,
+                                      num_warps=COMBINE_CONFIG["num_warps"], num_stages=1,
+                                      config_name=f"HC{COMBINE_CONFIG['BLOCK_HC']}"))
+    return reports
+
+
+if __name__ == "__main__":
+    from sm12x.kernels.compile_check import format_reports
+
+    print(format_reports(compile_reports(("sm_120", "sm_121", "sm_90"))))

@@ -1,0 +1,219 @@
+"""Sparse MLA decode kernel vs the PyTorch reference (CPU: Triton interpreter, small shapes)."""
+import pytest
+import torch
+
+from sm12x.kernels import mla_kv_cache as kvc
+from sm12x.kernels.reference.sparse_mla import ref_sparse_mla_decode
+from sm12x.kernels.sparse_mla_decode import plan, sparse_mla_decode
+
+# FlashMLA's own tolerances (tests/test_flash_mla_sparse_decoding.py).
+OUT_TOL = dict(abs_tol=1e-3, rel_tol=2.01 / 128, cos_tol=5e-6)
+LSE_TOL = dict(abs_tol=1e-6, rel_tol=8.01 / 65536, cos_tol=0.0)
+
+
+def assert_flashmla_close(name, ans, ref, abs_tol, rel_tol, cos_tol):
+    """FlashMLA's criterion: +-inf/NaN at the same places; every element within abs_tol OR
+    rel_tol; cosine difference <= cos_tol."""
+    assert ans.shape == ref.shape, f"{name}: shape {ans.shape} vs {ref.shape}"
+    ans, ref = ans.double().clone(), ref.double().clone()
+    for special in (float("inf"), float("-inf")):
+        a, r = ans == special, ref == special
+        assert torch.equal(a, r), f"{name}: {special} at {a.sum()} places vs {r.sum()} in ref"
+        ans[a], ref[r] = 0.0, 0.0
+    assert not ans.isnan().any(), f"{name}: NaN in output"
+    err = (ans - ref).abs()
+    rel = err / (ref.abs() + 1e-6)
+    bad = (err >= abs_tol) & (rel >= rel_tol)
+    assert not bad.any(), (f"{name}: {int(bad.sum())}/{bad.numel()} elements off; max abs err "
+                           f"{err.max().item():.3g}, max rel err {rel[err >= abs_tol].max().item():.3g}")
+    denom = (ans * ans + ref * ref).sum().item()
+    cos_diff = 0.0 if denom == 0 else 1 - 2 * (ans * ref).sum().item() / denom
+    assert cos_diff <= cos_tol or cos_tol == 0.0, f"{name}: cosine diff {cos_diff:.3g} > {cos_tol}"
+
+
+def make_cache(fmt, num_blocks, page, gen, nan_rows=None, page_stride=None, arena_offset=0,
+               device="cpu"):
+    """A quantised cache; ``nan_rows`` (flat token ids) are poisoned with NaN bytes afterwards.
+    ``arena_offset`` > 0 makes the cache a view that starts inside a bigger allocation."""
+    d = 512 if fmt == "model1" else 576
+    # FlashMLA's test data (the tolerances are calibrated on it): kv ~ N(0, 0.1^2) clamped to +-1.
+    kv = (torch.randn(num_blocks + (1 if arena_offset else 0), page, d, generator=gen) / 10).clamp(-1, 1)
+    quant = kvc.quantize_model1_cache if fmt == "model1" else kvc.quantize_v32_cache
+    cache = quant(kv.to(device=device, dtype=torch.bfloat16), page_stride=page_stride)
+    if arena_offset:
+        cache = cache[1:]  # storage_offset != 0
+    if nan_rows is not None:
+        raw = cache.as_strided((cache.shape[0], cache.stride(0)), (cache.stride(0), 1))
+        for t in nan_rows.tolist():
+            blk, off = divmod(t, page)
+            if fmt == "model1":
+                raw[blk, off * 576: off * 576 + 576] = 0xFF           # fp8 NaN + bf16 NaN
+                raw[blk, page * 576 + off * 8: page * 576 + off * 8 + 7] = 0xFF  # e8m0 NaN
+            else:
+                raw[blk, off * 656: off * 656 + 656] = 0xFF
+    return cache
+
+
+def random_indices(b, s_q, topk, num_tokens, gen, invalid_frac=0.1, pool=None):
+    pool = torch.arange(num_tokens) if pool is None else pool
+    idx = torch.stack([pool[torch.randperm(len(pool), generator=gen)[:topk]]
+                       for _ in range(b * s_q)]).view(b, s_q, topk).to(torch.int32)
+    drop = torch.rand(b, s_q, topk, generator=gen) < invalid_frac
+    return idx.masked_fill(drop, -1)
+
+
+def run_case(fmt="model1", b=2, s_q=1, h_q=16, topk=64, page=64, num_blocks=4, extra=None,
+             sink=None, topk_len=None, num_splits=None, seed=0, nan_unused=True, device="cpu",
+             softmax_scale=None, page_stride=None, arena_offset=0, indices_hook=None):
+    """extra = (extra_topk, extra_page, extra_blocks, extra_len or None)."""
+    gen = torch.Generator().manual_seed(seed)
+    d = 512 if fmt == "model1" else 576
+    ntok = num_blocks * page
+    # Half the tokens are never referenced; they hold NaN.
+    used = torch.randperm(ntok, generator=gen)[: max(ntok // 2, topk)]
+    unused = torch.tensor(sorted(set(range(ntok)) - set(used.tolist())), dtype=torch.long)
+    cache = make_cache(fmt, num_blocks, page, gen, unused if nan_unused else None, page_stride,
+                       arena_offset, device)
+    indices = random_indices(b, s_q, topk, ntok, gen, pool=used)
+    if indices_hook is not None:
+        indices = indices_hook(indices)
+    q = torch.randn(b, s_q, h_q, d, generator=gen).clamp(-1, 1).to(torch.bfloat16)
+    if softmax_scale is None:
+        softmax_scale = d ** -0.55  # as FlashMLA's test
+    kw = dict(topk_length=None if topk_len is None else torch.tensor(topk_len, dtype=torch.int32))
+    if sink is not None:
+        kw["attn_sink"] = torch.tensor(sink, dtype=torch.float32).expand(h_q).contiguous() \
+            if not isinstance(sink, torch.Tensor) else sink
+    if extra is not None:
+        xtopk, xpage, xblocks, xlen = extra
+        xntok = xpage * xblocks
+        xused = torch.randperm(xntok, generator=gen)[: max(xntok // 2, xtopk)]
+        xunused = torch.tensor(sorted(set(range(xntok)) - set(xused.tolist())), dtype=torch.long)
+        kw["extra_k_cache"] = make_cache(fmt, xblocks, xpage, gen, xunused if nan_unused else None,
+                                         device=device)
+        kw["extra_indices"] = random_indices(b, s_q, xtopk, xntok, gen, pool=xused)
+        if xlen is not None:
+            kw["extra_topk_length"] = torch.tensor(xlen, dtype=torch.int32)
+    kw = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
+    q, indices = q.to(device), indices.to(device)
+    out, lse = sparse_mla_decode(q, cache, indices, softmax_scale=softmax_scale,
+                                 num_splits=num_splits, **kw)
+    ref_out, ref_lse = ref_sparse_mla_decode(q, cache, indices, softmax_scale=softmax_scale, **kw)
+    assert lse.shape == (b, h_q, s_q) and lse.stride(1) == 1 and out.shape == (b, s_q, h_q, 512)
+    assert_flashmla_close("out", out.cpu(), ref_out.cpu(), **OUT_TOL)
+    assert_flashmla_close("lse", lse.cpu(), ref_lse.cpu(), **LSE_TOL)
+    return out, lse
+
+
+@pytest.mark.parametrize("fmt", ["model1", "v32"])
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_basic(fmt, num_splits):
+    run_case(fmt, b=2, s_q=2, h_q=16, topk=64, num_splits=num_splits, sink=0.5)
+
+
+@pytest.mark.parametrize("sink", [float("inf"), float("-inf"), "mixed"])
+def test_sink(sink):
+    if sink == "mixed":
+        sink = torch.tensor([float("inf"), float("-inf"), 3.0, -2.0] * 4, dtype=torch.float32)
+    out, _ = run_case("model1", b=1, s_q=1, h_q=16, topk=64, sink=sink, num_splits=2)
+    if isinstance(sink, float) and sink > 0:
+        assert (out == 0).all()
+
+
+@pytest.mark.parametrize("xpage", [64, 2])
+def test_extra_cache(xpage):
+    # main page 64 + extra cache with its own page size and per-request extra_topk_length
+    run_case("model1", b=2, s_q=2, h_q=16, topk=64, page=64, num_splits=2, sink=1.0,
+             extra=(96, xpage, 256 // xpage, [96, 37]), topk_len=[64, 50])
+
+
+def test_extra_cache_v32():
+    run_case("v32", b=1, s_q=1, h_q=16, topk=64, page=64, num_splits=1,
+             extra=(64, 2, 96, None))
+
+
+def test_topk_length_and_not_multiple_of_64():
+    run_case("model1", b=3, s_q=1, h_q=16, topk=80, topk_len=[80, 33, 1], num_splits=2)
+
+
+def test_all_invalid_rows():
+    def kill(idx):
+        idx[0] = -1              # every query of batch 0 lonely
+        idx[1, 0, :] = -1
+        return idx
+    out, lse = run_case("model1", b=2, s_q=2, h_q=16, topk=64, sink=0.3, num_splits=2,
+                        indices_hook=kill)
+    assert (out[0] == 0).all() and torch.isinf(lse[0]).all() and (lse[0] > 0).all()
+    assert torch.isinf(lse[1, :, 0]).all() and torch.isfinite(lse[1, :, 1]).all()
+
+
+def test_zero_topk_length_and_out_of_range_indices():
+    def junk(idx):
+        idx[0, 0, :8] = torch.tensor([2**31 - 1, -2**31, -123456, 256, 10**6, -2, 257, 300],
+                                     dtype=torch.int32)
+        return idx
+    run_case("model1", b=2, s_q=1, h_q=16, topk=64, num_blocks=4, page=64, topk_len=[64, 0],
+             indices_hook=junk, num_splits=1)
+
+
+def test_strided_arena_views():
+    # page stride larger than needed and a view that does not start at the arena's beginning
+    run_case("model1", b=2, s_q=1, h_q=16, topk=64, page=64, page_stride=64 * 584 + 576 * 3,
+             arena_offset=1, extra=(64, 2, 64, None))
+    run_case("v32", b=1, s_q=1, h_q=16, topk=64, page=64, page_stride=64 * 656 + 656,
+             arena_offset=1)
+
+
+@pytest.mark.parametrize("h_q", [8, 24])
+def test_head_counts(h_q):
+    run_case("model1", b=1, s_q=2, h_q=h_q, topk=64, num_splits=2, sink=-1.0)
+
+
+def test_page_256_and_scale():
+    run_case("model1", b=1, s_q=1, h_q=16, topk=64, page=256, num_blocks=2, softmax_scale=0.11)
+
+
+def test_auto_splits_fill_gpu(monkeypatch):
+    monkeypatch.setenv("SM12X_NUM_SMS", "6")
+    _, hb, nsplit, tps = plan(1, 1, 16, 64, 64, torch.device("cpu"))
+    assert nsplit > 1 and nsplit * tps >= 4
+    run_case("model1", b=1, s_q=1, h_q=16, topk=64, extra=(64, 64, 2, None))
+    assert plan(256, 2, 64, 128, 512, torch.device("cpu"))[2] == 1
+
+
+def test_quantiser_round_trip():
+    gen = torch.Generator().manual_seed(1)
+    for fmt, d, quant, dequant, tile in (("model1", 512, kvc.quantize_model1_cache,
+                                           kvc.dequantize_model1_cache, 64),
+                                          ("v32", 576, kvc.quantize_v32_cache,
+                                           kvc.dequantize_v32_cache, 128)):
+        kv = (torch.randn(3, 64, d, generator=gen) * torch.logspace(-3, 2, d)).to(torch.bfloat16)
+        cache = quant(kv)
+        bpt = 584 if fmt == "model1" else 656
+        assert cache.shape == (3, 64, 1, bpt) and cache.stride(1) == bpt
+        if fmt == "model1":
+            assert cache.stride(0) == 37440  # 64 * 584 padded to a multiple of 576
+        back = dequant(cache)
+        nope = 448 if fmt == "model1" else 512
+        assert torch.equal(back[..., nope:], kv[..., nope:])          # RoPE is stored as is
+        amax = kv[..., :nope].float().unflatten(-1, (-1, tile)).abs().amax(-1, keepdim=True)
+        err = (back[..., :nope].float() - kv[..., :nope].float()).unflatten(-1, (-1, tile)).abs()
+        assert (err <= amax / 448 * 32 + 1e-30).all()   # e4m3: 3 mantissa bits, pow2 scale <= 2x
+        assert torch.equal(dequant(quant(back)), back)                  # idempotent
+
+
+def test_indices_from_positions():
+    block_table = torch.tensor([[3, 1], [0, 2]], dtype=torch.int32)
+    pos = torch.tensor([[[0, 5, 64, -1]], [[63, 64, 100, 1]]])
+    idx = kvc.indices_from_positions(pos, block_table, 64)
+    assert idx.tolist() == [[[192, 197, 64, -1]], [[63, 128, 164, 1]]]
+
+
+def test_checker_can_fail():
+    ref = torch.randn(4, 512) / 10
+    with pytest.raises(AssertionError):
+        assert_flashmla_close("out", ref * (1 + 2**-5) + 2e-3, ref, **OUT_TOL)
+    with pytest.raises(AssertionError):
+        assert_flashmla_close("lse", ref.abs() + 5 + 1e-3, ref.abs() + 5, **LSE_TOL)
+    with pytest.raises(AssertionError):
+        assert_flashmla_close("lse", torch.tensor([float("inf")]), torch.tensor([1.0]), **LSE_TOL)
