@@ -1,0 +1,160 @@
+"""FlashMLA-compatible Python surface for the sparse FP8 decode path, backed by the Triton kernel in
+``sparse_mla_decode``. Signatures follow ``flash_mla/flash_mla_interface.py`` and
+``flash_mla.cuda.sparse_decode_fwd``; only the sparse FP8 path (``indices`` given,
+``is_fp8_kvcache=True``) is implemented. :func:`is_sparse_fp8_call` tells a patch whether a call
+belongs here or to the original function.
+
+Scheduling metadata is ours and depends on shapes only: the tensors handed out by
+:func:`get_mla_metadata` (old API) or stored in :class:`SchedMeta` are placeholders the kernel never
+reads, so any of them (or None) may be passed to any call.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Optional
+
+import torch
+
+from sm12x.kernels import checks, configs
+from sm12x.kernels.sparse_mla_decode import sparse_mla_decode, validate
+
+OP = "flash_mla_with_kvcache"
+TILE_SCHEDULER_METADATA_SIZE = 8
+
+
+@dataclasses.dataclass
+class SchedMeta:
+    """Like ``FlashMLASchedMeta``: records the call configuration on first use and checks that
+    later calls with the same object agree."""
+
+    @dataclasses.dataclass
+    class Config:
+        b: int
+        s_q: int
+        h_q: int
+        page_block_size: int
+        h_k: int
+        causal: bool
+        is_fp8_kvcache: bool
+        topk: Optional[int]
+        extra_page_block_size: Optional[int]
+        extra_topk: Optional[int]
+
+    have_initialized: bool = False
+    config: Optional[Config] = None
+    tile_scheduler_metadata: Optional[torch.Tensor] = None
+    num_splits: Optional[torch.Tensor] = None
+
+
+def _old_metadata(cache_seqlens, num_q_tokens_per_head_k=None, h_k=1, h_q=None,
+                  is_fp8_kvcache=False, topk=None, **_ignored):
+    b = cache_seqlens.shape[0]
+    parts = configs.sm_count(cache_seqlens.device)
+    dev = cache_seqlens.device
+    # Shapes-only placeholders (no host->device copy, so this is CUDA-graph safe).
+    return (torch.zeros((parts, TILE_SCHEDULER_METADATA_SIZE), dtype=torch.int32, device=dev),
+            torch.zeros((b + 1,), dtype=torch.int32, device=dev))
+
+
+def get_mla_metadata(*args, **kwargs):
+    """Current API (no tensor arguments): ``(SchedMeta(), None)``.
+    Old API ``get_mla_metadata(cache_seqlens, num_q_tokens_per_head_k, h_k, h_q=None,
+    is_fp8_kvcache=False, topk=None)``: ``(tile_scheduler_metadata int32 [num_sm_parts, 8],
+    num_splits int32 [b + 1])`` placeholders."""
+    first = args[0] if args else kwargs.get("cache_seqlens")
+    if isinstance(first, torch.Tensor):
+        kw = dict(kwargs)
+        kw.pop("cache_seqlens", None)
+        for old, new in (("num_heads_per_head_k", "num_q_tokens_per_head_k"),
+                         ("num_heads_k", "h_k"), ("num_heads_q", "h_q")):
+            if old in kw:
+                kw[new] = kw.pop(old)
+        return _old_metadata(first, *args[1:], **kw)
+    return SchedMeta(), None
+
+
+# Keyword arguments we accept and ignore when they are None (or False): they would change the
+# semantics otherwise.
+def _reject_future_kwargs(op, kwargs):
+    for name, value in kwargs.items():
+        if value is not None and value is not False:
+            raise checks.unsupported(op, name, type(value).__name__,
+                                     "None (sm12x does not implement this argument)")
+
+
+def sparse_decode_fwd(q, k_cache, indices, topk_length, attn_sink, tile_scheduler_metadata,
+                      num_splits, extra_k_cache, extra_indices, extra_topk_length, head_dim_v,
+                      softmax_scale):
+    """Mirrors ``flash_mla.cuda.sparse_decode_fwd`` -> (out bf16 [b, s_q, h_q, 512],
+    lse fp32 [b, h_q, s_q] (transposed view), tile_scheduler_metadata, num_splits)."""
+    out, lse = sparse_mla_decode(q, k_cache, indices, topk_length, attn_sink, extra_k_cache,
+                                 extra_indices, extra_topk_length, softmax_scale, head_dim_v,
+                                 op="sparse_decode_fwd")
+    if tile_scheduler_metadata is None:
+        tile_scheduler_metadata = torch.empty((1, TILE_SCHEDULER_METADATA_SIZE), dtype=torch.int32,
+                                              device=q.device)
+    if num_splits is None:
+        num_splits = torch.empty((q.shape[0] + 1,), dtype=torch.int32, device=q.device)
+    return out, lse, tile_scheduler_metadata, num_splits
+
+
+def _check_sched(sched, cfg):
+    if not sched.have_initialized:
+        sched.have_initialized = True
+        sched.config = cfg
+        return
+    for field in dataclasses.fields(cfg):
+        want, got = getattr(sched.config, field.name), getattr(cfg, field.name)
+        if want != got:
+            raise checks.bad(OP, "tile_scheduler_metadata", f"a SchedMeta recorded with "
+                             f"{field.name}={want}", f"a call with the same {field.name} "
+                             f"(this call has {got}); use one metadata object per configuration")
+
+
+def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
+                           tile_scheduler_metadata, num_splits=None, softmax_scale=None,
+                           causal=False, is_fp8_kvcache=False, indices=None, attn_sink=None,
+                           extra_k_cache=None, extra_indices_in_kvcache=None, topk_length=None,
+                           extra_topk_length=None, **future_kwargs):
+    """FlashMLA's ``flash_mla_with_kvcache``, sparse FP8 path only -> (out bf16 [b, s_q, h_q, 512],
+    lse fp32 [b, h_q, s_q], a transposed view of a [b, s_q, h_q] buffer).
+    ``block_table``/``cache_seqlens`` are not used in sparse mode. ``tile_scheduler_metadata`` may
+    be a :class:`SchedMeta`, old-API tensors or None."""
+    _reject_future_kwargs(OP, future_kwargs)
+    if indices is None:
+        raise checks.unsupported(OP, "indices", None, "an int32 tensor (sm12x implements the sparse "
+                                 "FP8 decode path only; send dense calls to FlashMLA)")
+    if not is_fp8_kvcache:
+        raise checks.bad(OP, "is_fp8_kvcache", is_fp8_kvcache, "True when indices are given")
+    if causal:
+        raise checks.bad(OP, "causal", causal, "False when indices are given (sparse decode)")
+    if softmax_scale is None:
+        softmax_scale = q.shape[-1] ** -0.5
+    validate(OP, q, k_cache, indices, topk_length, attn_sink, extra_k_cache,
+             extra_indices_in_kvcache, extra_topk_length, head_dim_v)
+    if isinstance(tile_scheduler_metadata, SchedMeta):
+        _check_sched(tile_scheduler_metadata, SchedMeta.Config(
+            q.shape[0], q.shape[1], q.shape[2], k_cache.shape[1], k_cache.shape[2], causal,
+            is_fp8_kvcache, indices.shape[-1],
+            extra_k_cache.shape[1] if extra_k_cache is not None else None,
+            extra_indices_in_kvcache.shape[-1] if extra_indices_in_kvcache is not None else None))
+    out, lse = sparse_mla_decode(q, k_cache, indices, topk_length, attn_sink, extra_k_cache,
+                                 extra_indices_in_kvcache, extra_topk_length, softmax_scale,
+                                 head_dim_v, op=OP, validate_inputs=False)
+    return out, lse
+
+
+_SIGNATURE = inspect.signature(flash_mla_with_kvcache)
+
+
+def is_sparse_fp8_call(*args, **kwargs) -> bool:
+    """True when a ``flash_mla_with_kvcache`` call (arguments as the caller passed them, FlashMLA's
+    positional order) is the sparse FP8 path handled here: ``indices`` given and
+    ``is_fp8_kvcache`` true. Anything else should go to the original function."""
+    try:
+        bound = _SIGNATURE.bind(*args, **kwargs)
+    except TypeError:
+        return False
+    a = bound.arguments
+    return a.get("indices") is not None and bool(a.get("is_fp8_kvcache", False))
