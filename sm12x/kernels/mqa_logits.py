@@ -99,6 +99,12 @@ def head_reduce(s, w, BLOCK_Q: tl.constexpr, H: tl.constexpr):
 
 
 @triton.jit
+def row_offsets(rows, stride):
+    """Element offset of each row: int64, so rows x stride >= 2**31 does not wrap."""
+    return rows.to(tl.int64) * stride
+
+
+@triton.jit
 def sortable_key(v, idx):
     """float32 score + int index -> int64 key ordered by (score desc, index asc) under signed compare."""
     b = v.to(tl.int32, bitcast=True)
@@ -122,8 +128,8 @@ def _mqa_logits_kernel(
     r = tl.arange(0, ROWS)
     qi = pid_m * BLOCK_Q + r // H  # query of each row
     row_ok = qi < S
-    q_row = (qi.to(tl.int64) * H + (r % H)) * DB
-    w = tl.load(w_ptr + qi.to(tl.int64) * stride_w + (r % H), mask=row_ok, other=0.0).to(tl.float32)
+    q_row = (row_offsets(qi, H) + (r % H)) * DB
+    w = tl.load(w_ptr + row_offsets(qi, stride_w) + (r % H), mask=row_ok, other=0.0).to(tl.float32)
     if IS_FP4:
         q = 0.0
         qsf = tl.load(qsf_ptr + qi.to(tl.int64) * H + (r % H), mask=row_ok, other=0)
@@ -137,7 +143,7 @@ def _mqa_logits_kernel(
     ke = tl.load(ke_ptr + t, mask=t_ok, other=0)
     lo = tl.min(tl.where(t_ok, ks, 2147483647))
     hi = tl.max(tl.where(t_ok, ke, 0))
-    out_row = t.to(tl.int64) * stride_out
+    out_row = row_offsets(t, stride_out)
 
     for it in range(N_ITERS):
         c = (pid_n * N_ITERS + it) * BLOCK_N + tl.arange(0, BLOCK_N)  # column in the window
@@ -147,7 +153,7 @@ def _mqa_logits_kernel(
         j0 = col_start + (pid_n * N_ITERS + it) * BLOCK_N
         if (j0 < hi) & (j0 + BLOCK_N > lo):
             k_ok = col_ok & (j < S_kv)
-            s = qk_scores(q, q_ptr, q_row, row_ok, qsf, k_ptr, j.to(tl.int64) * DB, k_ok, ksf_ptr, j, D, IS_FP4)
+            s = qk_scores(q, q_ptr, q_row, row_ok, qsf, k_ptr, row_offsets(j, DB), k_ok, ksf_ptr, j, D, IS_FP4)
             v = head_reduce(s, w, BLOCK_Q, H)
             if COMPRESSED:
                 cc = j[None, :] - ks[:, None]

@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 from sm12x.kernels import configs
-from sm12x.kernels.mqa_logits import LOGITS_ALIGN_BYTES, head_reduce, qk_scores, sortable_key
+from sm12x.kernels.mqa_logits import LOGITS_ALIGN_BYTES, head_reduce, qk_scores, row_offsets, sortable_key
 
 OP = "fp8_paged_mqa_logits"
 SPLIT_ALIGN = 256  # DeepGEMM rounds the logits row to a multiple of 256 before the 1024-B alignment
@@ -78,7 +78,7 @@ def _paged_mqa_logits_kernel(
         end = tl.load(ctx_ptr + b) - next_n + t + 1
     end = tl.where(t_ok, tl.minimum(end, max_context_len), 0)
     span = tl.max(end)
-    out_row = (b.to(tl.int64) * next_n + t) * stride_out
+    out_row = row_offsets(b.to(tl.int64) * next_n + t, stride_out)
 
     # values of block n start at n*stride_kv bytes; scales (4 B each) after BLOCK_KV*DB value bytes
     for it in range(N_ITERS):
