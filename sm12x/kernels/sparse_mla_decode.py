@@ -26,11 +26,21 @@ D_V = 512
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 
-# Per-architecture launch configurations. BLOCK_H heads x BLOCK_N tokens per tile; the fp32
-# accumulator is BLOCK_H x 512. sm_120/sm_121 must fit 101,376 B of shared memory with no spills.
+# Per-architecture launch configurations, by head-block size: a call uses the smallest BLOCK_H
+# that covers h_q, else the largest. The fp32 accumulator is BLOCK_H x 512 and every program
+# dequantises its tokens itself, so a larger BLOCK_H means less repeated dequantisation for
+# h_q >= 32. sm_120/sm_121 configs must fit 101,376 B of shared memory with no spills
+# (``compile_reports``). SM12X_SPARSE_MLA_CONFIG="BLOCK_H=32,BLOCK_N=16,num_warps=8" overrides
+# the choice (for tuning sweeps).
 CONFIGS = {
-    "sm_120": {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1, "waves": 1},
-    "sm_90": {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 8, "num_stages": 1, "waves": 1},
+    "sm_120": (
+        {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 8, "num_stages": 1},
+        {"BLOCK_H": 32, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1},
+    ),
+    "sm_90": (
+        {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 8, "num_stages": 1},
+        {"BLOCK_H": 32, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1},
+    ),
 }
 COMBINE_CONFIG = {"BLOCK_HC": 8, "num_warps": 4}
 
@@ -317,15 +327,40 @@ def _ntok(cache):
     return min(cache.shape[0] * cache.shape[1], 2**31 - 1)
 
 
+def _env_config():
+    text = os.environ.get("SM12X_SPARSE_MLA_CONFIG", "").strip()
+    if not text:
+        return None
+    cfg = {"num_stages": 1}
+    for item in text.split(","):
+        key, _, value = item.partition("=")
+        if key.strip() not in ("BLOCK_H", "BLOCK_N", "num_warps", "num_stages"):
+            raise ValueError(f"SM12X_SPARSE_MLA_CONFIG={text!r}: unknown key {key.strip()!r}")
+        cfg[key.strip()] = int(value)
+    return cfg
+
+
+def pick_config(h_q, device):
+    """The launch configuration for ``h_q`` heads on ``device``."""
+    forced = _env_config()
+    if forced is not None:
+        return forced
+    options = sorted(configs.pick(CONFIGS, device), key=lambda c: c["BLOCK_H"])
+    for cfg in options:
+        if cfg["BLOCK_H"] >= h_q:
+            return cfg
+    return options[-1]
+
+
 def plan(b, s_q, h_q, topk, extra_topk, device, num_splits=None, cfg=None):
-    """Shapes-only launch plan -> (cfg, head_blocks, num_splits, tiles_per_split)."""
-    cfg = cfg or configs.pick(CONFIGS, device)
+    """Shapes-only launch plan -> (cfg, head_blocks, num_splits, tiles_per_split). The default
+    split count makes b * s_q * head_blocks * num_splits cover every SM once."""
+    cfg = cfg or pick_config(h_q, device)
     bn, bh = cfg["BLOCK_N"], cfg["BLOCK_H"]
     n_tiles = triton.cdiv(topk, bn) + triton.cdiv(extra_topk, bn)
     head_blocks = triton.cdiv(h_q, bh)
     if num_splits is None:
-        target = configs.sm_count(device) * cfg.get("waves", 1)
-        num_splits = triton.cdiv(target, b * s_q * head_blocks)
+        num_splits = triton.cdiv(configs.sm_count(device), b * s_q * head_blocks)
     num_splits = max(1, min(int(num_splits), n_tiles))
     tiles_per_split = triton.cdiv(n_tiles, num_splits)
     num_splits = triton.cdiv(n_tiles, tiles_per_split)  # no empty splits
@@ -413,22 +448,41 @@ def _split_signature(cfg, is_model1, page, xpage, direct):
 
 
 def compile_reports(targets=("sm_120", "sm_121")):
-    """Compile every configuration of both kernels for ``targets`` -> list of CompileReport."""
-    from sm12x.kernels.compile_check import compile_kernel
+    """Compile every configuration of both kernels for ``targets`` -> list of CompileReport.
+    Under the Triton interpreter the kernels cannot be compiled in-process, so this re-runs
+    itself in a subprocess without TRITON_INTERPRET."""
+    from sm12x.kernels.compile_check import CompileReport, compile_kernel
+
+    if _interpret():
+        import dataclasses
+        import json
+        import subprocess
+        import sys
+
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        code = ("import dataclasses, json; from sm12x.kernels.sparse_mla_decode import "
+                f"compile_reports as c; print(json.dumps([dataclasses.asdict(r) for r in "
+                f"c({tuple(targets)!r})]))")
+        res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, check=True)
+        return [CompileReport(**d) for d in json.loads(res.stdout.strip().splitlines()[-1])]
 
     reports = []
     for target in targets:
         key = target if target in CONFIGS else "sm_120"
-        cfg = CONFIGS[key]
-        for is_model1 in (True, False):
-            for direct in (False, True):
-                page, xpage = _PAGE_VARIANTS[0]
-                sig, const = _split_signature(cfg, is_model1, page, xpage, direct)
-                name = (f"{'model1' if is_model1 else 'v32'} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} "
-                        f"w{cfg['num_warps']}{' direct' if direct else ''}")
-                reports.append(compile_kernel(_sparse_mla_split_kernel, sig, const, target=target,
-                                              num_warps=cfg["num_warps"],
-                                              num_stages=cfg["num_stages"], config_name=name))
+        for cfg in CONFIGS[key]:
+            for is_model1 in (True, False):
+                for direct in (False, True):
+                    page, xpage = _PAGE_VARIANTS[0]
+                    sig, const = _split_signature(cfg, is_model1, page, xpage, direct)
+                    name = (f"{'model1' if is_model1 else 'v32'} H{cfg['BLOCK_H']} "
+                            f"N{cfg['BLOCK_N']} w{cfg['num_warps']}{' direct' if direct else ''}")
+                    reports.append(compile_kernel(
+                        _sparse_mla_split_kernel, sig, const, target=target,
+                        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+                        config_name=name))
         sig = {"ows_ptr": "*fp32", "lsews_ptr": "*fp32", "out_ptr": "*bf16", "lse_ptr": "*fp32",
                "sink_ptr": "*fp32", "stride_ob": "i32", "stride_os": "i32", "stride_oh": "i32",
                "S_Q": "i32", "H": "i32", "NUM_SPLITS": "i32", "HAS_SINK": "constexpr",

@@ -164,7 +164,7 @@ def test_strided_arena_views():
              arena_offset=1)
 
 
-@pytest.mark.parametrize("h_q", [8, 24])
+@pytest.mark.parametrize("h_q", [8, 24, 40])
 def test_head_counts(h_q):
     run_case("model1", b=1, s_q=2, h_q=h_q, topk=64, num_splits=2, sink=-1.0)
 

@@ -1,0 +1,20 @@
+"""Every sm_120 / sm_121 configuration of the sparse MLA decode kernels compiles within the SM12x
+limits (101,376 B shared memory, no register spills). Needs no GPU."""
+import pytest
+
+from sm12x.kernels.compile_check import SM12X_SHARED_LIMIT, format_reports
+from sm12x.kernels.sparse_mla_decode import compile_reports
+
+
+@pytest.fixture(scope="module")
+def reports():
+    return compile_reports(("sm_120", "sm_121"))
+
+
+def test_sm12x_configs_compile_within_limits(reports):
+    print("\n" + format_reports(reports))
+    assert {r.target for r in reports} == {"sm_120", "sm_121"}
+    assert len(reports) >= 2 * 2 * 2 * 2 + 2
+    for r in reports:
+        assert r.ok, f"{r.kernel} {r.config} {r.target}: {r.problem}"
+        assert r.shared_bytes <= SM12X_SHARED_LIMIT and r.spill_bytes == 0
