@@ -1,0 +1,148 @@
+"""Fused indexer top-k (prefill and paged decode) against torch top-k of the logits."""
+import pytest
+import torch
+
+from sm12x.kernels import deep_gemm_api as api
+from sm12x.kernels import indexer_topk as tk
+from sm12x.kernels.indexer_cache import quant_fp4_per_token, quant_fp8_per_token
+from sm12x.kernels.reference.indexer import paged_valid_ends, ref_indexer_topk, ref_mqa_logits
+
+from tests.kernels.test_mqa_logits import make_inputs, ragged_ranges
+from tests.kernels.test_paged_mqa_logits import make_paged
+
+
+def _value_check(idx, ref_logits, starts, topk):
+    """Selected scores (by the reference) must be the top-k reference scores up to rounding."""
+    r = ref_logits.cpu().float()
+    for row in range(r.shape[0]):
+        sel = idx[row].cpu()
+        sel = sel[sel >= 0].long() + (int(starts[row]) if starts is not None else 0)
+        got = r[row, sel].sort(descending=True).values
+        want = r[row][r[row] > float("-inf")].sort(descending=True).values[:topk]
+        assert got.shape == want.shape
+        assert torch.allclose(got, want, atol=1e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize("fp4,h,d", [(False, 16, 64), (True, 8, 64)])
+@pytest.mark.parametrize("topk", [7, 512])
+def test_prefill_topk(device, fp4, h, d, topk):
+    s, s_kv = 6, 1100
+    inp = make_inputs(s, s_kv, h, d, fp4, device, seed=7)
+    ks, ke = ragged_ranges(s, s_kv, device)
+    logits = api.fp8_fp4_mqa_logits(inp["q"], inp["kv"], inp["weights"], ks, ke)
+    # a small workspace forces several key windows per row block
+    idx = tk.mqa_topk_indices(inp["q"], inp["kv"], inp["weights"], ks, ke, topk, workspace_bytes=8 * s * 512)
+    assert idx.dtype == torch.int32 and idx.shape == (s, topk)
+    assert torch.equal(idx.cpu(), ref_indexer_topk(logits.cpu(), topk, ks.cpu(), ke.cpu()))
+    q_sim, k_sim, k_sf = inp["sim"]
+    ref = ref_mqa_logits(q_sim, k_sim, k_sf, inp["weights"].cpu(), ks.cpu(), ke.cpu())
+    _value_check(idx, ref, ks.cpu(), topk)
+    # row blocks (workspace smaller than one window for all rows) and absolute indices
+    idx2 = tk.mqa_topk_indices(inp["q"], inp["kv"], inp["weights"], ks, ke, topk,
+                               workspace_bytes=8 * 2 * 512, relative=False)
+    expect = torch.where(idx >= 0, idx + ks[:, None], idx)
+    assert torch.equal(idx2, expect)
+
+
+def test_prefill_topk_2048_and_padding(device):
+    s, s_kv = 3, 2600
+    inp = make_inputs(s, s_kv, 8, 32, False, device, seed=8)
+    ks = torch.tensor([0, 100, 2599], dtype=torch.int32, device=device)
+    ke = torch.tensor([2600, 1000, 2600], dtype=torch.int32, device=device)
+    out = torch.empty((s, 2048), dtype=torch.int32, device=device)
+    idx = tk.mqa_topk_indices(inp["q"][0], inp["kv"], inp["weights"], ks, ke, 2048, out=out)
+    assert idx is out
+    logits = api.fp8_mqa_logits(inp["q"][0], inp["kv"], inp["weights"], ks, ke)
+    assert torch.equal(idx.cpu(), ref_indexer_topk(logits.cpu(), 2048, ks.cpu(), ke.cpu()))
+    assert int((idx[1] >= 0).sum()) == 900 and bool((idx[1, 900:] == -1).all())
+    assert idx[2, 0].item() == 0 and bool((idx[2, 1:] == -1).all())
+
+
+def test_ties_lower_index_first(device):
+    """Keys duplicated in blocks of 4 give exactly equal scores; lower index must come first."""
+    s, s_kv, h, d = 2, 600, 8, 32
+    g = torch.Generator().manual_seed(9)
+    base = torch.randn(s_kv // 4, d, generator=g)
+    k, ksf = quant_fp8_per_token(base.repeat_interleave(4, dim=0))
+    q = torch.randn(s, h, d, generator=g).to(torch.float8_e4m3fn)
+    w = torch.rand(s, h, generator=g)
+    ks = torch.zeros(s, dtype=torch.int32)
+    ke = torch.full((s,), s_kv, dtype=torch.int32)
+    args = [t.to(device) for t in (q, k, ksf, w, ks, ke)]
+    idx = tk.mqa_topk_indices(args[0], (args[1], args[2]), args[3], args[4], args[5], 10,
+                              workspace_bytes=8 * s * 512).cpu()
+    # top group of four equal scores comes out as 4g, 4g+1, 4g+2, 4g+3
+    for row in idx:
+        assert row[:4].tolist() == list(range(int(row[0]), int(row[0]) + 4)) and int(row[0]) % 4 == 0
+    logits = api.fp8_mqa_logits(*args[:1], (args[1], args[2]), *args[3:]).cpu()
+    assert torch.equal(idx, ref_indexer_topk(logits, 10, ks, ke))
+
+
+@pytest.mark.parametrize("fp4,next_n,ctx2d", [(False, 2, True), (False, 3, False), (True, 1, True)])
+@pytest.mark.parametrize("topk", [5, 512])
+def test_paged_topk(device, fp4, next_n, ctx2d, topk):
+    ctx = [5, 700, 1300]
+    inp = make_paged(3, next_n, 8, 64, 32, ctx, fp4, device, ctx2d=ctx2d, pad_bytes=64, seed=10, max_blocks=42)
+    args = (inp["q"], inp["cache"], inp["weights"], inp["context_lens"], inp["block_table"])
+    logits = api.fp8_fp4_paged_mqa_logits(*args, None, inp["max_context_len"], clean_logits=True)
+    idx = tk.paged_mqa_topk_indices(*args, inp["max_context_len"], topk, workspace_bytes=8 * 3 * 512)
+    assert idx.shape == (3 * next_n, topk) and idx.dtype == torch.int32
+    ends = paged_valid_ends(inp["context_lens"].cpu(), next_n)
+    assert torch.equal(idx.cpu(), ref_indexer_topk(logits.cpu(), topk, None, ends))
+    counts = (idx >= 0).sum(1).cpu()
+    assert torch.equal(counts, ends.clamp(min=0, max=topk))
+
+
+def test_topk_errors(device):
+    inp = make_inputs(2, 64, 8, 32, False, device)
+    ks = torch.zeros(2, dtype=torch.int32, device=device)
+    ke = torch.full((2,), 64, dtype=torch.int32, device=device)
+    with pytest.raises(ValueError, match="mqa_topk_indices: argument 'topk'"):
+        tk.mqa_topk_indices(inp["q"], inp["kv"], inp["weights"], ks, ke, 0)
+    with pytest.raises(ValueError, match="mqa_topk_indices: argument 'out'.*shape"):
+        tk.mqa_topk_indices(inp["q"], inp["kv"], inp["weights"], ks, ke, 4,
+                            out=torch.empty(2, 5, dtype=torch.int32, device=device))
+    with pytest.raises(ValueError, match="mqa_topk_indices: argument 'cu_seq_len_k_end'"):
+        tk.mqa_topk_indices(inp["q"], inp["kv"], inp["weights"], ks, ke[:1], 4)
+    p = make_paged(2, 1, 8, 64, 32, [40, 50], False, device, max_blocks=2)
+    with pytest.raises(ValueError, match="paged_mqa_topk_indices: argument 'block_table'"):
+        tk.paged_mqa_topk_indices(p["q"], p["cache"], p["weights"], p["context_lens"], p["block_table"].long(),
+                                  p["max_context_len"], 4)
+
+
+# ----------------------------------------------------------------------------------------------
+# GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("topk", [512, 2048])
+def test_gpu_prefill_topk_matches_logits(topk):
+    s, s_kv, h, d = 2048, 32768, 64, 128
+    torch.manual_seed(0)
+    q = torch.randn(s, h, d, device="cuda").to(torch.float8_e4m3fn)
+    kv = quant_fp8_per_token(torch.randn(s_kv, d, device="cuda"))
+    w = torch.randn(s, h, device="cuda")
+    ks = torch.zeros(s, dtype=torch.int32, device="cuda")
+    ke = torch.arange(s, dtype=torch.int32, device="cuda") + (s_kv - s) + 1
+    logits = api.fp8_mqa_logits(q, kv, w, ks, ke)
+    idx = tk.mqa_topk_indices(q, kv, w, ks, ke, topk, workspace_bytes=64 << 20)
+    assert torch.equal(idx, ref_indexer_topk(logits, topk, ks, ke))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fp4", [False, True])
+def test_gpu_paged_topk_cuda_graph(fp4):
+    from tests.kernels.test_paged_mqa_logits import _production
+
+    qq, cache, w, cl, bt, mcl = _production(64, 2, 16384, fp4)
+    tk.paged_mqa_topk_indices(qq, cache, w, cl, bt, mcl, 512)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        idx = tk.paged_mqa_topk_indices(qq, cache, w, cl, bt, mcl, 512)
+    for shrink in (0, 3000):
+        cl.sub_(shrink).clamp_(min=1)
+        graph.replay()
+        logits = api.fp8_fp4_paged_mqa_logits(qq, cache, w, cl, bt, None, mcl, clean_logits=True)
+        ref = ref_indexer_topk(logits, 512, None, cl.reshape(-1))
+        assert torch.equal(idx, ref)
