@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from sm12x.kernels import mla_kv_cache as kvc
-from sm12x.kernels.reference.sparse_mla import ref_sparse_mla_decode
+from sm12x.kernels.reference.sparse_mla import make_case, ref_sparse_mla_decode
 from sm12x.kernels.sparse_mla_decode import plan, sparse_mla_decode
 
 # FlashMLA's own tolerances (tests/test_flash_mla_sparse_decoding.py).
@@ -217,3 +217,102 @@ def test_checker_can_fail():
         assert_flashmla_close("lse", ref.abs() + 5 + 1e-3, ref.abs() + 5, **LSE_TOL)
     with pytest.raises(AssertionError):
         assert_flashmla_close("lse", torch.tensor([float("inf")]), torch.tensor([1.0]), **LSE_TOL)
+
+
+def test_make_case_matches_kernel():
+    case = make_case(b=2, s_q=2, h_q=16, topk=64, page=64, extra_topk=64, extra_page=2,
+                     topk_length=True, extra_topk_length=True)
+    check_case(case, num_splits=2)
+
+
+def check_case(case, **kw):
+    out, lse = sparse_mla_decode(**case, **kw)
+    ref_out, ref_lse = ref_sparse_mla_decode(**case)
+    assert_flashmla_close("out", out.cpu(), ref_out.cpu(), **OUT_TOL)
+    assert_flashmla_close("lse", lse.cpu(), ref_lse.cpu(), **LSE_TOL)
+    return out, lse
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU: production shapes (SM12X_TEST_DEVICE=cuda)
+
+PROD = [  # (h_q, topk, page, extra_topk, extra_page, extra_topk_length)
+    (64, 128, 256, 512, 64, False),    # V4-Flash CSA layer (FlashMLA CONFIG1)
+    (128, 128, 256, 1024, 64, False),  # V4-Pro (CONFIG2)
+    (64, 128, 256, 1024, 2, True),     # HCA layer, per-request extra length (CONFIG3)
+    (128, 128, 256, 1024, 2, True),    # CONFIG4
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("arch", ["default", "sm_120"])
+@pytest.mark.parametrize("b", [2, 74, 148])
+@pytest.mark.parametrize("shape", PROD)
+def test_gpu_production_model1(shape, b, arch, monkeypatch):
+    if arch != "default":
+        monkeypatch.setenv("SM12X_KERNEL_CONFIGS", arch)
+    h_q, topk, page, xtopk, xpage, xlen = shape
+    case = make_case("model1", b=b, s_q=2, h_q=h_q, topk=topk, page=page, extra_topk=xtopk,
+                     extra_page=xpage, extra_topk_length=xlen, device="cuda", seed=b)
+    check_case(case)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("arch", ["default", "sm_120"])
+@pytest.mark.parametrize("h_q, b, s_q, topk_length", [(8, 1, 1, False), (16, 1, 8, True),
+                                                      (32, 3, 4, True), (128, 64, 2, False)])
+def test_gpu_mixed_shapes(h_q, b, s_q, topk_length, arch, monkeypatch):
+    if arch != "default":
+        monkeypatch.setenv("SM12X_KERNEL_CONFIGS", arch)
+    case = make_case("model1", b=b, s_q=s_q, h_q=h_q, topk=192, page=256, extra_topk=2048,
+                     extra_page=2, topk_length=topk_length, extra_topk_length=True,
+                     device="cuda", seed=h_q)
+    check_case(case)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("b", [2, 64])
+def test_gpu_v32(b):
+    case = make_case("v32", b=b, s_q=2, h_q=128, topk=2048, page=64, device="cuda", seed=b)
+    check_case(case)
+
+
+@pytest.mark.gpu
+def test_gpu_cuda_graph_replay_equals_eager():
+    from sm12x.kernels import flash_mla_api as api
+
+    case = make_case("model1", b=8, s_q=2, h_q=64, topk=128, page=256, extra_topk=512,
+                     extra_page=64, extra_topk_length=True, device="cuda", seed=3)
+    args = dict(indices=case["indices"], attn_sink=case["attn_sink"],
+                extra_k_cache=case["extra_k_cache"],
+                extra_indices_in_kvcache=case["extra_indices"],
+                extra_topk_length=case["extra_topk_length"], softmax_scale=case["softmax_scale"],
+                is_fp8_kvcache=True)
+    sched, _ = api.get_mla_metadata()
+    q = case["q"].clone()
+
+    def step():
+        return api.flash_mla_with_kvcache(q, case["k_cache"], None, None, 512, sched, **args)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()  # compile outside the graph
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        g_out, g_lse = step()
+    for _ in range(3):  # new values in the captured input buffers
+        q.copy_(torch.randn_like(q, dtype=torch.float32).clamp(-1, 1))
+        args["extra_topk_length"].copy_(torch.randint_like(args["extra_topk_length"], 1, 513))
+        graph.replay()
+        e_out, e_lse = step()
+        torch.cuda.synchronize()
+        assert torch.equal(g_out, e_out) and torch.equal(g_lse, e_lse)
+        ref_out, ref_lse = ref_sparse_mla_decode(q, case["k_cache"], case["indices"], None,
+                                                 case["attn_sink"], case["extra_k_cache"],
+                                                 case["extra_indices"],
+                                                 args["extra_topk_length"],
+                                                 case["softmax_scale"])
+        assert_flashmla_close("out", g_out.cpu(), ref_out.cpu(), **OUT_TOL)
+        assert_flashmla_close("lse", g_lse.cpu(), ref_lse.cpu(), **LSE_TOL)

@@ -51,3 +51,62 @@ def ref_sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None,
     out = out.masked_fill(lonely.unsqueeze(-1), 0.0)
     lse = lse.masked_fill(lonely, float("inf"))
     return out.to(torch.bfloat16), lse.transpose(1, 2)
+
+
+def _make_scope(fmt, b, s_q, topk, page, s_k, gen, device, invalid_frac, with_length):
+    """One cache + its indices: each request owns ceil(s_k / page) randomly placed pages."""
+    from sm12x.kernels import mla_kv_cache as kvc
+
+    d = 512 if fmt == "model1" else 576
+    pages_per_req = -(-s_k // page)
+    nb = b * pages_per_req
+    kv = (torch.randn(nb, page, d, generator=gen, device=device) / 10).clamp(-1, 1)
+    quant = kvc.quantize_model1_cache if fmt == "model1" else kvc.quantize_v32_cache
+    cache = quant(kv.to(torch.bfloat16))
+    block_table = torch.randperm(nb, generator=gen, device=device).view(b, pages_per_req)
+    pos = torch.rand(b * s_q, s_k, generator=gen, device=device).argsort(-1)[:, :topk]
+    pos = pos.view(b, s_q, topk)
+    pos = pos.masked_fill(torch.rand(pos.shape, generator=gen, device=device) < invalid_frac, -1)
+    idx = kvc.indices_from_positions(pos, block_table, page)
+    length = None
+    if with_length:
+        length = torch.randint(1, topk + 1, (b,), generator=gen, device=device, dtype=torch.int32)
+    # Poison every row no query reads with NaN bytes: the kernel must never let them leak.
+    live = idx.long()
+    if length is not None:
+        live = live.masked_fill(torch.arange(topk, device=device) >= length.view(b, 1, 1), -1)
+    used = torch.zeros(nb * page + 1, dtype=torch.bool, device=device)
+    used[live.flatten().clamp_min(-1) + 1] = True
+    unused = ~used[1:].view(nb, page)
+    raw = cache.as_strided((nb, cache.stride(0)), (cache.stride(0), 1))
+    if fmt == "model1":
+        raw[:, : page * 576].view(nb, page, 576).masked_fill_(unused.unsqueeze(-1), 0xFF)
+        raw[:, page * 576: page * 584].view(nb, page, 8).masked_fill_(unused.unsqueeze(-1), 0xFF)
+    else:
+        raw[:, : page * 656].view(nb, page, 656).masked_fill_(unused.unsqueeze(-1), 0xFF)
+    return cache, idx, length
+
+
+def make_case(fmt="model1", b=2, s_q=1, h_q=64, topk=128, page=256, extra_topk=None,
+              extra_page=64, topk_length=False, extra_topk_length=False, sink=True, device="cpu",
+              seed=0, invalid_frac=0.05):
+    """Random FlashMLA-style decode inputs (FlashMLA's test distribution: q ~ N(0,1) clamped to
+    +-1, kv ~ N(0, 0.01) clamped, sink ~ N(0,1) with some +-inf, unused cache rows NaN).
+    -> dict of keyword arguments for ``sparse_mla_decode`` / ``ref_sparse_mla_decode``."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    d = 512 if fmt == "model1" else 576
+    q = torch.randn(b, s_q, h_q, d, generator=gen, device=device).clamp(-1, 1).to(torch.bfloat16)
+    case = dict(q=q, softmax_scale=d ** -0.55)
+    cache, idx, length = _make_scope(fmt, b, s_q, topk, page, max(2 * topk, page), gen, device,
+                                     invalid_frac, topk_length)
+    case.update(k_cache=cache, indices=idx, topk_length=length)
+    if extra_topk:
+        xcache, xidx, xlength = _make_scope(fmt, b, s_q, extra_topk, extra_page,
+                                            max(2 * extra_topk, extra_page), gen, device,
+                                            invalid_frac, extra_topk_length)
+        case.update(extra_k_cache=xcache, extra_indices=xidx, extra_topk_length=xlength)
+    if sink:
+        s = torch.randn(h_q, generator=gen, device=device)
+        r = torch.randn(h_q, generator=gen, device=device)
+        case["attn_sink"] = s.masked_fill(r > 1.0, float("inf")).masked_fill(r < -1.0, float("-inf"))
+    return case
