@@ -18,6 +18,8 @@ All row offsets are int64, so S x S_kv >= 2**31 is fine.
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -30,11 +32,12 @@ OP = "fp8_mqa_logits"
 CONFIGS = {
     "sm_120": {
         "fp8": {"rows": 128, "BLOCK_N": 64, "N_ITERS": 8, "num_warps": 8, "num_stages": 2},
-        "fp4": {"rows": 128, "BLOCK_N": 32, "N_ITERS": 16, "num_warps": 8, "num_stages": 2},
+        # FP4 decodes both operands per key tile: smaller tiles keep it from spilling
+        "fp4": {"rows": 64, "BLOCK_N": 32, "N_ITERS": 16, "num_warps": 4, "num_stages": 2},
     },
     "sm_90": {
         "fp8": {"rows": 128, "BLOCK_N": 128, "N_ITERS": 4, "num_warps": 8, "num_stages": 2},
-        "fp4": {"rows": 128, "BLOCK_N": 64, "N_ITERS": 8, "num_warps": 8, "num_stages": 2},
+        "fp4": {"rows": 64, "BLOCK_N": 32, "N_ITERS": 16, "num_warps": 4, "num_stages": 2},
     },
 }
 LOGITS_ALIGN_BYTES = 1024
@@ -257,11 +260,41 @@ def _signature(is_fp4: bool, out_mode: int):
 VARIANTS = ((0, True, False), (0, False, False), (0, False, True), (1, True, False), (2, False, False))
 
 
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def reports_in_subprocess(module: str, **kwargs):
+    """Under TRITON_INTERPRET kernels cannot be compiled in-process: run ``module.compile_reports``
+    in a fresh interpreter without it and return its CompileReports."""
+    import dataclasses  # noqa: F401
+    import json
+    import subprocess
+    import sys
+
+    from sm12x.kernels.compile_check import CompileReport
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    code = (f"import dataclasses, json; from {module} import compile_reports as c; "
+            f"print(json.dumps([dataclasses.asdict(r) for r in c(**{kwargs!r})]))")
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    if res.returncode:
+        raise RuntimeError(f"compile_reports subprocess failed:\n{res.stderr[-4000:]}")
+    return [CompileReport(**d) for d in json.loads(res.stdout.strip().splitlines()[-1])]
+
+
 def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 16, 32, 64), dims=(64, 128),
                     variants=VARIANTS, fp4=(False, True)):
     """Compile the configurations for ``targets`` (every head count, head dim, FP8/FP4 and output
     variant (out_mode, clean, compressed) given) and return CompileReports."""
     from sm12x.kernels.compile_check import compile_kernel
+
+    if interpreting():
+        return reports_in_subprocess(__name__, targets=tuple(targets), heads=tuple(heads), dims=tuple(dims),
+                                     variants=tuple(variants), fp4=tuple(fp4))
 
     reports = []
     for target in targets:

@@ -213,6 +213,12 @@ def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 16, 32, 64), dims=(6
                     block_kvs=(32, 64), next_ns=(1, 2, 4), variants=VARIANTS, fp4=(False, True)):
     """Compile the configurations for ``targets`` and return CompileReports."""
     from sm12x.kernels.compile_check import compile_kernel
+    from sm12x.kernels.mqa_logits import interpreting, reports_in_subprocess
+
+    if interpreting():
+        return reports_in_subprocess(__name__, targets=tuple(targets), heads=tuple(heads), dims=tuple(dims),
+                                     block_kvs=tuple(block_kvs), next_ns=tuple(next_ns),
+                                     variants=tuple(variants), fp4=tuple(fp4))
 
     reports = []
     seen = set()

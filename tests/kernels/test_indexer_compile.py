@@ -1,0 +1,38 @@
+"""Compile the indexer kernels for sm_120 / sm_121 without a GPU: every configuration must fit the
+101,376 B shared-memory limit and must not spill registers.
+
+The default test covers each per-arch configuration at the production shape (H=64, D=128,
+block_kv 64, next_n 1/2) plus the smallest head count; the ``slow`` test sweeps every supported
+head count, head dim and block size."""
+import pytest
+
+from sm12x.kernels import indexer_topk, mqa_logits, paged_mqa_logits
+from sm12x.kernels.compile_check import SM12X_SHARED_LIMIT, format_reports
+
+TARGETS = ("sm_120", "sm_121")
+
+
+def _assert_ok(reports):
+    print()
+    print(format_reports(reports))
+    bad = [r for r in reports if not r.ok or r.shared_bytes > SM12X_SHARED_LIMIT or r.spill_bytes]
+    assert not bad, format_reports(bad)
+
+
+def test_compile_production_configs():
+    reports = mqa_logits.compile_reports(TARGETS, heads=(64, 8), dims=(128,),
+                                         variants=((0, True, False), (0, False, True)))
+    reports += paged_mqa_logits.compile_reports(TARGETS, heads=(64, 8), dims=(128,), block_kvs=(64,),
+                                                next_ns=(1, 2), variants=((0, False, True),))
+    reports += indexer_topk.compile_reports(("sm_120",), heads=(64,), dims=(128,))
+    assert len(reports) >= 20
+    _assert_ok(reports)
+
+
+@pytest.mark.slow
+def test_compile_all_configs():
+    reports = mqa_logits.compile_reports(TARGETS)
+    reports += paged_mqa_logits.compile_reports(TARGETS, next_ns=(1, 2, 8),
+                                                variants=((0, False, True), (0, True, False)))
+    reports += indexer_topk.compile_reports(("sm_120",))
+    _assert_ok(reports)
