@@ -1,0 +1,205 @@
+#!/usr/bin/env python
+"""Benchmark the sm12x lightning-indexer kernels on a CUDA GPU.
+
+    python scripts/bench_indexer.py [--quick] [--fp4]
+
+Cases (H=64, D=128 throughout):
+- prefill logits (fp8_fp4_mqa_logits), causal ranges: S 2048-8192, S_kv 8K-64K.
+  FLOP model: 2 * sum_i(ke_i - ks_i) * H * D ("FP8-equivalent" TFLOPS).
+- paged decode logits (fp8_fp4_paged_mqa_logits), block_kv 64, batch 256-4096, context 8K-64K,
+  next_n 1/2 (batch x context capped at 32M tokens like DeepGEMM's test).
+  Byte model: KV bytes read once (sum ctx * (D+4) B, FP4 D/2+4) + q/weights + logits written
+  (sum over rows of the visible positions * 4 B).
+- fused top-k (mqa_topk_indices) vs logits + torch.topk at S=4096, S_kv=262144, topk=512: time and
+  torch.cuda.max_memory_allocated.
+- the 1M-token prompt case: S_kv = 262144 compressed keys (1M tokens / 4), prefill chunk S=8192,
+  fused top-k only (the logits would be 8 GiB): time and peak memory.
+Prints a markdown table with the date, GPU, torch / triton versions and the models above.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+
+H, D, BLOCK_KV = 64, 128, 64
+
+
+def fail(msg: str) -> None:
+    print(f"bench_indexer: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def bench(fn, reps: int = 20) -> float:
+    """Median milliseconds of ``fn`` (triton.testing.do_bench: CUDA events, L2 flushed)."""
+    import triton
+
+    return triton.testing.do_bench(fn, warmup=5, rep=max(reps, 10), return_mode="median")
+
+
+def make_q(shape, fp4: bool):
+    from sm12x.kernels.indexer_cache import quant_fp4_per_token
+
+    q = torch.randn(*shape, D, device="cuda", dtype=torch.bfloat16)
+    return quant_fp4_per_token(q) if fp4 else (q.to(torch.float8_e4m3fn), None)
+
+
+def make_keys(n: int, fp4: bool):
+    from sm12x.kernels.indexer_cache import quant_fp4_per_token, quant_fp8_per_token
+
+    k = torch.randn(n, D, device="cuda", dtype=torch.bfloat16)
+    return quant_fp4_per_token(k) if fp4 else quant_fp8_per_token(k)
+
+
+def make_cache(num_blocks: int, fp4: bool, chunk: int = 4096):
+    """Random fused cache filled block-chunk by block-chunk (no full-size float temporary)."""
+    tok = D // 2 + 4 if fp4 else D + 4
+    cache = torch.empty((num_blocks, BLOCK_KV * tok), dtype=torch.uint8, device="cuda")
+    vb = BLOCK_KV * (D // 2 if fp4 else D)
+    for b0 in range(0, num_blocks, chunk):
+        rows = cache[b0:b0 + chunk]
+        n = rows.shape[0]
+        if fp4:
+            rows[:, :vb] = torch.randint(0, 256, (n, vb), dtype=torch.uint8, device="cuda")
+            exp = torch.randint(120, 128, (n, BLOCK_KV, 4), dtype=torch.int32, device="cuda")
+            sf = exp[..., 0] | (exp[..., 1] << 8) | (exp[..., 2] << 16) | (exp[..., 3] << 24)
+        else:
+            rows[:, :vb] = torch.randn(n, vb, device="cuda", dtype=torch.bfloat16).to(
+                torch.float8_e4m3fn).view(torch.uint8)
+            sf = torch.rand(n, BLOCK_KV, device="cuda") / 448 + 1e-3
+        rows[:, vb:] = sf.contiguous().view(torch.uint8).view(n, -1)
+    return cache.view(num_blocks, BLOCK_KV, 1, tok)
+
+
+def prefill_cases(quick: bool, fp4: bool, out: list):
+    from sm12x.kernels.deep_gemm_api import fp8_fp4_mqa_logits
+
+    shapes = [(2048, 8192), (4096, 32768)] if quick else \
+        [(2048, 8192), (2048, 65536), (4096, 16384), (4096, 65536), (8192, 32768), (8192, 65536)]
+    for s, s_kv in shapes:
+        q = make_q((s, H), fp4)
+        kv = make_keys(s_kv, fp4)
+        w = torch.randn(s, H, device="cuda")
+        ks = torch.zeros(s, dtype=torch.int32, device="cuda")
+        ke = torch.arange(s, dtype=torch.int32, device="cuda") + (s_kv - s) + 1  # causal
+        eff = int((ke - ks).sum())
+        ms = bench(lambda: fp8_fp4_mqa_logits(q, kv, w, ks, ke, clean_logits=False))
+        tflops = 2 * eff * H * D / (ms * 1e-3) / 1e12
+        out.append(("prefill logits" + (" FP4" if fp4 else ""), f"S={s} S_kv={s_kv}", f"{ms * 1e3:.0f}",
+                    f"{tflops:.0f} TFLOPS", ""))
+        del q, kv, w
+        torch.cuda.empty_cache()
+
+
+def decode_cases(quick: bool, fp4: bool, out: list):
+    from sm12x.kernels.deep_gemm_api import fp8_fp4_paged_mqa_logits, get_num_sms, get_paged_mqa_logits_metadata
+
+    batches = (256, 1024) if quick else (256, 1024, 4096)
+    contexts = (8192, 65536) if quick else (8192, 16384, 32768, 65536)
+    for b in batches:
+        for ctx_avg in contexts:
+            if b * ctx_avg > 32 * 1024 * 1024:
+                continue
+            for next_n in (1, 2):
+                ctx = torch.randint(int(0.7 * ctx_avg), int(1.3 * ctx_avg), (b,), dtype=torch.int32, device="cuda")
+                max_blocks = int((int(ctx.max()) + BLOCK_KV - 1) // BLOCK_KV)
+                cache = make_cache(b * max_blocks, fp4)
+                bt = torch.randperm(b * max_blocks, device="cuda", dtype=torch.int32).view(b, max_blocks)
+                cl = (ctx[:, None] - next_n + 1 + torch.arange(next_n, device="cuda", dtype=torch.int32)).contiguous()
+                q = make_q((b, next_n, H), fp4)
+                w = torch.randn(b * next_n, H, device="cuda")
+                meta = get_paged_mqa_logits_metadata(cl, BLOCK_KV, get_num_sms())
+                mcl = max_blocks * BLOCK_KV
+                ms = bench(lambda: fp8_fp4_paged_mqa_logits(q, cache, w, cl, bt, meta, mcl))
+                tok_bytes = (D // 2 if fp4 else D) + 4
+                kv_bytes = int(ctx.long().sum()) * tok_bytes
+                logit_bytes = int(cl.long().sum()) * 4
+                qw_bytes = q[0].numel() * q[0].element_size() + w.numel() * 4
+                gbs = (kv_bytes + logit_bytes + qw_bytes) / (ms * 1e-3) / 1e9
+                out.append(("paged decode logits" + (" FP4" if fp4 else ""), f"B={b} ctx~{ctx_avg} next_n={next_n}",
+                            f"{ms * 1e3:.0f}", f"{gbs:.0f} GB/s", ""))
+                del cache, bt, q, w
+                torch.cuda.empty_cache()
+
+
+def topk_cases(quick: bool, out: list):
+    from sm12x.kernels.deep_gemm_api import fp8_mqa_logits
+    from sm12x.kernels.indexer_topk import mqa_topk_indices
+
+    def peak(fn):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        fn()
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated() - base) / 2 ** 30
+
+    cases = [(4096, 262144, "S=4096 S_kv=262144 topk=512")]
+    cases.append((8192, 262144, "1M-token prompt: S=8192 chunk, S_kv=262144"))
+    for s, s_kv, label in cases:
+        q, _ = make_q((s, H), False)
+        kv = make_keys(s_kv, False)
+        w = torch.randn(s, H, device="cuda")
+        ks = torch.zeros(s, dtype=torch.int32, device="cuda")
+        ke = torch.arange(s, dtype=torch.int32, device="cuda") + (s_kv - s) + 1
+        fused = lambda: mqa_topk_indices(q, kv, w, ks, ke, 512)  # noqa: E731
+        ms = bench(fused, reps=3)
+        gib = peak(fused)
+        out.append(("fused top-k", label, f"{ms * 1e3:.0f}", "", f"peak +{gib:.2f} GiB"))
+        if s == 4096:
+            def unfused():
+                logits = fp8_mqa_logits(q, kv, w, ks, ke, clean_logits=True)
+                return logits.topk(512, dim=1)
+            ms = bench(unfused, reps=3)
+            gib = peak(unfused)
+            out.append(("logits + torch.topk", label, f"{ms * 1e3:.0f}", "", f"peak +{gib:.2f} GiB"))
+        del q, kv, w
+        torch.cuda.empty_cache()
+        if quick:
+            break
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer shapes")
+    ap.add_argument("--fp4", action="store_true", help="also run the FP4 prefill / decode cases")
+    ap.add_argument("--skip-topk", action="store_true")
+    args = ap.parse_args()
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        fail("TRITON_INTERPRET is set; unset it to benchmark on the GPU")
+    if not torch.cuda.is_available():
+        fail("no CUDA GPU available (torch.cuda.is_available() is False); this benchmark needs one")
+    import triton
+
+    from sm12x.kernels import configs
+
+    dev = torch.device("cuda")
+    rows: list = []
+    prefill_cases(args.quick, False, rows)
+    decode_cases(args.quick, False, rows)
+    if args.fp4:
+        prefill_cases(args.quick, True, rows)
+        decode_cases(args.quick, True, rows)
+    if not args.skip_topk:
+        topk_cases(args.quick, rows)
+
+    name = torch.cuda.get_device_name(0)
+    print(f"# sm12x indexer benchmark — {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}")
+    print(f"GPU: {name} ({configs.sm_count(dev)} SMs, configs {configs.arch_key(dev)}); "
+          f"torch {torch.__version__}; triton {triton.__version__}; H={H} D={D} block_kv={BLOCK_KV}")
+    print("FLOP model (prefill): 2 * visible (query, key) pairs * H * D. Byte model (decode): KV read once "
+          "(D+4 B/token FP8, D/2+4 FP4) + q + weights + visible logits written (4 B).")
+    print()
+    print("| case | shape | time (us) | rate | memory |")
+    print("|---|---|---:|---:|---|")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+
+
+if __name__ == "__main__":
+    main()
