@@ -26,21 +26,17 @@ D_V = 512
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 
-# Per-architecture launch configurations, by head-block size: a call uses the smallest BLOCK_H
-# that covers h_q, else the largest. The fp32 accumulator is BLOCK_H x 512 and every program
-# dequantises its tokens itself, so a larger BLOCK_H means less repeated dequantisation for
-# h_q >= 32. sm_120/sm_121 configs must fit 101,376 B of shared memory with no spills
-# (``compile_reports``). SM12X_SPARSE_MLA_CONFIG="BLOCK_H=32,BLOCK_N=16,num_warps=8" overrides
-# the choice (for tuning sweeps).
+# Per-architecture launch configurations per cache format, by head-block size: a call uses the
+# smallest BLOCK_H that covers h_q, else the largest. The fp32 accumulator is BLOCK_H x 512 and
+# every program dequantises its tokens itself, so a larger BLOCK_H means less repeated
+# dequantisation for h_q >= 32 (V3.2 with BLOCK_H 32 spills, so it stays at 16).
+# sm_120/sm_121 configs must fit 101,376 B of shared memory with no spills (``compile_reports``).
+# SM12X_SPARSE_MLA_CONFIG="BLOCK_H=32,BLOCK_N=16,num_warps=8" overrides the choice (tuning).
+_H16 = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 8, "num_stages": 1}
+_H32 = {"BLOCK_H": 32, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1}
 CONFIGS = {
-    "sm_120": (
-        {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 8, "num_stages": 1},
-        {"BLOCK_H": 32, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1},
-    ),
-    "sm_90": (
-        {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 8, "num_stages": 1},
-        {"BLOCK_H": 32, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1},
-    ),
+    "sm_120": {"model1": (_H16, _H32), "v32": (_H16,)},
+    "sm_90": {"model1": (_H16, _H32), "v32": (_H16,)},
 }
 COMBINE_CONFIG = {"BLOCK_HC": 8, "num_warps": 4}
 
@@ -53,35 +49,38 @@ def _load_kv_tile(cache_ptr, stride0, ntok, idx, valid, PAGE: tl.constexpr,
     safe = tl.where(valid, idx, 0)
     page_base = (safe // PAGE).to(tl.int64) * stride0  # int64: page * stride(0) can exceed 2^31
     off = (safe % PAGE).to(tl.int64)
+    # Row starts are multiples of 16 bytes (the launcher checks the cache pointer and stride(0));
+    # telling the compiler lets it gather each row with 16-byte vector loads.
     if IS_MODEL1:
-        tok = page_base + off * 576
+        row = tl.multiple_of(cache_ptr + (page_base + off * 576), 16)
         c = tl.arange(0, 8)
         d = tl.arange(0, 64)
         is_nope = (c < 7)[None, :, None]
         v3 = valid[:, None, None]
-        raw = tl.load(cache_ptr + tok[:, None, None] + (c * 64)[None, :, None] + d[None, None, :],
+        raw = tl.load(row[:, None, None] + (c * 64)[None, :, None] + d[None, None, :],
                       mask=v3 & is_nope, other=0)
-        sc_ptr = cache_ptr + (page_base + PAGE * 576 + off * 8)
-        e8 = tl.load(sc_ptr[:, None] + c[None, :], mask=valid[:, None] & (c < 7)[None, :], other=127)
+        sc_row = tl.multiple_of(cache_ptr + (page_base + PAGE * 576 + off * 8), 8)
+        e8 = tl.load(sc_row[:, None] + c[None, :], mask=valid[:, None] & (c < 7)[None, :], other=127)
         scale = (e8.to(tl.int32) << 23).to(tl.float32, bitcast=True)   # UE8M0 -> 2^(e - 127)
         nope = (raw.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale[:, :, None])
-        rope_ptr = (cache_ptr + (tok + 448)).to(tl.pointer_type(tl.bfloat16))
-        rope3 = tl.load(rope_ptr[:, None, None] + d[None, None, :] + (c * 0)[None, :, None],
+        rope_row = tl.multiple_of((row + 448).to(tl.pointer_type(tl.bfloat16)), 16)
+        rope3 = tl.load(rope_row[:, None, None] + d[None, None, :] + (c * 0)[None, :, None],
                         mask=v3 & (c == 7)[None, :, None], other=0.0)
         k = tl.reshape(tl.where(is_nope, nope.to(tl.bfloat16), rope3), (BLOCK_N, 512))
         rope = tl.zeros((BLOCK_N, 64), dtype=tl.bfloat16)
     else:
-        tok = page_base + off * 656
+        row = tl.multiple_of(cache_ptr + (page_base + off * 656), 16)
         c = tl.arange(0, 4)
         d = tl.arange(0, 128)
-        raw = tl.load(cache_ptr + tok[:, None, None] + (c * 128)[None, :, None] + d[None, None, :],
+        raw = tl.load(row[:, None, None] + (c * 128)[None, :, None] + d[None, None, :],
                       mask=valid[:, None, None], other=0)
         nope = raw.to(tl.float8e4nv, bitcast=True).to(tl.float32)
-        sc_ptr = (cache_ptr + (tok + 512)).to(tl.pointer_type(tl.float32))
-        scale = tl.load(sc_ptr[:, None] + c[None, :], mask=valid[:, None], other=0.0)
+        sc_row = tl.multiple_of((row + 512).to(tl.pointer_type(tl.float32)), 16)
+        scale = tl.load(sc_row[:, None] + c[None, :], mask=valid[:, None], other=0.0)
         k = tl.reshape((nope * scale[:, :, None]).to(tl.bfloat16), (BLOCK_N, 512))
-        rope_ptr = (cache_ptr + (tok + 528)).to(tl.pointer_type(tl.bfloat16))
-        rope = tl.load(rope_ptr[:, None] + tl.arange(0, 64)[None, :], mask=valid[:, None], other=0.0)
+        rope_row = tl.multiple_of((row + 528).to(tl.pointer_type(tl.bfloat16)), 16)
+        rope = tl.load(rope_row[:, None] + tl.arange(0, 64)[None, :], mask=valid[:, None],
+                       other=0.0)
     return k, rope
 
 
@@ -259,6 +258,10 @@ def _check_cache(op, cache, name, d_qk, q):
     page = cache.shape[1]
     checks.require(cache.shape[0] <= 1 or cache.stride(0) >= page * bpt, op, name,
                    f"stride(0) {cache.stride(0)}", f">= page_block_size * {bpt}")
+    # The kernel tells the compiler that rows start on 16-byte boundaries (vector loads).
+    checks.require(cache.data_ptr() % 16 == 0 and (cache.shape[0] <= 1 or cache.stride(0) % 16 == 0),
+                   op, name, f"data_ptr % 16 = {cache.data_ptr() % 16}, stride(0) {cache.stride(0)}",
+                   "a 16-byte aligned start and stride(0) a multiple of 16 bytes")
     checks.require_same_device(op, q, **{name: cache})
 
 
@@ -340,22 +343,22 @@ def _env_config():
     return cfg
 
 
-def pick_config(h_q, device):
-    """The launch configuration for ``h_q`` heads on ``device``."""
+def pick_config(h_q, device, fmt="model1"):
+    """The launch configuration for ``h_q`` heads of cache format ``fmt`` ("model1" or "v32")."""
     forced = _env_config()
     if forced is not None:
         return forced
-    options = sorted(configs.pick(CONFIGS, device), key=lambda c: c["BLOCK_H"])
+    options = sorted(configs.pick(CONFIGS, device)[fmt], key=lambda c: c["BLOCK_H"])
     for cfg in options:
         if cfg["BLOCK_H"] >= h_q:
             return cfg
     return options[-1]
 
 
-def plan(b, s_q, h_q, topk, extra_topk, device, num_splits=None, cfg=None):
+def plan(b, s_q, h_q, topk, extra_topk, device, num_splits=None, cfg=None, fmt="model1"):
     """Shapes-only launch plan -> (cfg, head_blocks, num_splits, tiles_per_split). The default
     split count makes b * s_q * head_blocks * num_splits cover every SM once."""
-    cfg = cfg or pick_config(h_q, device)
+    cfg = cfg or pick_config(h_q, device, fmt)
     bn, bh = cfg["BLOCK_N"], cfg["BLOCK_H"]
     n_tiles = triton.cdiv(topk, bn) + triton.cdiv(extra_topk, bn)
     head_blocks = triton.cdiv(h_q, bh)
@@ -384,7 +387,8 @@ def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, ext
     topk = indices.shape[-1]
     has_extra = extra_k_cache is not None
     xtopk = extra_indices.shape[-1] if has_extra else 0
-    cfg, head_blocks, nsplit, tps = plan(b, s_q, h_q, topk, xtopk, q.device, num_splits)
+    fmt = "model1" if d_qk == 512 else "v32"
+    cfg, head_blocks, nsplit, tps = plan(b, s_q, h_q, topk, xtopk, q.device, num_splits, fmt=fmt)
     if out is None:
         out = torch.empty((b, s_q, h_q, D_V), dtype=torch.bfloat16, device=q.device)
     if lse is None:
@@ -472,13 +476,13 @@ def compile_reports(targets=("sm_120", "sm_121")):
     reports = []
     for target in targets:
         key = target if target in CONFIGS else "sm_120"
-        for cfg in CONFIGS[key]:
-            for is_model1 in (True, False):
+        for fmt, options in CONFIGS[key].items():
+            for cfg in options:
                 for direct in (False, True):
                     page, xpage = _PAGE_VARIANTS[0]
-                    sig, const = _split_signature(cfg, is_model1, page, xpage, direct)
-                    name = (f"{'model1' if is_model1 else 'v32'} H{cfg['BLOCK_H']} "
-                            f"N{cfg['BLOCK_N']} w{cfg['num_warps']}{' direct' if direct else ''}")
+                    sig, const = _split_signature(cfg, fmt == "model1", page, xpage, direct)
+                    name = (f"{fmt} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']}"
+                            f"{' direct' if direct else ''}")
                     reports.append(compile_kernel(
                         _sparse_mla_split_kernel, sig, const, target=target,
                         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],

@@ -160,3 +160,11 @@ def test_is_sparse_fp8_call():
     assert api.is_sparse_fp8_call(q, cache, None, None, 512, sched, indices=idx,
                                   is_fp8_kvcache=True, descale_q=None)
     assert not api.is_sparse_fp8_call()  # unbindable: not ours
+
+
+def test_misaligned_cache_rejected():
+    q, cache, kw = inputs()
+    arena = torch.zeros(4 * 37440 + 8, dtype=torch.uint8)
+    bad = arena[8:].as_strided((4, 64, 1, 584), (37440, 584, 584, 1))
+    with pytest.raises(ValueError, match=r"flash_mla_with_kvcache.*'k_cache'.*16"):
+        api.flash_mla_with_kvcache(q, bad, None, None, 512, None, **kw)

@@ -164,9 +164,10 @@ def test_strided_arena_views():
              arena_offset=1)
 
 
-@pytest.mark.parametrize("h_q", [8, 24, 40])
-def test_head_counts(h_q):
-    run_case("model1", b=1, s_q=2, h_q=h_q, topk=64, num_splits=2, sink=-1.0)
+@pytest.mark.parametrize("fmt, h_q", [("model1", 8), ("model1", 24), ("model1", 40),
+                                       ("v32", 24)])
+def test_head_counts(fmt, h_q):
+    run_case(fmt, b=1, s_q=2, h_q=h_q, topk=64, num_splits=2, sink=-1.0)
 
 
 def test_page_256_and_scale():
