@@ -279,7 +279,6 @@ def _check_length(op, t, name, b, q):
         return
     checks.require_dtype(t, (torch.int32,), op, name)
     checks.require_shape(t, (b,), op, name)
-    checks.require(t.stride(0) == 1 or b == 1, op, name, "a strided tensor", "a contiguous tensor")
     checks.require_same_device(op, q, **{name: t})
 
 
@@ -303,8 +302,6 @@ def validate(op, q, k_cache, indices, topk_length, attn_sink, extra_k_cache, ext
     if attn_sink is not None:
         checks.require_dtype(attn_sink, (torch.float32,), op, "attn_sink")
         checks.require_shape(attn_sink, (h_q,), op, "attn_sink")
-        checks.require(attn_sink.stride(0) == 1 or h_q == 1, op, "attn_sink", "a strided tensor",
-                       "a contiguous tensor")
         checks.require_same_device(op, q, attn_sink=attn_sink)
     if (extra_k_cache is None) != (extra_indices is None):
         name = "extra_indices_in_kvcache" if extra_k_cache is not None else "extra_k_cache"
@@ -399,6 +396,10 @@ def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, ext
     else:
         ows = torch.empty((b * s_q, nsplit, h_q, D_V), dtype=torch.float32, device=q.device)
         lsews = torch.empty((b * s_q, nsplit, h_q), dtype=torch.float32, device=q.device)
+    # [b] / [h_q] vectors: the kernel indexes them densely (a no-op unless strided).
+    topk_length = topk_length.contiguous() if topk_length is not None else None
+    extra_topk_length = extra_topk_length.contiguous() if extra_topk_length is not None else None
+    attn_sink = attn_sink.contiguous() if attn_sink is not None else None
     cache = _byte_view(k_cache)
     xcache = _byte_view(extra_k_cache) if has_extra else cache
     xidx = extra_indices if has_extra else indices

@@ -156,10 +156,17 @@ def test_zero_topk_length_and_out_of_range_indices():
              indices_hook=junk, num_splits=1)
 
 
+def _padded(idx):
+    """The same indices as a non-contiguous view (row stride > topk), padding full of junk."""
+    junk = torch.full(idx.shape[:-1] + (16,), 7, dtype=idx.dtype)
+    return torch.cat([idx, junk], -1)[..., : idx.shape[-1]]
+
+
 def test_strided_arena_views():
-    # page stride larger than needed and a view that does not start at the arena's beginning
-    run_case("model1", b=2, s_q=1, h_q=16, topk=64, page=64, page_stride=64 * 584 + 576 * 3,
-             arena_offset=1, extra=(64, 2, 64, None))
+    # page stride larger than needed, a view that does not start at the arena's beginning,
+    # non-contiguous indices
+    run_case("model1", b=2, s_q=2, h_q=16, topk=64, page=64, page_stride=64 * 584 + 576 * 3,
+             arena_offset=1, extra=(64, 2, 64, None), indices_hook=_padded)
     run_case("v32", b=1, s_q=1, h_q=16, topk=64, page=64, page_stride=64 * 656 + 656,
              arena_offset=1)
 
