@@ -1,0 +1,5 @@
+import sys
+
+from sm12x.cli import main
+
+sys.exit(main())

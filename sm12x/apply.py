@@ -1,0 +1,236 @@
+"""The apply loop: select the patches for an imported module, apply each in its own try/except,
+record the outcome.
+
+Outcomes (``OUTCOMES[patch.name]``) are ``applied``, ``skipped`` (with the reason) or ``failed``
+(with the error). Applying is idempotent: the replacement carries ``__sm12x_patch__`` (the patch
+name) and ``__sm12x_original__``, and a target already carrying our marker is left alone.
+``SM12X_STRICT=1`` raises on any skip or failure; ``SM12X_LOG=debug|info|warning`` sets the level
+of logger ``sm12x`` (one line per record on stderr; at info one line per patched module).
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import os
+import sys
+
+from sm12x import platform
+from sm12x.patches import Patch, all_patches
+
+OUTCOMES: dict = {}  # patch name -> (state, reason)
+_LOGGED: set = set()
+
+
+class PatchError(RuntimeError):
+    """Raised for a skipped or failed patch when SM12X_STRICT=1."""
+
+
+@functools.lru_cache(maxsize=None)
+def logger() -> logging.Logger:
+    log = logging.getLogger("sm12x")
+    level = os.environ.get("SM12X_LOG", "warning").upper()
+    log.setLevel(getattr(logging, level, logging.WARNING))
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(name)s[%(process)d] %(levelname)s %(message)s"))
+        log.addHandler(handler)
+        log.propagate = False
+    return log
+
+
+def log_once(level: str, message: str) -> None:
+    if message in _LOGGED:
+        return
+    _LOGGED.add(message)
+    getattr(logger(), level)(message)
+
+
+@functools.lru_cache(maxsize=None)
+def _patches_by_module() -> dict:
+    table: dict = {}
+    for p in all_patches():
+        table.setdefault(p.module, []).append(p)
+    return table
+
+
+@functools.lru_cache(maxsize=None)
+def _consumer_index() -> dict:
+    table: dict = {}
+    for p in all_patches():
+        for c in p.consumers:
+            table.setdefault(c, []).append(p)
+    return table
+
+
+@functools.lru_cache(maxsize=None)
+def _versions() -> dict:
+    return platform.versions()
+
+
+def eligibility(p: Patch):
+    """(True, "") when arch and version allow ``p`` in this process, else (False, reason)."""
+    if p.arch == "sm12x":
+        ok, why = platform.wants_sm12x_patches(platform.gpu_arch())
+        if not ok:
+            return False, why
+    if p.library != "*" and p.versions not in ("", "*"):
+        have = _versions().get(p.library)
+        if have is None:
+            return False, f"{p.library} version unknown (not installed as a distribution)"
+        if not platform.in_range(have, p.versions):
+            return False, f"{p.library} {have} outside {p.versions}" + (
+                f" (fixed upstream in {p.fixed_in})" if p.fixed_in else "")
+    return True, ""
+
+
+def _resolve(module, qualname):
+    """(owner, attribute name, current value) for a dotted qualname inside ``module``."""
+    parts = qualname.split(".")
+    owner = module
+    for part in parts[:-1]:
+        owner = getattr(owner, part)
+    return owner, parts[-1], getattr(owner, parts[-1])
+
+
+def _load_factory(spec: str):
+    mod, _, fn = spec.partition(":")
+    return getattr(importlib.import_module(mod), fn)
+
+
+def _rebind(consumer_names, original, replacement) -> int:
+    """Replace `from X import f` copies of ``original`` in the named modules; returns how many."""
+    n = 0
+    for name in consumer_names:
+        mod = sys.modules.get(name)
+        if mod is None:
+            continue
+        for attr, value in list(vars(mod).items()):
+            if value is original:
+                setattr(mod, attr, replacement)
+                n += 1
+    return n
+
+
+def _record(p: Patch, state: str, reason: str = "") -> None:
+    OUTCOMES[p.name] = (state, reason)
+    level = "debug" if state == "applied" else ("warning" if state == "failed" else "info")
+    log_once(level, f"patch {p.name} -> {p.target}: {state}" + (f" ({reason})" if reason else ""))
+    if state != "applied" and os.environ.get("SM12X_STRICT") == "1":
+        raise PatchError(f"sm12x: patch {p.name} ({p.target}) {state}: {reason}")
+
+
+def apply_patch(p: Patch, module) -> str:
+    """Apply one patch to its (imported) target module; returns the new state."""
+    if OUTCOMES.get(p.name, ("",))[0] == "applied":
+        owner_ok = True
+        try:
+            _, _, current = _resolve(module, p.qualname)
+            owner_ok = getattr(current, "__sm12x_patch__", None) == p.name
+        except AttributeError:
+            owner_ok = False
+        if owner_ok:
+            return "applied"
+    try:
+        ok, why = eligibility(p)
+        if not ok:
+            _record(p, "skipped", why)
+            return "skipped"
+        try:
+            owner, attr, current = _resolve(module, p.qualname)
+        except AttributeError:
+            _record(p, "skipped", f"{p.target} not found in the installed {p.module}")
+            return "skipped"
+        marker = getattr(current, "__sm12x_patch__", None)
+        if marker is not None:  # ours already: this patch, or a copy taken from another route
+            _record(p, "applied", "already applied" if marker == p.name else f"via {marker}")
+            return "applied"
+        if getattr(module, "__sm12x_shim__", False):
+            _record(p, "skipped", f"{p.module} is sm12x's own stand-in module")
+            return "skipped"
+        raw = vars(owner).get(attr, current) if isinstance(owner, type) else current
+        replacement = _load_factory(p.make)(current)
+        replacement.__sm12x_patch__ = p.name
+        replacement.__sm12x_original__ = current
+        if isinstance(raw, staticmethod):
+            setattr(owner, attr, staticmethod(replacement))
+        elif isinstance(raw, classmethod):
+            setattr(owner, attr, classmethod(replacement))
+        else:
+            setattr(owner, attr, replacement)
+        _rebind(p.consumers, current, replacement)
+        _record(p, "applied")
+        return "applied"
+    except PatchError:
+        raise
+    except Exception as e:
+        _record(p, "failed", f"{type(e).__name__}: {e}")
+        return "failed"
+
+
+def on_module_executed(name: str, module) -> None:
+    """Called by the watcher right after ``name`` executed (and by ``install`` for modules that
+    were already imported)."""
+    patches = _patches_by_module().get(name, [])
+    states = [(p.name, apply_patch(p, module)) for p in patches]
+    # consumers imported after the patch already see the replacement; this covers the plugin
+    # route, where the consumer may have copied the original before we ran.
+    for p in _consumer_index().get(name, []):
+        if OUTCOMES.get(p.name, ("",))[0] == "applied" and p.module in sys.modules:
+            try:
+                _, _, current = _resolve(sys.modules[p.module], p.qualname)
+                original = getattr(current, "__sm12x_original__", None)
+                if original is not None:
+                    _rebind([name], original, current)
+            except Exception as e:
+                log_once("warning", f"sm12x: rebinding {p.name} in {name} failed: {e}")
+    if states:
+        arch = platform.gpu_arch()
+        summary = ", ".join(f"{n}={s}" for n, s in states)
+        log_once("info", f"{name}: arch {arch.label} ({arch.source}): {summary}")
+
+
+def plan() -> list:
+    """Each patch's state in this process without importing targets: an actual outcome when it
+    was already attempted, else would-apply or skipped with the reason."""
+    import importlib.util
+
+    rows = []
+    for p in all_patches():
+        if p.name in OUTCOMES:
+            state, reason = OUTCOMES[p.name]
+        else:
+            top = p.module.partition(".")[0]
+            try:
+                present = top in sys.modules or importlib.util.find_spec(top) is not None
+            except Exception:
+                present = False
+            ok, why = eligibility(p)
+            if not present:
+                state, reason = "skipped", f"{top} is not installed"
+            elif not ok:
+                state, reason = "skipped", why
+            else:
+                state, reason = "would-apply", ""
+        rows.append({"name": p.name, "target": p.target, "state": state, "reason": reason})
+    return rows
+
+
+def apply_installed() -> list:
+    """Import every installed target module (which fires the patches) and return the plan."""
+    import importlib.util
+
+    for p in all_patches():
+        if p.name in OUTCOMES:
+            continue
+        top = p.module.partition(".")[0]
+        try:
+            if top not in sys.modules and importlib.util.find_spec(top) is None:
+                continue
+            module = importlib.import_module(p.module)
+        except Exception as e:
+            _record(p, "skipped", f"importing {p.module} failed: {type(e).__name__}: {e}")
+            continue
+        if p.name not in OUTCOMES:
+            apply_patch(p, module)
+    return plan()

@@ -1,0 +1,44 @@
+"""``sm12x bundle DIR``: a self-contained folder to mount at /sm12x.
+
+It holds ``sitecustomize.py``, the ``sm12x`` package (without tests, scripts or caches), the
+``sm12x_plugin-*.dist-info`` that registers the framework plugins, and pure-Python copies of the
+dependencies images lack (wrapt, under ``sm12x/_vendor``, its C extension left out so one folder
+serves x86_64 and aarch64). Nothing else is on the mount, so it cannot shadow an image's packages.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "*.c", "*.pyi")
+
+
+def _vendor_wrapt(dest_pkg: str) -> None:
+    try:
+        import wrapt
+    except ImportError:
+        return
+    src = os.path.dirname(wrapt.__file__)
+    vendor = os.path.join(dest_pkg, "_vendor")
+    os.makedirs(vendor, exist_ok=True)
+    open(os.path.join(vendor, "__init__.py"), "w").write(
+        '"""Pure-Python copies of dependencies images lack."""\n')
+    shutil.copytree(src, os.path.join(vendor, "wrapt"), ignore=_IGNORE, dirs_exist_ok=True)
+
+
+def write_bundle(dest: str, vendor: bool = True) -> str:
+    dest = os.path.abspath(dest)
+    os.makedirs(dest, exist_ok=True)
+    shutil.copy2(os.path.join(REPO, "sitecustomize.py"), os.path.join(dest, "sitecustomize.py"))
+    pkg = os.path.join(dest, "sm12x")
+    if os.path.exists(pkg):
+        shutil.rmtree(pkg)
+    shutil.copytree(os.path.join(REPO, "sm12x"), pkg, ignore=_IGNORE)
+    for entry in os.listdir(REPO):
+        if entry.startswith("sm12x_plugin-") and entry.endswith(".dist-info"):
+            shutil.copytree(os.path.join(REPO, entry), os.path.join(dest, entry),
+                            dirs_exist_ok=True)
+    if vendor:
+        _vendor_wrapt(pkg)
+    return dest

@@ -1,0 +1,111 @@
+"""Command line: ``sm12x`` / ``python -m sm12x``.
+
+  status [--json] [--apply]   arch, versions and what each patch would do (or did, with --apply)
+  selftest [...]              every kernel against its reference on this machine
+  bundle DIR                  write a self-contained folder to mount into containers
+  launch, doctor              run / check a container with the bundle mounted
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def status_data(apply: bool = False) -> dict:
+    """The ``status --json`` document."""
+    from sm12x import apply as applier
+    from sm12x import hooks, platform, shims
+
+    hooks.install_watcher()
+    arch = platform.gpu_arch()
+    rows = applier.apply_installed() if apply else applier.plan()
+    site = sys.modules.get("sitecustomize")
+    ours = site is not None and hasattr(site, "_sm12x_active")
+    ok, why = platform.wants_sm12x_patches(arch)
+    return {
+        "arch": {"capability": list(arch.capability) if arch.capability else None,
+                 "source": arch.source, "devices": [list(c) for c in arch.devices],
+                 "detail": arch.detail, "sm12x_patches": ok, "why": why},
+        "versions": platform.versions(),
+        "patches": rows,
+        "shims": {name: shims.shim_state(name) for name in shims.SHIMS},
+        "bootstrap": {
+            "sitecustomize": getattr(site, "__file__", None) if ours else None,
+            "chained": getattr(site, "_sm12x_chained", None) if ours else None,
+            "active": bool(ours and getattr(site, "_sm12x_active", False)),
+        },
+    }
+
+
+def _print_status(data: dict) -> None:
+    a = data["arch"]
+    cap = "no GPU" if a["capability"] is None else "%d.%d" % tuple(a["capability"])
+    print(f"arch: {cap} (source: {a['source']}; {a['detail']})")
+    print(f"SM12x patches: {'yes' if a['sm12x_patches'] else 'no'} - {a['why']}")
+    b = data["bootstrap"]
+    print(f"bootstrap: {'active' if b['active'] else 'not active'}"
+          f" (sitecustomize: {b['sitecustomize']}; chained: {b['chained']})")
+    print("versions:")
+    for name, v in data["versions"].items():
+        print(f"  {name:18} {v or '-'}")
+    print("shims: " + ", ".join(f"{k}: {v}" for k, v in data["shims"].items()))
+    print("patches:")
+    for p in data["patches"]:
+        reason = f"  ({p['reason']})" if p["reason"] else ""
+        print(f"  {p['state']:11} {p['name']:40} {p['target']}{reason}")
+
+
+def cmd_status(args) -> int:
+    data = status_data(apply=args.apply)
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        _print_status(data)
+    return 1 if any(p["state"] == "failed" for p in data["patches"]) else 0
+
+
+def cmd_bundle(args) -> int:
+    from sm12x import bundle
+
+    path = bundle.write_bundle(args.dir, vendor=not args.no_vendor)
+    print(f"bundle written to {path}")
+    print(f"mount it with: -v {path}:/sm12x:ro -e PYTHONPATH=/sm12x")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sm12x", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("status", help="arch, versions and the patch plan")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--apply", action="store_true",
+                   help="import the installed targets and report actual outcomes")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("bundle", help="write a self-contained mount folder")
+    p.add_argument("dir")
+    p.add_argument("--no-vendor", action="store_true",
+                   help="do not copy pure-Python dependencies (wrapt) into the bundle")
+    p.set_defaults(func=cmd_bundle)
+
+    for module, adder in (("sm12x.selftest", "add_selftest_command"),
+                          ("sm12x.launch", "add_launch_command"),
+                          ("sm12x.doctor", "add_doctor_command")):
+        try:
+            mod = __import__(module, fromlist=[adder])
+        except ImportError:
+            continue
+        getattr(mod, adder)(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

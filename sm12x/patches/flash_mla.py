@@ -1,0 +1,153 @@
+"""Route every FlashMLA sparse-decode entry point to sm12x's Triton kernel on SM12x.
+
+FlashMLA ships SM90a/SM100f code only; on SM12x its compiled op raises
+``RuntimeError: Unsupported architecture for sparse decode fwd``. The replacements send the sparse
+FP8 path (``indices`` given, ``is_fp8_kvcache=True``) to ``sm12x.kernels.flash_mla_api`` and every
+other call (dense decode, BF16 caches) to the original function, unchanged.
+
+Routes (see shared/research/sglang.md sections 2 and 10, vllm.md section 3):
+- pip FlashMLA (SGLang's DeepSeek-V4 image: ``debug_flash_mla_adapter`` does a call-time
+  ``import flash_mla`` and calls ``flash_mla.flash_mla_with_kvcache``), and the lower
+  ``flash_mla.cuda.sparse_decode_fwd`` that the interface module resolves at call time;
+- ``sgl_kernel.flash_mla`` (SGLang eras B/C, non-SM120 branch);
+- SGLang's own SM120 entry ``flash_mla_with_kvcache_sm120`` (eras B and C), whose FlashInfer
+  default needs 64-token pages (a page-split copy every call) and lacks some head/topk shapes;
+- vLLM: ``vllm.third_party.flashmla.flash_mla_interface`` and its consumer
+  ``vllm.v1.attention.ops.flashmla``, which on SM12x binds stubs that raise "FlashMLA is not
+  available" (both are patched, so either binding reaches the kernel).
+"""
+from __future__ import annotations
+
+import functools
+
+from sm12x.patches import Patch
+
+_API = "sm12x.kernels.flash_mla_api"
+_FIXED = "none upstream (FlashMLA main has no SM12x code as of 2026-04)"
+_WHY_DECODE = ("FlashMLA sparse decode has no SM120/SM121 kernel: 'RuntimeError: Unsupported "
+               "architecture for sparse decode fwd' (csrc/api/sparse_decode.h)")
+_WHY_META = ("the scheduler metadata must come from the same implementation as the decode call; "
+             "the old tensor API runs a CUDA kernel built for SM90a/SM100f only")
+
+# leading positional parameters shared by every FlashMLA version's flash_mla_with_kvcache
+_COMMON_POSITIONAL = 6
+
+
+def _api():
+    import importlib
+
+    return importlib.import_module(_API)
+
+
+def make_flash_mla_with_kvcache(original):
+    """Sparse FP8 calls -> sm12x; anything else -> ``original``. Arguments beyond the six common
+    leading ones are bound by the original's own signature (sgl_kernel inserts descale_q/k)."""
+    api = _api()
+    import inspect
+
+    try:
+        signature = inspect.signature(original)
+    except (TypeError, ValueError):
+        signature = None
+
+    @functools.wraps(original)
+    def flash_mla_with_kvcache(*args, **kwargs):
+        if len(args) > _COMMON_POSITIONAL and signature is not None:
+            bound = signature.bind(*args, **kwargs)
+            args, kwargs = (), dict(bound.arguments)
+            extra = kwargs.pop("kwargs", None)
+            if isinstance(extra, dict):
+                kwargs.update(extra)
+        if api.is_sparse_fp8_call(*args, **kwargs):
+            return api.flash_mla_with_kvcache(*args, **kwargs)
+        return original(*args, **kwargs)
+
+    return flash_mla_with_kvcache
+
+
+def make_get_mla_metadata(original):
+    """sm12x's metadata for both the current (no-argument) and the old tensor API."""
+    api = _api()
+
+    @functools.wraps(original)
+    def get_mla_metadata(*args, **kwargs):
+        return api.get_mla_metadata(*args, **kwargs)
+
+    return get_mla_metadata
+
+
+def make_sparse_decode_fwd(original):
+    """``flash_mla.cuda.sparse_decode_fwd`` (12 positional arguments, 4 results)."""
+    api = _api()
+
+    @functools.wraps(original)
+    def sparse_decode_fwd(*args, **kwargs):
+        return api.sparse_decode_fwd(*args, **kwargs)
+
+    return sparse_decode_fwd
+
+
+def make_flash_mla_with_kvcache_sm120(original):
+    """SGLang's keyword-only SM120 entry (no block table, no scheduler metadata)."""
+    api = _api()
+
+    @functools.wraps(original)
+    def flash_mla_with_kvcache_sm120(q, k_cache, head_dim_v=512, **kwargs):
+        kwargs.setdefault("is_fp8_kvcache", True)
+        sched = api.get_mla_metadata()[0]
+        return api.flash_mla_with_kvcache(q, k_cache, None, None, head_dim_v, sched, **kwargs)
+
+    return flash_mla_with_kvcache_sm120
+
+
+def _decode(name, target, consumers=(), library="*", versions="*"):
+    return Patch(name=name, target=target, make=f"{__name__}:make_flash_mla_with_kvcache",
+                 why=_WHY_DECODE, fixed_in=_FIXED, library=library, versions=versions,
+                 consumers=consumers)
+
+
+def _meta(name, target, consumers=(), library="*", versions="*"):
+    return Patch(name=name, target=target, make=f"{__name__}:make_get_mla_metadata",
+                 why=_WHY_META, fixed_in=_FIXED, library=library, versions=versions,
+                 consumers=consumers)
+
+
+_VLLM_OPS = ("vllm.v1.attention.ops.flashmla",)
+
+PATCHES = (
+    # pip FlashMLA
+    _decode("flash_mla.interface.decode", "flash_mla.flash_mla_interface:flash_mla_with_kvcache",
+            consumers=("flash_mla",)),
+    _decode("flash_mla.decode", "flash_mla:flash_mla_with_kvcache"),
+    _meta("flash_mla.interface.metadata", "flash_mla.flash_mla_interface:get_mla_metadata",
+          consumers=("flash_mla",)),
+    _meta("flash_mla.metadata", "flash_mla:get_mla_metadata"),
+    Patch(name="flash_mla.cuda.sparse_decode_fwd", target="flash_mla.cuda:sparse_decode_fwd",
+          make=f"{__name__}:make_sparse_decode_fwd", why=_WHY_DECODE, fixed_in=_FIXED),
+    # sgl-kernel's copy
+    _decode("sgl_kernel.flash_mla.decode", "sgl_kernel.flash_mla:flash_mla_with_kvcache",
+            consumers=("sgl_kernel",)),
+    _meta("sgl_kernel.flash_mla.metadata", "sgl_kernel.flash_mla:get_mla_metadata",
+          consumers=("sgl_kernel",)),
+    # SGLang's native SM120 entry (era C, then era B module path)
+    Patch(name="sglang.flash_mla_sm120",
+          target="sglang.kernels.ops.attention.flash_mla_sm120:flash_mla_with_kvcache_sm120",
+          make=f"{__name__}:make_flash_mla_with_kvcache_sm120",
+          why="SGLang's SM120 FlashMLA path defaults to FlashInfer, which needs 64-token pages "
+              "(a page-split copy of every touched 256-token SWA page per call) and supports a "
+              "fixed table of head/topk shapes (sglang.md 2.4; vLLM #56837)",
+          fixed_in="none known", library="sglang", versions="*"),
+    Patch(name="sglang.flash_mla_sm120.era_b",
+          target="sglang.srt.layers.attention.flash_mla_sm120:flash_mla_with_kvcache_sm120",
+          make=f"{__name__}:make_flash_mla_with_kvcache_sm120",
+          why="as sglang.flash_mla_sm120, for the era-B module path",
+          fixed_in="none known", library="sglang", versions="*"),
+    # vLLM's vendored FlashMLA and the module that re-exports it (stubs on SM12x)
+    _decode("vllm.third_party.flashmla.decode",
+            "vllm.third_party.flashmla.flash_mla_interface:flash_mla_with_kvcache",
+            consumers=_VLLM_OPS),
+    _meta("vllm.third_party.flashmla.metadata",
+          "vllm.third_party.flashmla.flash_mla_interface:get_mla_metadata", consumers=_VLLM_OPS),
+    _decode("vllm.ops.flashmla.decode", "vllm.v1.attention.ops.flashmla:flash_mla_with_kvcache"),
+    _meta("vllm.ops.flashmla.metadata", "vllm.v1.attention.ops.flashmla:get_mla_metadata"),
+)

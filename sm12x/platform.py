@@ -1,0 +1,235 @@
+"""Platform facts without initialising CUDA: GPU compute capability through NVML, installed versions
+through package metadata (nothing is imported).
+
+- ``gpu_arch()``: ``Arch(capability=(12, 0) | None, source="nvml"|"env"|"none", devices=[...],
+  detail=str)``. ``SM12X_ARCH=12.0|12.1|9.0`` pretends; otherwise NVML (``pynvml`` when importable,
+  else ctypes on ``libnvidia-ml.so.1``) reports every device visible through
+  ``CUDA_VISIBLE_DEVICES`` and the first one is the process's arch. No driver means "no GPU".
+- ``wants_sm12x_patches(arch)``: SM12x (12.x), or any CUDA GPU when ``SM12X_FORCE=1``.
+- ``versions()``: installed versions of the libraries we patch, ``None`` when absent.
+- ``parse_release`` / ``in_range``: compare release numbers only, so NVIDIA builds such as
+  ``2.9.0a0+git1234`` count as 2.9.0.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+from dataclasses import dataclass, field
+
+# key shown in `status` -> distribution names that provide it, first found wins
+DISTRIBUTIONS = {
+    "vllm": ("vllm",),
+    "sglang": ("sglang",),
+    "sgl-kernel": ("sglang-kernel", "sgl-kernel"),
+    "flashinfer-python": ("flashinfer-python", "flashinfer"),
+    "flash_mla": ("flash-mla", "sgl-flash-mla", "flash_mla"),
+    "deep_gemm": ("sgl-deep-gemm", "deep-gemm", "deep_gemm"),
+    "torch": ("torch",),
+    "triton": ("triton", "pytorch-triton"),
+}
+
+
+@dataclass
+class Arch:
+    capability: tuple | None
+    source: str  # "nvml", "env" or "none"
+    devices: list = field(default_factory=list)  # capability of each visible device
+    detail: str = ""
+
+    @property
+    def label(self) -> str:
+        return "no GPU" if self.capability is None else "%d.%d" % self.capability
+
+
+def _parse_arch_env(value: str):
+    m = re.fullmatch(r"\s*(?:sm_?)?(\d+)[._]?(\d)a?\s*", value)
+    if not m:
+        raise ValueError(
+            f"SM12X_ARCH={value!r}: supported values look like 12.0, 12.1, 9.0 (or sm_120)")
+    return (int(m.group(1)), int(m.group(2)))
+
+
+def _visible_selectors():
+    """Entries of CUDA_VISIBLE_DEVICES, or None for "all devices"."""
+    raw = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if raw is None:
+        return None
+    out = []
+    for item in raw.split(","):
+        item = item.strip()
+        if not item or item == "-1":
+            break  # CUDA stops at the first invalid entry
+        out.append(item)
+    return out
+
+
+class _CtypesNvml:
+    """The four NVML calls we need, through ctypes."""
+
+    def __init__(self):
+        self.lib = ctypes.CDLL("libnvidia-ml.so.1")
+        self._check(self.lib.nvmlInit_v2())
+
+    def _check(self, rc):
+        if rc != 0:
+            raise OSError(f"NVML error {rc}")
+
+    def count(self):
+        n = ctypes.c_uint()
+        self._check(self.lib.nvmlDeviceGetCount_v2(ctypes.byref(n)))
+        return n.value
+
+    def handle(self, selector):
+        h = ctypes.c_void_p()
+        if isinstance(selector, int):
+            self._check(self.lib.nvmlDeviceGetHandleByIndex_v2(selector, ctypes.byref(h)))
+        else:
+            self._check(self.lib.nvmlDeviceGetHandleByUUID(selector.encode(), ctypes.byref(h)))
+        return h
+
+    def capability(self, h):
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        self._check(self.lib.nvmlDeviceGetCudaComputeCapability(h, ctypes.byref(major),
+                                                                ctypes.byref(minor)))
+        return (major.value, minor.value)
+
+    def close(self):
+        self.lib.nvmlShutdown()
+
+
+class _PyNvml:
+    def __init__(self):
+        import pynvml
+
+        self.m = pynvml
+        pynvml.nvmlInit()
+
+    def count(self):
+        return self.m.nvmlDeviceGetCount()
+
+    def handle(self, selector):
+        if isinstance(selector, int):
+            return self.m.nvmlDeviceGetHandleByIndex(selector)
+        return self.m.nvmlDeviceGetHandleByUUID(selector)
+
+    def capability(self, h):
+        return tuple(self.m.nvmlDeviceGetCudaComputeCapability(h))
+
+    def close(self):
+        self.m.nvmlShutdown()
+
+
+def _nvml_capabilities():
+    """Capabilities of the visible devices via NVML; (list, detail)."""
+    try:
+        import importlib.util
+
+        nvml = _PyNvml() if importlib.util.find_spec("pynvml") else _CtypesNvml()
+    except Exception as e:  # no driver, no library: no GPU
+        return [], f"NVML unavailable ({type(e).__name__}: {e})"
+    try:
+        selectors = _visible_selectors()
+        if selectors is None:
+            selectors = list(range(nvml.count()))
+        caps = []
+        for sel in selectors:
+            if isinstance(sel, str) and sel.isdigit():
+                sel = int(sel)
+            caps.append(nvml.capability(nvml.handle(sel)))
+        return caps, "NVML"
+    except Exception as e:
+        return [], f"NVML query failed ({type(e).__name__}: {e})"
+    finally:
+        try:
+            nvml.close()
+        except Exception:
+            pass
+
+
+_ARCH_CACHE = {}
+
+
+def gpu_arch(refresh: bool = False) -> Arch:
+    """The process's GPU arch (cached per value of the environment variables that affect it)."""
+    key = (os.environ.get("SM12X_ARCH"), os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if not refresh and key in _ARCH_CACHE:
+        return _ARCH_CACHE[key]
+    forced = os.environ.get("SM12X_ARCH", "").strip()
+    if forced:
+        cap = _parse_arch_env(forced)
+        arch = Arch(cap, "env", [cap], f"SM12X_ARCH={forced}")
+    else:
+        caps, detail = _nvml_capabilities()
+        arch = Arch(caps[0] if caps else None, "nvml" if caps else "none", caps, detail)
+    _ARCH_CACHE[key] = arch
+    return arch
+
+
+def force_enabled() -> bool:
+    return os.environ.get("SM12X_FORCE", "") == "1"
+
+
+def wants_sm12x_patches(arch: Arch):
+    """(True, why) when SM12x patches apply on this arch, else (False, reason)."""
+    if arch.capability is None:
+        return False, f"no GPU detected ({arch.detail})"
+    if arch.capability[0] == 12:
+        return True, f"SM12x GPU (compute capability {arch.label})"
+    if force_enabled():
+        return True, f"SM12X_FORCE=1 on a {arch.label} GPU"
+    return False, f"GPU is {arch.label}, not SM12x (set SM12X_FORCE=1 to apply anyway)"
+
+
+def versions() -> dict:
+    """Installed version of every library in DISTRIBUTIONS (None when not installed)."""
+    from importlib import metadata
+
+    out = {}
+    for key, dists in DISTRIBUTIONS.items():
+        out[key] = None
+        for dist in dists:
+            try:
+                out[key] = metadata.version(dist)
+                break
+            except metadata.PackageNotFoundError:
+                continue
+            except Exception:
+                continue
+    return out
+
+
+def parse_release(version: str) -> tuple:
+    """Release numbers of a version string: '2.9.0a0+git12' -> (2, 9, 0); '0.5.23.post1' ->
+    (0, 5, 23)."""
+    m = re.match(r"\s*v?(\d+(?:\.\d+)*)", version or "")
+    if not m:
+        raise ValueError(f"not a version: {version!r}")
+    return tuple(int(p) for p in m.group(1).split("."))
+
+
+def _cmp(a: tuple, b: tuple) -> int:
+    n = max(len(a), len(b))
+    a, b = a + (0,) * (n - len(a)), b + (0,) * (n - len(b))
+    return (a > b) - (a < b)
+
+
+def in_range(version: str | None, spec: str) -> bool:
+    """Whether ``version`` satisfies ``spec``: '*' or comma-separated clauses '>=0.5', '<0.6',
+    '==0.5.2'. Only release numbers are compared; an unknown version satisfies only '*'."""
+    spec = spec.strip()
+    if spec in ("", "*"):
+        return True
+    if version is None:
+        return False
+    have = parse_release(version)
+    for clause in spec.split(","):
+        m = re.fullmatch(r"\s*(>=|<=|==|!=|>|<)\s*([\d.]+)\s*", clause)
+        if not m:
+            raise ValueError(f"bad version clause {clause!r} in {spec!r}")
+        op, want = m.group(1), parse_release(m.group(2))
+        c = _cmp(have, want)
+        ok = {">=": c >= 0, "<=": c <= 0, "==": c == 0, "!=": c != 0, ">": c > 0, "<": c < 0}[op]
+        if not ok:
+            return False
+    return True

@@ -1,0 +1,83 @@
+"""Stand-in modules for kernel libraries that are absent from an image.
+
+vLLM and SGLang only take their DeepGEMM indexer paths when ``import deep_gemm`` works. On SM12x,
+when no ``deep_gemm`` is installed at all, a last-resort finder at the END of ``sys.meta_path``
+provides one built from ``sm12x.kernels.deep_gemm_api`` (the functions listed in its ``NAMES``).
+A real installed module always wins (every other finder runs first). ``SM12X_SHIMS=0`` turns this
+off. The finder itself is stdlib-only and does nothing until that import is attempted.
+"""
+import importlib
+import os
+import sys
+
+SHIMS = {"deep_gemm": "sm12x.kernels.deep_gemm_api"}
+_MARK = "__sm12x_watcher__"  # the import watcher skips finders carrying this mark
+
+
+class _ShimLoader:
+    def __init__(self, source):
+        self.source = source
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        api = importlib.import_module(self.source)
+        for name in api.NAMES:
+            setattr(module, name, getattr(api, name))
+        module.__sm12x_shim__ = True
+        module.__version__ = "0+sm12x.shim"
+
+
+class _FallbackFinder:
+    def __init__(self):
+        setattr(self, _MARK, True)
+        self.sm12x_fallback = True
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in SHIMS or os.environ.get("SM12X_SHIMS", "1") == "0":
+            return None
+        if os.environ.get("SM12X_DISABLE") == "1":
+            return None
+        try:
+            from sm12x import platform
+
+            ok, _ = platform.wants_sm12x_patches(platform.gpu_arch())
+            if not ok:
+                return None
+            import importlib.machinery
+
+            return importlib.machinery.ModuleSpec(fullname, _ShimLoader(SHIMS[fullname]))
+        except Exception:
+            return None
+
+    def invalidate_caches(self):
+        pass
+
+
+def install_fallback_finder():
+    if not any(getattr(f, "sm12x_fallback", False) for f in sys.meta_path):
+        sys.meta_path.append(_FallbackFinder())
+
+
+def shim_state(name: str) -> str:
+    """'active' (imported as our stand-in), 'available' (would be provided), or 'off'."""
+    mod = sys.modules.get(name)
+    if mod is not None:
+        return "active" if getattr(mod, "__sm12x_shim__", False) else "off (real module imported)"
+    if os.environ.get("SM12X_SHIMS", "1") == "0":
+        return "off (SM12X_SHIMS=0)"
+    import importlib.util
+
+    from sm12x import platform
+
+    ok, why = platform.wants_sm12x_patches(platform.gpu_arch())
+    if not ok:
+        return f"off ({why})"
+    try:
+        spec = importlib.util.find_spec(name)
+    except Exception:
+        spec = None
+    if spec is not None and not isinstance(spec.loader, _ShimLoader):
+        return "off (real module installed)"
+    return "available"
