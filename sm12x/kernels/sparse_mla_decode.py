@@ -29,15 +29,18 @@ LN2 = 0.6931471805599453
 # Per-architecture launch configurations per cache format, by head-block size: a call uses the
 # smallest BLOCK_H that covers h_q, else the largest. The fp32 accumulator is BLOCK_H x 512 and
 # every program dequantises its tokens itself, so a larger BLOCK_H means less repeated
-# dequantisation for h_q >= 32 (V3.2 with BLOCK_H 32 spills, so it stays at 16).
-# sm_120/sm_121 configs must fit 101,376 B of shared memory with no spills (``compile_reports``).
+# dequantisation (h_q = 64 with BLOCK_H 64: each token is dequantised once per query).
+# sm_120/sm_121 configs must fit 101,376 B of shared memory with no spills (``compile_reports``);
+# there V3.2 with BLOCK_H 32 spills and stays at 16. On sm_90 (wgmma) BLOCK_H 64 spills.
 # SM12X_SPARSE_MLA_CONFIG="BLOCK_H=32,BLOCK_N=16,num_warps=8" overrides the choice (tuning).
 _H16 = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 8, "num_stages": 1}
 _H32 = {"BLOCK_H": 32, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1}
+_H64 = {"BLOCK_H": 64, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1}
 CONFIGS = {
-    "sm_120": {"model1": (_H16, _H32), "v32": (_H16,)},
-    "sm_90": {"model1": (_H16, _H32), "v32": (_H16,)},
+    "sm_120": {"model1": (_H16, _H32, _H64), "v32": (_H16,)},
+    "sm_90": {"model1": (_H16, _H32), "v32": (_H16, _H32)},
 }
+MIN_SPLIT_TOKENS = 64
 COMBINE_CONFIG = {"BLOCK_HC": 8, "num_warps": 4}
 
 
@@ -361,6 +364,9 @@ def plan(b, s_q, h_q, topk, extra_topk, device, num_splits=None, cfg=None, fmt="
     head_blocks = triton.cdiv(h_q, bh)
     if num_splits is None:
         num_splits = triton.cdiv(configs.sm_count(device), b * s_q * head_blocks)
+        # Each split writes a BLOCK_H x 512 fp32 partial (128 KiB at BLOCK_H 64, as many bytes as
+        # ~220 cache rows): keep at least MIN_SPLIT_TOKENS candidates per split.
+        num_splits = min(num_splits, triton.cdiv(n_tiles * bn, MIN_SPLIT_TOKENS))
     num_splits = max(1, min(int(num_splits), n_tiles))
     tiles_per_split = triton.cdiv(n_tiles, num_splits)
     num_splits = triton.cdiv(n_tiles, tiles_per_split)  # no empty splits
