@@ -1,0 +1,209 @@
+"""sm12x against a real Docker engine: the bundle mounted read-only into a locally built image.
+
+The image (docker/test-image/build_test_image.py) is the host's Debian python3 with Debian's own
+sitecustomize, a pre-set PYTHONPATH and a non-root USER: built offline in seconds, no registry.
+Every test here skips, with the reason printed, when no engine can be reached (start one with
+scripts/ci_docker.sh). About 30 s in all.
+"""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TAG = "sm12x-test:pytest"
+ISOLATED_TAG = "sm12x-test:pytest-isolated"
+USER = "1000:1000"
+# Debian's sitecustomize does `import apport_python_hook; apport_python_hook.install()`. A fake module on
+# the image's PYTHONPATH entry records that call, which proves the chained file really ran.
+FAKE_APPORT = "import sys\n\ndef install():\n    sys.sm12x_test_apport_installed = True\n"
+
+
+def _say(request, text):
+    tr = request.config.pluginmanager.get_plugin("terminalreporter")
+    if tr is not None:
+        tr.write_line(text)
+
+
+@pytest.fixture(scope="session")
+def engine(request):
+    """A connected docker client; skips the module (reason printed) when no engine answers."""
+    try:
+        import docker
+    except ImportError:
+        reason = "docker tests skipped: the `docker` Python package is not installed (pip install docker)"
+        _say(request, reason)
+        pytest.skip(reason)
+    try:
+        client = docker.from_env(timeout=30)
+        client.ping()
+    except Exception as e:
+        reason = (f"docker tests skipped: no Docker engine reachable "
+                  f"({os.environ.get('DOCKER_HOST', 'unix:///var/run/docker.sock')}: {type(e).__name__}); "
+                  "start one with scripts/ci_docker.sh")
+        _say(request, reason)
+        pytest.skip(reason)
+    return client
+
+
+@pytest.fixture(scope="session")
+def images(engine):
+    """Build the test image and its `python3 -I` twin; removed at the end of the session."""
+    path = os.path.join(REPO, "docker", "test-image", "build_test_image.py")
+    spec = importlib.util.spec_from_file_location("sm12x_build_test_image", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    info = mod.build(engine, tag=TAG, isolated_tag=ISOLATED_TAG)
+    yield info
+    for tag in (TAG, ISOLATED_TAG):
+        try:
+            engine.images.remove(tag, force=True)
+        except Exception:
+            pass
+
+
+def _tree(root):
+    """{relative path: (size, mtime_ns)} for every file and dir under root."""
+    out = {}
+    for d, dirs, files in os.walk(root):
+        for name in dirs + files:
+            p = os.path.join(d, name)
+            st = os.lstat(p)
+            out[os.path.relpath(p, root)] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+@pytest.fixture(scope="session")
+def bundle(tmp_path_factory):
+    """A bundle made by `python -m sm12x bundle`, readable by the container's non-root user."""
+    dest = tmp_path_factory.mktemp("bundle") / "sm12x"
+    r = subprocess.run([sys.executable, "-m", "sm12x", "bundle", str(dest)], cwd=REPO, capture_output=True,
+                       text=True, timeout=120, env=dict(os.environ, PYTHONPATH=REPO))
+    assert r.returncode == 0, r.stdout + r.stderr
+    for d, dirs, files in os.walk(dest):
+        os.chmod(d, 0o755)
+        for f in files:
+            os.chmod(os.path.join(d, f), 0o644)
+    return str(dest)
+
+
+@pytest.fixture(scope="session")
+def image_lib(tmp_path_factory):
+    d = tmp_path_factory.mktemp("image-lib")
+    (d / "apport_python_hook.py").write_text(FAKE_APPORT)
+    os.chmod(d, 0o755)
+    os.chmod(d / "apport_python_hook.py", 0o644)
+    return str(d)
+
+
+def _run(engine, image, command, bundle, image_lib, env=None, user=USER):
+    """Run python3 in the image with the bundle ro at /sm12x; returns (exit code, stdout, stderr)."""
+    c = engine.containers.create(
+        image, entrypoint=["python3"], command=command, user=user, network_disabled=True,
+        environment={"PYTHONPATH": "/sm12x:/opt/image-lib", **(env or {})},
+        volumes={bundle: {"bind": "/sm12x", "mode": "ro"}, image_lib: {"bind": "/opt/image-lib", "mode": "ro"}})
+    try:
+        c.start()
+        code = c.wait(timeout=120)["StatusCode"]
+        return code, c.logs(stderr=False).decode(), c.logs(stdout=False).decode()
+    finally:
+        c.remove(force=True)
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "sm12x", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, PYTHONPATH=REPO))
+
+
+def test_status_in_container_bootstrap_chains_debian_sitecustomize(engine, images, bundle, image_lib):
+    before = _tree(bundle)
+    code, out, err = _run(engine, TAG, ["-m", "sm12x", "status", "--json"], bundle, image_lib,
+                          env={"SM12X_ARCH": "12.0"})
+    assert code in (0, 1), err  # 1 only when a patch failed; the JSON is what matters
+    status = json.loads(out)
+    boot = status["bootstrap"]
+    assert boot["active"] is True
+    assert boot["sitecustomize"] == "/sm12x/sitecustomize.py"
+    assert boot["chained"] == f"/usr/lib/python{images['python']}/sitecustomize.py"  # Debian's own file
+    assert status["arch"]["capability"] == [12, 0] and status["arch"]["source"] == "env"
+    assert _tree(bundle) == before, "the container wrote to the read-only mount"
+    assert not any("__pycache__" in p for p in _tree(bundle))
+
+
+def test_chained_file_ran_as_non_root(engine, images, bundle, image_lib):
+    probe = ("import os, sys, sitecustomize; print(os.getuid(), sitecustomize.__file__, "
+             "getattr(sys, 'sm12x_test_apport_installed', False), sys.path.index('/sm12x') < sys.path.index('/opt/image-lib'))")
+    code, out, err = _run(engine, TAG, ["-c", probe], bundle, image_lib)
+    assert code == 0, err
+    assert out.split() == ["1000", "/sm12x/sitecustomize.py", "True", "True"]
+
+
+def test_disable_switch_still_chains(engine, images, bundle, image_lib):
+    code, out, err = _run(engine, TAG, ["-c", "import sys, sitecustomize as s; print(s._sm12x_active, "
+                                              "getattr(sys, 'sm12x_test_apport_installed', False))"],
+                          bundle, image_lib, env={"SM12X_DISABLE": "1"})
+    assert code == 0, err
+    assert out.split() == ["False", "True"]
+
+
+def test_doctor_on_test_image(engine, images, bundle):
+    r = _cli("doctor", "--image", TAG, "--bundle", bundle)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ok     bootstrap ran: /sm12x/sitecustomize.py" in r.stdout
+    assert f"chained the image's own sitecustomize: /usr/lib/python{images['python']}/sitecustomize.py" in r.stdout
+    assert "PYTHONPATH=/sm12x:/opt/image-lib" in r.stdout
+    assert "uid 1000" in r.stdout  # the image's USER, not root
+    assert "verdict: the mount takes effect" in r.stdout
+
+
+def test_doctor_json_and_unwritable_triton_cache(engine, images, bundle):
+    r = _cli("doctor", "--image", TAG, "--bundle", bundle, "--json", "--env", "TRITON_CACHE_DIR=/usr/lib/triton")
+    data = json.loads(r.stdout)
+    assert r.returncode == 0 and data["exit_code"] == 0
+    levels = {f["code"]: f["level"] for f in data["findings"]}
+    assert levels["bootstrap"] == "ok" and levels["chained"] == "ok"
+    assert levels["triton-cache"] == "warn"
+    assert data["report"]["triton_cache"]["dir"] == "/usr/lib/triton"
+
+
+def test_doctor_reports_python_isolated_entrypoint(engine, images, bundle):
+    r = _cli("doctor", "--image", ISOLATED_TAG, "--bundle", bundle)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "error  image command python3 -I" in r.stdout
+    assert "verdict: the mount would NOT take effect" in r.stdout
+
+
+def test_isolated_entrypoint_really_skips_sitecustomize(engine, images, bundle, image_lib):
+    """What doctor warns about, shown for real: the image's own `python3 -I` never loads our bootstrap."""
+    c = engine.containers.create(ISOLATED_TAG, command=["-c", "import sitecustomize; print(sitecustomize.__file__)"],
+                                 environment={"PYTHONPATH": "/sm12x:/opt/image-lib"}, network_disabled=True,
+                                 volumes={bundle: {"bind": "/sm12x", "mode": "ro"}})
+    try:
+        c.start()
+        assert c.wait(timeout=60)["StatusCode"] == 0
+        # site still loads the image's own sitecustomize; PYTHONPATH (and so ours) is ignored
+        assert c.logs(stderr=False).decode().split() == [f"/usr/lib/python{images['python']}/sitecustomize.py"]
+    finally:
+        c.remove(force=True)
+
+
+def test_doctor_missing_image_exit_2(engine, bundle):
+    r = _cli("doctor", "--image", "sm12x-test:does-not-exist", "--bundle", bundle)
+    assert r.returncode == 2 and "not present locally" in r.stderr
+
+
+def test_launch_dry_run_reads_image_pythonpath(engine, images, bundle, tmp_path):
+    r = _cli("launch", "sglang", "--model", str(tmp_path), "--image", TAG, "--bundle", bundle, "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "PYTHONPATH=/sm12x:/opt/image-lib" in r.stdout and f"{bundle}:/sm12x:ro" in r.stdout
+    assert r.stderr == ""  # the image was inspected: no "assumed" note
+
+
+def test_launch_missing_image_exit_2(engine, bundle, tmp_path):
+    r = _cli("launch", "vllm", "--model", str(tmp_path), "--image", "sm12x-test:does-not-exist", "--bundle", bundle)
+    assert r.returncode == 2
+    assert r.stderr.strip() == ("sm12x launch: image sm12x-test:does-not-exist is not present locally "
+                                "(sm12x never pulls): docker pull sm12x-test:does-not-exist")
