@@ -9,8 +9,8 @@ Nothing here may stop the interpreter: every failure, ours or the chained file's
 
 
 def _sm12x_chain():
+    # importlib.util is avoided on purpose: it pulls contextlib/functools (~3 ms per process).
     import importlib.machinery
-    import importlib.util
     import os
     import sys
 
@@ -22,11 +22,16 @@ def _sm12x_chain():
     name = "_sm12x_chained_sitecustomize"
     if name in sys.modules:
         return spec.origin
-    chained = importlib.util.spec_from_file_location(name, spec.origin)
-    module = importlib.util.module_from_spec(chained)
+    if spec.origin.endswith(".py"):
+        loader = importlib.machinery.SourceFileLoader(name, spec.origin)
+    else:
+        loader = importlib.machinery.SourcelessFileLoader(name, spec.origin)
+    module = type(sys)(name)
+    module.__file__ = spec.origin
+    module.__loader__ = loader
     sys.modules[name] = module
     try:
-        chained.loader.exec_module(module)
+        loader.exec_module(module)
     except BaseException as e:  # the image's file may even raise SystemExit: never fatal here
         _sm12x_debug("chained sitecustomize %s raised %r" % (spec.origin, e))
     return spec.origin

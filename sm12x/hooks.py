@@ -7,7 +7,8 @@ it, ``on_module_executed`` selects the registry patches that target (or copy fro
 applies them. Only from that moment are the platform facts read (NVML, package metadata) and the
 patch modules imported: nothing heavy happens in unrelated Python processes.
 
-``install()`` is the same for processes where the watched modules may already be imported (the
+When no finder at all knows ``deep_gemm``, the watcher asks ``sm12x.shims`` for a stand-in (see
+there). ``install()`` is the same for processes where the watched modules may already be imported (the
 framework plugin route): it installs the watcher and applies patches to what is already there.
 Both are idempotent.
 """
@@ -16,6 +17,18 @@ import sys
 
 WATCHED = ("vllm", "sglang", "sgl_kernel", "flash_mla", "deep_gemm", "flashinfer")
 _MARK = "__sm12x_watcher__"
+
+
+_SHIMMED = ("deep_gemm",)  # absent libraries sm12x.shims can stand in for
+
+
+def _shim_spec(fullname):
+    try:
+        from sm12x import shims
+
+        return shims.find_shim_spec(fullname)
+    except Exception:
+        return None
 
 
 class _ChainedLoader:
@@ -69,6 +82,8 @@ class _Watcher:
                     break
         finally:
             self._busy.discard(fullname)
+        if spec is None and fullname in _SHIMMED:
+            return _shim_spec(fullname)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         spec.loader = _ChainedLoader(spec.loader, fullname)
@@ -86,9 +101,6 @@ def install_watcher():
     """Put the watcher first on sys.meta_path (once per process)."""
     if not _watcher_installed():
         sys.meta_path.insert(0, _Watcher(WATCHED))
-    from sm12x import shims  # stdlib-only; a last-resort finder for absent kernel libraries
-
-    shims.install_fallback_finder()
 
 
 def install():

@@ -1,17 +1,15 @@
 """Stand-in modules for kernel libraries that are absent from an image.
 
 vLLM and SGLang only take their DeepGEMM indexer paths when ``import deep_gemm`` works. On SM12x,
-when no ``deep_gemm`` is installed at all, a last-resort finder at the END of ``sys.meta_path``
-provides one built from ``sm12x.kernels.deep_gemm_api`` (the functions listed in its ``NAMES``).
-A real installed module always wins (every other finder runs first). ``SM12X_SHIMS=0`` turns this
-off. The finder itself is stdlib-only and does nothing until that import is attempted.
+when no ``deep_gemm`` is installed at all, the import watcher provides one built from
+``sm12x.kernels.deep_gemm_api`` (the functions listed in its ``NAMES``). A real installed module always wins: the import watcher (``sm12x.hooks``) asks for a stand-in
+only after every other finder found nothing. ``SM12X_SHIMS=0`` turns this off.
 """
 import importlib
 import os
 import sys
 
 SHIMS = {"deep_gemm": "sm12x.kernels.deep_gemm_api"}
-_MARK = "__sm12x_watcher__"  # the import watcher skips finders carrying this mark
 
 
 class _ShimLoader:
@@ -29,35 +27,20 @@ class _ShimLoader:
         module.__version__ = "0+sm12x.shim"
 
 
-class _FallbackFinder:
-    def __init__(self):
-        setattr(self, _MARK, True)
-        self.sm12x_fallback = True
+def find_shim_spec(fullname):
+    """A spec for our stand-in of ``fullname``, or None (not shimmed, turned off, not SM12x)."""
+    if fullname not in SHIMS or os.environ.get("SM12X_SHIMS", "1") == "0":
+        return None
+    if os.environ.get("SM12X_DISABLE") == "1":
+        return None
+    from sm12x import platform
 
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname not in SHIMS or os.environ.get("SM12X_SHIMS", "1") == "0":
-            return None
-        if os.environ.get("SM12X_DISABLE") == "1":
-            return None
-        try:
-            from sm12x import platform
+    ok, _ = platform.wants_sm12x_patches(platform.gpu_arch())
+    if not ok:
+        return None
+    import importlib.machinery
 
-            ok, _ = platform.wants_sm12x_patches(platform.gpu_arch())
-            if not ok:
-                return None
-            import importlib.machinery
-
-            return importlib.machinery.ModuleSpec(fullname, _ShimLoader(SHIMS[fullname]))
-        except Exception:
-            return None
-
-    def invalidate_caches(self):
-        pass
-
-
-def install_fallback_finder():
-    if not any(getattr(f, "sm12x_fallback", False) for f in sys.meta_path):
-        sys.meta_path.append(_FallbackFinder())
+    return importlib.machinery.ModuleSpec(fullname, _ShimLoader(SHIMS[fullname]))
 
 
 def shim_state(name: str) -> str:

@@ -419,3 +419,36 @@ def test_real_registry_plan_lists_every_route(standin):
               "vllm.third_party.flashmla.flash_mla_interface:flash_mla_with_kvcache",
               "deep_gemm:fp8_paged_mqa_logits"):
         assert t in targets
+
+
+def test_deep_gemm_stand_in_only_when_absent(standin):
+    pytest.importorskip("torch")
+    code = """
+import json, deep_gemm
+from sm12x.kernels import deep_gemm_api
+from sm12x import shims
+print(json.dumps({"shim": getattr(deep_gemm, "__sm12x_shim__", False),
+                  "has_all": all(hasattr(deep_gemm, n) for n in deep_gemm_api.NAMES),
+                  "state": shims.shim_state("deep_gemm"),
+                  "paged": deep_gemm.fp8_paged_mqa_logits.__module__}))
+"""
+    out = last_json(run_py(code, pythonpath=[REPO]))
+    assert out == {"shim": True, "has_all": True, "state": "active",
+                   "paged": "sm12x.kernels.deep_gemm_api"}
+    off = run_py("import deep_gemm", pythonpath=[REPO], env={"SM12X_SHIMS": "0"}, check=False)
+    assert "No module named 'deep_gemm'" in off.stderr
+    hopper = run_py("import deep_gemm", pythonpath=[REPO], env={"SM12X_ARCH": "9.0"}, check=False)
+    assert "No module named 'deep_gemm'" in hopper.stderr
+    # a real (stand-in) deep_gemm wins and gets patched instead
+    (standin / "deep_gemm").mkdir()
+    (standin / "deep_gemm" / "__init__.py").write_text(
+        "def fp8_paged_mqa_logits(*a, **k):\n    raise RuntimeError('Unsupported architecture')\n")
+    real = last_json(run_py("""
+import json, deep_gemm
+from sm12x import apply
+print(json.dumps({"shim": getattr(deep_gemm, "__sm12x_shim__", False),
+                  "patched": getattr(deep_gemm.fp8_paged_mqa_logits, "__sm12x_patch__", None),
+                  "missing": apply.OUTCOMES["deep_gemm.fp8_mqa_logits"][0]}))
+""", pythonpath=[REPO, standin]))
+    assert real == {"shim": False, "patched": "deep_gemm.fp8_paged_mqa_logits",
+                    "missing": "skipped"}
