@@ -281,7 +281,7 @@ print(json.dumps({"same": fi.flash_mla_with_kvcache is first,
                   "watchers": sum(hasattr(f, "__sm12x_watcher__") for f in __import__("sys").meta_path)}))
 """, pythonpath=[REPO, standin])
     out = last_json(proc)
-    assert out == {"same": True, "inner_is_original": ["original", 1], "watchers": 2}
+    assert out == {"same": True, "inner_is_original": ["original", 1], "watchers": 1}
 
 
 def test_arch_selection(standin):
