@@ -11,8 +11,9 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)
+for _p in (REPO, os.path.join(REPO, "tests")):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
 
 TEST_DEVICE = os.environ.get("SM12X_TEST_DEVICE", "cpu")
 if TEST_DEVICE == "cpu":

@@ -8,13 +8,11 @@ without the kernels.
 """
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests_support import REPO, last_json, run_py
 
 STANDIN = {
     "flash_mla/__init__.py": """
@@ -101,25 +99,6 @@ def standin(tmp_path):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(body).lstrip())
     return tmp_path
-
-
-def run_py(code, *, pythonpath, env=None, flags=(), check=True):
-    """Run ``code`` in a fresh interpreter with ``pythonpath``; returns CompletedProcess."""
-    full_env = {k: v for k, v in os.environ.items()
-                if not k.startswith("SM12X_") and k != "PYTHONPATH"}
-    full_env.update({"PYTHONPATH": os.pathsep.join(map(str, pythonpath)),
-                     "SM12X_ARCH": "12.0"})
-    full_env.update(env or {})
-    full_env = {k: v for k, v in full_env.items() if v is not None}
-    proc = subprocess.run([sys.executable, *flags, "-c", textwrap.dedent(code)],
-                          capture_output=True, text=True, env=full_env, timeout=240)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc
-
-
-def last_json(proc):
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 SETUP = """

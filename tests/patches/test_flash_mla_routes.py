@@ -1,0 +1,142 @@
+"""The real FlashMLA patch set on stand-in modules shaped like each route (pip FlashMLA with its
+``cuda`` extension, sgl-kernel with descale arguments, vLLM's vendored copy and its stubbed
+re-export, SGLang's SM120 entry). Each original raises FlashMLA's SM12x error for sparse calls, so a
+correct result proves the call reached sm12x; dense calls must still reach the original."""
+import textwrap
+
+import pytest
+
+from tests_support import REPO, last_json, run_py
+
+ERR = "Unsupported architecture for sparse decode fwd"
+
+FLASHMLA_SIG = ("q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata, "
+                "num_splits=None, softmax_scale=None, causal=False, is_fp8_kvcache=False, "
+                "indices=None, attn_sink=None, extra_k_cache=None, extra_indices_in_kvcache=None, "
+                "topk_length=None, extra_topk_length=None")
+SGL_SIG = FLASHMLA_SIG.replace("causal=False, ", "causal=False, descale_q=None, descale_k=None, ")
+
+INTERFACE = f"""
+def get_mla_metadata(*args, **kwargs):
+    return "original-meta", None
+
+def flash_mla_with_kvcache({{sig}}):
+    if indices is not None:
+        raise RuntimeError({ERR!r})
+    return "original-dense"
+"""
+
+ROUTES = {
+    "flash_mla/__init__.py": "from flash_mla.flash_mla_interface import flash_mla_with_kvcache, "
+                             "get_mla_metadata\n",
+    "flash_mla/flash_mla_interface.py": INTERFACE.format(sig=FLASHMLA_SIG),
+    "flash_mla/cuda.py": f"def sparse_decode_fwd(*args):\n    raise RuntimeError({ERR!r})\n",
+    "sgl_kernel/__init__.py": "",
+    "sgl_kernel/flash_mla.py": INTERFACE.format(sig=SGL_SIG),
+    "vllm/__init__.py": "",
+    "vllm/third_party/__init__.py": "",
+    "vllm/third_party/flashmla/__init__.py": "",
+    "vllm/third_party/flashmla/flash_mla_interface.py": INTERFACE.format(sig=FLASHMLA_SIG),
+    "vllm/v1/__init__.py": "",
+    "vllm/v1/attention/__init__.py": "",
+    "vllm/v1/attention/ops/__init__.py": "",
+    # on SM12x vLLM binds stubs instead of importing the vendored module
+    "vllm/v1/attention/ops/flashmla.py": textwrap.dedent("""
+        def _raise(*a, **k):
+            raise RuntimeError("FlashMLA is not available")
+        flash_mla_with_kvcache = _raise
+        get_mla_metadata = _raise
+    """),
+    "sglang/__init__.py": "",
+    "sglang/kernels/__init__.py": "",
+    "sglang/kernels/ops/__init__.py": "",
+    "sglang/kernels/ops/attention/__init__.py": "",
+    "sglang/kernels/ops/attention/flash_mla_sm120.py":
+        f"def flash_mla_with_kvcache_sm120(**kw):\n    raise RuntimeError({ERR!r})\n",
+}
+
+CALLS = """
+import json, os, torch
+from sm12x.kernels.reference.sparse_mla import make_case, ref_sparse_mla_decode
+case = make_case(b=2, s_q=1, h_q=16, topk=64, page=64, extra_topk=64, extra_page=2,
+                 extra_topk_length=True)
+ref_out, ref_lse = ref_sparse_mla_decode(**case)
+kw = dict(softmax_scale=case["softmax_scale"], is_fp8_kvcache=True, indices=case["indices"],
+          attn_sink=case["attn_sink"], extra_k_cache=case["extra_k_cache"],
+          extra_indices_in_kvcache=case["extra_indices"], topk_length=case["topk_length"],
+          extra_topk_length=case["extra_topk_length"])
+q, cache = case["q"], case["k_cache"]
+
+def err(out, lse):
+    return [float((out.float() - ref_out.float()).abs().max()),
+            float((lse - ref_lse).abs().nan_to_num(0.0).max())]
+
+res = {}
+import flash_mla
+meta = flash_mla.get_mla_metadata()[0]
+res["pip"] = err(*flash_mla.flash_mla_with_kvcache(q, cache, None, None, 512, meta, **kw))
+res["pip_dense"] = flash_mla.flash_mla_with_kvcache(q, cache, None, None, 512, meta)
+import flash_mla.flash_mla_interface as fi
+res["pip_interface"] = err(*fi.flash_mla_with_kvcache(q, cache, None, None, 512,
+                                                      fi.get_mla_metadata()[0], **kw))
+import flash_mla.cuda as fc
+o, l, _, _ = fc.sparse_decode_fwd(q, cache, kw["indices"], kw["topk_length"], kw["attn_sink"],
+                                  None, None, kw["extra_k_cache"], kw["extra_indices_in_kvcache"],
+                                  kw["extra_topk_length"], 512, kw["softmax_scale"])
+res["pip_cuda"] = err(o, l)
+from sgl_kernel import flash_mla as sk
+# positional descale_q/descale_k (None) as sgl-kernel's signature has them
+res["sgl_kernel"] = err(*sk.flash_mla_with_kvcache(
+    q, cache, None, None, 512, sk.get_mla_metadata()[0], None, kw["softmax_scale"], False, None,
+    None, True, kw["indices"], kw["attn_sink"], kw["extra_k_cache"],
+    kw["extra_indices_in_kvcache"], kw["topk_length"], kw["extra_topk_length"]))
+from vllm.v1.attention.ops import flashmla as vf
+res["vllm_ops_stub"] = err(*vf.flash_mla_with_kvcache(q, cache, None, None, 512,
+                                                      vf.get_mla_metadata()[0], **kw))
+from vllm.third_party.flashmla import flash_mla_interface as vt
+res["vllm_third_party"] = err(*vt.flash_mla_with_kvcache(q, cache, None, None, 512,
+                                                         vt.get_mla_metadata()[0], **kw))
+from sglang.kernels.ops.attention import flash_mla_sm120 as s120
+res["sglang_sm120"] = err(*s120.flash_mla_with_kvcache_sm120(
+    q=q, k_cache=cache, head_dim_v=512, softmax_scale=kw["softmax_scale"], indices=kw["indices"],
+    topk_length=kw["topk_length"], attn_sink=kw["attn_sink"], extra_k_cache=kw["extra_k_cache"],
+    extra_indices_in_kvcache=kw["extra_indices_in_kvcache"],
+    extra_topk_length=kw["extra_topk_length"]))
+from sm12x import apply
+res["outcomes"] = {k: v[0] for k, v in apply.OUTCOMES.items()}
+print(json.dumps(res))
+"""
+
+
+@pytest.fixture
+def routes(tmp_path):
+    for rel, body in ROUTES.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(body)
+    return tmp_path
+
+
+def test_every_route_reaches_the_kernel(routes):
+    pytest.importorskip("triton")
+    out = last_json(run_py(CALLS, pythonpath=[REPO, routes],
+                           env={"TRITON_INTERPRET": "1", "TRITON_DEFAULT_FP_FUSION": "1"}))
+    for route in ("pip", "pip_interface", "pip_cuda", "sgl_kernel", "vllm_ops_stub",
+                  "vllm_third_party", "sglang_sm120"):
+        out_err, lse_err = out[route]
+        assert out_err <= 1e-2, (route, out_err)  # bf16 output of a 128-key softmax
+        assert lse_err <= 1e-4, (route, lse_err)
+    assert out["pip_dense"] == "original-dense"
+    applied = {k for k, v in out["outcomes"].items() if v == "applied"}
+    assert {"flash_mla.decode", "flash_mla.interface.decode", "flash_mla.cuda.sparse_decode_fwd",
+            "sgl_kernel.flash_mla.decode", "vllm.ops.flashmla.decode",
+            "vllm.third_party.flashmla.decode", "sglang.flash_mla_sm120"} <= applied
+    assert "sglang.flash_mla_sm120.era_b" not in out["outcomes"]  # its module was never imported
+
+
+def test_not_sm12x_leaves_originals(routes):
+    proc = run_py("""
+import json, flash_mla
+print(json.dumps({"meta": flash_mla.get_mla_metadata()[0]}))
+""", pythonpath=[REPO, routes], env={"SM12X_ARCH": "9.0"})
+    assert last_json(proc) == {"meta": "original-meta"}

@@ -1,0 +1,27 @@
+"""Helpers for tests that run code in a fresh interpreter (imported by test modules; the
+``tests`` folder is on sys.path through conftest)."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_py(code, *, pythonpath, env=None, flags=(), check=True, timeout=600):
+    """Run ``code`` with PYTHONPATH=``pythonpath`` and SM12X_ARCH=12.0 (unless ``env`` overrides;
+    a None value removes a variable). Returns the CompletedProcess."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("SM12X_") and k != "PYTHONPATH"}
+    full.update({"PYTHONPATH": os.pathsep.join(map(str, pythonpath)), "SM12X_ARCH": "12.0"})
+    full.update(env or {})
+    full = {k: v for k, v in full.items() if v is not None}
+    proc = subprocess.run([sys.executable, *flags, "-c", textwrap.dedent(code)],
+                          capture_output=True, text=True, env=full, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def last_json(proc):
+    return json.loads(proc.stdout.strip().splitlines()[-1])
