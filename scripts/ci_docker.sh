@@ -51,21 +51,44 @@ if [ "$(id -u)" != 0 ]; then
     exit 0
 fi
 
-if ! pgrep -x dockerd >/dev/null 2>&1; then
-    say "starting dockerd (log: $LOG)"
+start_dockerd() {  # $@: extra dockerd flags
+    say "starting dockerd $* (log: $LOG)"
     # setsid: the engine outlives this script and the CI step that called it.
-    setsid nohup dockerd --host "unix://$SOCK" >"$LOG" 2>&1 </dev/null &
-else
+    setsid nohup dockerd --host "unix://$SOCK" "$@" >>"$LOG" 2>&1 </dev/null &
+    DOCKERD_PID=$!
+}
+
+wait_engine() {  # $1: seconds; fails early when the dockerd we started has exited
+    for _ in $(seq 1 "$1"); do
+        engine_up && return 0
+        if [ -n "${DOCKERD_PID:-}" ] && ! kill -0 "$DOCKERD_PID" 2>/dev/null; then
+            return 1
+        fi
+        sleep 1
+    done
+    return 1
+}
+
+DOCKERD_PID=
+if pgrep -x dockerd >/dev/null 2>&1; then
     say "dockerd already running; waiting for it to answer"
+else
+    start_dockerd
+fi
+if wait_engine "$WAIT"; then
+    say "engine up on $SOCK"
+    exit 0
 fi
 
-for _ in $(seq 1 "$WAIT"); do
-    if engine_up; then
-        say "engine up on $SOCK"
+# Sandboxes without iptables/bridge support: the tests need neither (their containers run with
+# networking disabled), so retry once without them.
+if [ -n "$DOCKERD_PID" ] && ! kill -0 "$DOCKERD_PID" 2>/dev/null; then
+    start_dockerd --iptables=false --ip6tables=false --bridge=none
+    if wait_engine "$WAIT"; then
+        say "engine up on $SOCK (without iptables/bridge networking)"
         exit 0
     fi
-    sleep 1
-done
+fi
 
 say "engine did not answer within ${WAIT}s; docker tests will skip. Last lines of $LOG:"
 tail -n 5 "$LOG" >&2 2>/dev/null || true

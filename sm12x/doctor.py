@@ -93,6 +93,13 @@ try:
 except Exception as e:
     r["status"], r["status_rc"], r["status_stderr"] = None, None, "%s: %s" % (type(e).__name__, e)
 r["status_python"] = exe
+try:  # the plugin route: entry points registered by the dist-info on the mount
+    from importlib.metadata import entry_points
+    eps = entry_points()
+    r["plugins"] = {g: sorted(e.name for e in (eps.select(group=g) if hasattr(eps, "select") else eps.get(g, [])))
+                    for g in ("vllm.general_plugins", "sglang.srt.plugins")}
+except Exception as e:
+    r["plugins"] = None
 print("SM12X_DOCTOR " + json.dumps(r))
 '''
 
@@ -174,15 +181,24 @@ def analyse(image_config: dict, report: dict | None, mount: str = MOUNT) -> list
 
     # 1. Static: the image's own command line and environment.
     argv = list(cfg.get("Entrypoint") or []) + list(cfg.get("Cmd") or [])
-    bad = python_flags(argv) & {"I", "E", "S"}
+    flags = python_flags(argv)
     if report and report.get("entry_shebang"):
-        bad |= _shebang_flags(report["entry_shebang"]) & {"I", "E", "S"}
-    if bad:
-        why = {"I": "-I ignores PYTHONPATH", "E": "-E ignores PYTHONPATH", "S": "-S skips site/sitecustomize"}
+        flags |= _shebang_flags(report["entry_shebang"])
+    if flags & {"I", "E"}:
         add("error", "entrypoint-disables-site",
-            f"image command {shlex.join(argv)!s} runs python with "
-            + ", ".join(f"-{f} ({why[f]})" for f in sorted(bad))
-            + ": sitecustomize never loads; override the entrypoint (sm12x launch does, compose files do)")
+            f"image command {shlex.join(argv)} runs python with "
+            + " and ".join(f"-{f}" for f in sorted(flags & {"I", "E"}))
+            + ": PYTHONPATH is ignored, so neither our sitecustomize nor our plugin entry points load; "
+            "override the entrypoint (sm12x launch and the compose files do)")
+    elif "S" in flags:
+        add("warn", "entrypoint-disables-site",
+            f"image command {shlex.join(argv)} runs python with -S: our sitecustomize never loads; only the "
+            "plugin entry points (vllm.general_plugins / sglang.srt.plugins) apply patches, and only in "
+            "processes where the framework loads plugins; override the entrypoint to get both")
+    for var in ("VLLM_PLUGINS", "SGLANG_PLUGINS"):
+        if var in env and "sm12x" not in env[var].split(","):
+            add("info", "plugin-allow-list", f"image sets {var}={env[var]}: the sm12x plugin route is off "
+                                             "(the sitecustomize route is not affected)")
     if env.get("SM12X_DISABLE") == "1":
         add("error", "disabled", "image env sets SM12X_DISABLE=1: the bootstrap stops after chaining")
     image_pp = env.get("PYTHONPATH")
@@ -223,6 +239,14 @@ def analyse(image_config: dict, report: dict | None, mount: str = MOUNT) -> list
         add("warn", "not-chained", f"image has {others[0]} but the bootstrap did not chain it")
     else:
         add("info", "nothing-to-chain", "image has no sitecustomize of its own: nothing to chain")
+
+    plugins = report.get("plugins") or {}
+    groups = [g for g, names in plugins.items() if "sm12x" in names]
+    if groups:
+        add("ok", "plugin-route", "plugin entry points registered: " + ", ".join(groups))
+    elif plugins:
+        add("info", "plugin-route", "no sm12x plugin entry points (bundle without the dist-info?): "
+                                    "only the sitecustomize route applies")
 
     # 3. The patch plan.
     arch = status.get("arch") or {}

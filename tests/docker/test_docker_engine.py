@@ -156,6 +156,7 @@ def test_doctor_on_test_image(engine, images, bundle):
     assert f"chained the image's own sitecustomize: /usr/lib/python{images['python']}/sitecustomize.py" in r.stdout
     assert "PYTHONPATH=/sm12x:/opt/image-lib" in r.stdout
     assert "uid 1000" in r.stdout  # the image's USER, not root
+    assert "plugin entry points registered: vllm.general_plugins, sglang.srt.plugins" in r.stdout
     assert "verdict: the mount takes effect" in r.stdout
 
 

@@ -223,13 +223,26 @@ def test_analyse_good_image():
 @pytest.mark.parametrize("entry, cmd, flag", [
     (["python3", "-I", "-m", "vllm.entrypoints.openai.api_server"], None, "-I"),
     (["python3"], ["-E", "-m", "sglang.launch_server"], "-E"),
-    (["/bin/sh", "-c"], ["python3 -S /app/serve.py"], "-S"),
 ])
 def test_analyse_entrypoint_disables_site(entry, cmd, flag):
     f = doctor.analyse({"Entrypoint": entry, "Cmd": cmd}, good_report())
     (bad,) = [x for x in f if x.code == "entrypoint-disables-site"]
     assert bad.level == "error" and flag in bad.text
     assert doctor.exit_code(f) == 1
+
+
+def test_analyse_dash_S_is_a_warning_plugin_route_remains():
+    f = doctor.analyse({"Entrypoint": ["python3", "-S", "-m", "vllm.entrypoints.cli.main"]}, good_report())
+    (w,) = [x for x in f if x.code == "entrypoint-disables-site"]
+    assert w.level == "warn" and "plugin" in w.text and doctor.exit_code(f) == 0
+
+
+def test_analyse_plugin_route_and_allow_list():
+    f = doctor.analyse({"Env": ["VLLM_PLUGINS=lora"]}, good_report(
+        plugins={"vllm.general_plugins": ["sm12x"], "sglang.srt.plugins": ["sm12x"]}))
+    assert "plugin-route" in codes(f, "ok") and "plugin-allow-list" in codes(f, "info")
+    f = doctor.analyse({}, good_report(plugins={"vllm.general_plugins": [], "sglang.srt.plugins": []}))
+    assert "plugin-route" in codes(f, "info")
 
 
 def test_analyse_shebang_with_isolated_flag():
@@ -324,3 +337,29 @@ def test_doctor_without_engine_exit_2(monkeypatch, capsys):
 def test_doctor_bundle_without_sitecustomize_exit_2(capsys, tmp_path):
     assert main(["doctor", "--image", "x:y", "--bundle", str(tmp_path)]) == 2
     assert "sitecustomize.py" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------
+# docker/compose.*.yaml: the properties every service must keep
+# ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["compose.vllm.yaml", "compose.sglang.yaml"])
+def test_compose_services_mount_and_prepend(name):
+    yaml = pytest.importorskip("yaml")
+    with open(os.path.join(REPO, "docker", name)) as f:
+        doc = yaml.safe_load(f)
+    services = doc["services"]
+    assert {s for svc in services.values() for s in svc["profiles"]} >= {"rtx"}
+    for sname, svc in services.items():
+        assert any(v.endswith(":/sm12x:ro") for v in svc["volumes"]), sname
+        assert any(v.endswith(":/model:ro") for v in svc["volumes"]), sname
+        assert svc["environment"]["PYTHONPATH"].startswith("/sm12x:"), sname
+        assert svc["pull_policy"] == "never" and svc["ipc"] == "host", sname
+        assert svc["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+        argv = list(svc["entrypoint"]) + list(svc["command"])
+        assert not doctor.python_flags(argv) & {"I", "E", "S"}, sname
+    rtx = [svc for svc in services.values() if "rtx" in svc["profiles"]]
+    (svc,) = rtx
+    assert svc["environment"]["NCCL_P2P_DISABLE"] == "1"
+    assert "--disable-custom-all-reduce" in svc["command"]
+    assert any("fp8" in a for a in svc["command"] if a.startswith("--kv-cache-dtype"))
