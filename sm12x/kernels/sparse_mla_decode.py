@@ -41,7 +41,7 @@ CONFIGS = {
     "sm_90": {"model1": (_H16, _H32), "v32": (_H16, _H32)},
 }
 MIN_SPLIT_TOKENS = 64
-COMBINE_CONFIG = {"BLOCK_HC": 8, "num_warps": 4}
+COMBINE_CONFIG = {"BLOCK_HC": 8, "BLOCK_DC": 128, "num_warps": 4}
 
 
 @triton.jit
@@ -134,8 +134,9 @@ def _attend_tile(acc, m_i, l_i, q, q_rope, cache_ptr, stride0, ntok, idx_row_ptr
 
 @triton.jit
 def _write_final(out_ptr, lse_ptr, sink_ptr, acc, lse2, heads, hmask, pid_bs, H, stride_ob,
-                 stride_os, stride_oh, S_Q, HAS_SINK: tl.constexpr, INTERPRET: tl.constexpr):
-    """acc = normalised output fp32 [BLOCK_H, 512], lse2 = log2-sum-exp (-inf: no valid key)."""
+                 stride_os, stride_oh, S_Q, d0, HAS_SINK: tl.constexpr, INTERPRET: tl.constexpr):
+    """acc = normalised output fp32 [BLOCK_H, BLOCK_D] for dims [d0, d0 + BLOCK_D),
+    lse2 = log2-sum-exp (-inf: no valid key). The d0 == 0 block also writes lse."""
     lonely = lse2 == float("-inf")
     lse = tl.where(lonely, float("inf"), lse2 * 0.6931471805599453)
     factor = tl.where(lonely, 0.0, 1.0)
@@ -145,11 +146,11 @@ def _write_final(out_ptr, lse_ptr, sink_ptr, acc, lse2, heads, hmask, pid_bs, H,
     o = acc * factor[:, None]
     b = pid_bs // S_Q
     s = pid_bs % S_Q
-    dv = tl.arange(0, 512)
+    dv = d0 + tl.arange(0, acc.shape[1])
     o_ptrs = (out_ptr + b.to(tl.int64) * stride_ob + s * stride_os + heads[:, None] * stride_oh
               + dv[None, :])
     tl.store(o_ptrs, _to_bf16(o, INTERPRET), mask=hmask[:, None])
-    tl.store(lse_ptr + pid_bs.to(tl.int64) * H + heads, lse, mask=hmask)
+    tl.store(lse_ptr + pid_bs.to(tl.int64) * H + heads, lse, mask=hmask & ((heads * 0 + d0) == 0))
 
 
 @triton.jit
@@ -208,7 +209,7 @@ def _sparse_mla_split_kernel(
     lse2 = tl.where(has_any, m_i + tl.log2(tl.where(has_any, l_i, 1.0)), float("-inf"))
     if DIRECT:
         _write_final(out_ptr, lse_ptr, sink_ptr, acc, lse2, heads, hmask, pid_bs, H, stride_ob,
-                     stride_os, stride_oh, S_Q, HAS_SINK, INTERPRET)
+                     stride_os, stride_oh, S_Q, 0, HAS_SINK, INTERPRET)
     else:
         row = (pid_bs.to(tl.int64) * NUM_SPLITS + pid_sp) * H + heads
         tl.store(ows_ptr + row[:, None] * 512 + tl.arange(0, 512)[None, :], acc,
@@ -220,9 +221,11 @@ def _sparse_mla_split_kernel(
 def _sparse_mla_combine_kernel(ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, stride_ob,
                                stride_os, stride_oh, S_Q, H, NUM_SPLITS,
                                HAS_SINK: tl.constexpr, BLOCK_HC: tl.constexpr,
-                               INTERPRET: tl.constexpr):
+                               BLOCK_DC: tl.constexpr, INTERPRET: tl.constexpr):
+    """Merge the splits of BLOCK_HC heads x BLOCK_DC output dims of one query token."""
     pid_h = tl.program_id(0)
-    pid_bs = tl.program_id(1)
+    d0 = tl.program_id(1) * BLOCK_DC
+    pid_bs = tl.program_id(2)
     heads = pid_h * BLOCK_HC + tl.arange(0, BLOCK_HC)
     hmask = heads < H
     base = pid_bs.to(tl.int64) * NUM_SPLITS * H + heads
@@ -231,18 +234,18 @@ def _sparse_mla_combine_kernel(ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, s
         gmax = tl.maximum(gmax, tl.load(lsews_ptr + base + sp * H, mask=hmask, other=float("-inf")))
     gsafe = tl.where(gmax == float("-inf"), 0.0, gmax)
     total = tl.zeros((BLOCK_HC,), dtype=tl.float32)
-    acc = tl.zeros((BLOCK_HC, 512), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_HC, BLOCK_DC), dtype=tl.float32)
     for sp in range(NUM_SPLITS):
         row = base + sp * H
         w = tl.exp2(tl.load(lsews_ptr + row, mask=hmask, other=float("-inf")) - gsafe)
-        o = tl.load(ows_ptr + row[:, None] * 512 + tl.arange(0, 512)[None, :],
+        o = tl.load(ows_ptr + row[:, None] * 512 + d0 + tl.arange(0, BLOCK_DC)[None, :],
                     mask=hmask[:, None] & (w > 0.0)[:, None], other=0.0)
         total += w
         acc += w[:, None] * o
     lse2 = tl.where(total > 0.0, gsafe + tl.log2(tl.where(total > 0.0, total, 1.0)), float("-inf"))
     acc = acc / tl.where(total > 0.0, total, 1.0)[:, None]
     _write_final(out_ptr, lse_ptr, sink_ptr, acc, lse2, heads, hmask, pid_bs, H, stride_ob,
-                 stride_os, stride_oh, S_Q, HAS_SINK, INTERPRET)
+                 stride_os, stride_oh, S_Q, d0, HAS_SINK, INTERPRET)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -425,11 +428,11 @@ def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, ext
         DIRECT=direct, BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"], INTERPRET=_interpret(),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if not direct:
-        bhc = COMBINE_CONFIG["BLOCK_HC"]
-        _sparse_mla_combine_kernel[(triton.cdiv(h_q, bhc), b * s_q)](
+        bhc, bdc = COMBINE_CONFIG["BLOCK_HC"], COMBINE_CONFIG["BLOCK_DC"]
+        _sparse_mla_combine_kernel[(triton.cdiv(h_q, bhc), D_V // bdc, b * s_q)](
             ows, lsews, out, lse, sink, out.stride(0), out.stride(1), out.stride(2), s_q, h_q,
-            nsplit, HAS_SINK=attn_sink is not None, BLOCK_HC=bhc, INTERPRET=_interpret(),
-            num_warps=COMBINE_CONFIG["num_warps"])
+            nsplit, HAS_SINK=attn_sink is not None, BLOCK_HC=bhc, BLOCK_DC=bdc,
+            INTERPRET=_interpret(), num_warps=COMBINE_CONFIG["num_warps"])
     return out, lse.transpose(1, 2)
 
 
@@ -497,11 +500,13 @@ def compile_reports(targets=("sm_120", "sm_121")):
         sig = {"ows_ptr": "*fp32", "lsews_ptr": "*fp32", "out_ptr": "*bf16", "lse_ptr": "*fp32",
                "sink_ptr": "*fp32", "stride_ob": "i32", "stride_os": "i32", "stride_oh": "i32",
                "S_Q": "i32", "H": "i32", "NUM_SPLITS": "i32", "HAS_SINK": "constexpr",
-               "BLOCK_HC": "constexpr", "INTERPRET": "constexpr"}
-        const = {"HAS_SINK": True, "BLOCK_HC": COMBINE_CONFIG["BLOCK_HC"], "INTERPRET": False}
+               "BLOCK_HC": "constexpr", "BLOCK_DC": "constexpr", "INTERPRET": "constexpr"}
+        const = {"HAS_SINK": True, "BLOCK_HC": COMBINE_CONFIG["BLOCK_HC"],
+                 "BLOCK_DC": COMBINE_CONFIG["BLOCK_DC"], "INTERPRET": False}
         reports.append(compile_kernel(_sparse_mla_combine_kernel, sig, const, target=target,
                                       num_warps=COMBINE_CONFIG["num_warps"], num_stages=1,
-                                      config_name=f"HC{COMBINE_CONFIG['BLOCK_HC']}"))
+                                      config_name=f"HC{COMBINE_CONFIG['BLOCK_HC']} "
+                                                  f"DC{COMBINE_CONFIG['BLOCK_DC']}"))
     return reports
 
 

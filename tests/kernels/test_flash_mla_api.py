@@ -168,3 +168,17 @@ def test_misaligned_cache_rejected():
     bad = arena[8:].as_strided((4, 64, 1, 584), (37440, 584, 584, 1))
     with pytest.raises(ValueError, match=r"flash_mla_with_kvcache.*'k_cache'.*16"):
         api.flash_mla_with_kvcache(q, bad, None, None, 512, None, **kw)
+
+
+def test_sgl_kernel_order():
+    q, cache, kw = inputs()
+    idx = kw["indices"]
+    # sgl_kernel order: ..., causal, descale_q, descale_k, is_fp8_kvcache, indices
+    pos = (q, cache, None, None, 512, None, None, None, False, None, None, True, idx)
+    assert api.is_sparse_fp8_call_sgl_kernel(*pos)
+    assert not api.is_sparse_fp8_call(*pos)  # FlashMLA order reads these differently
+    out, lse = api.flash_mla_with_kvcache_sgl_kernel(*pos)
+    ref_out, ref_lse = ref_sparse_mla_decode(q, cache, idx)
+    torch.testing.assert_close(lse, ref_lse, atol=1e-6, rtol=8 / 65536)
+    with pytest.raises(NotImplementedError, match="descale_q"):
+        api.flash_mla_with_kvcache_sgl_kernel(*pos[:9], torch.ones(2), torch.ones(2), True, idx)
