@@ -1,0 +1,55 @@
+"""Comparison criteria of the libraries we replace, as functions that return a verdict (used by
+the self-test; tests assert on them).
+
+- ``flashmla_close``: FlashMLA's decode test criterion: +-inf at the same places, no NaN, every
+  element within ``abs_tol`` OR ``rel_tol``, cosine difference at most ``cos_tol``.
+- ``deepgemm_diff``: DeepGEMM's ``calc_diff`` (1 - 2<x,y>/(|x|^2+|y|^2)) on finite entries.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FLASHMLA_OUT = dict(abs_tol=1e-3, rel_tol=2.01 / 128, cos_tol=5e-6)
+FLASHMLA_LSE = dict(abs_tol=1e-6, rel_tol=8.01 / 65536, cos_tol=0.0)
+
+
+@dataclass
+class Verdict:
+    ok: bool
+    max_abs: float
+    max_rel: float
+    detail: str = ""
+
+
+def flashmla_close(ans, ref, abs_tol, rel_tol, cos_tol) -> Verdict:
+    if ans.shape != ref.shape:
+        return Verdict(False, float("nan"), float("nan"), f"shape {tuple(ans.shape)} vs {tuple(ref.shape)}")
+    ans, ref = ans.double().clone(), ref.double().clone()
+    for special in (float("inf"), float("-inf")):
+        a, r = ans == special, ref == special
+        if not bool((a == r).all()):
+            return Verdict(False, float("inf"), float("inf"),
+                           f"{special} at {int(a.sum())} places vs {int(r.sum())} in reference")
+        ans[a], ref[r] = 0.0, 0.0
+    if bool(ans.isnan().any()):
+        return Verdict(False, float("nan"), float("nan"), "NaN in output")
+    err = (ans - ref).abs()
+    rel = err / (ref.abs() + 1e-6)
+    max_abs = float(err.max()) if err.numel() else 0.0
+    max_rel = float(rel.max()) if rel.numel() else 0.0
+    bad = (err >= abs_tol) & (rel >= rel_tol)
+    if bool(bad.any()):
+        return Verdict(False, max_abs, max_rel, f"{int(bad.sum())}/{bad.numel()} elements off")
+    denom = float((ans * ans + ref * ref).sum())
+    cos_diff = 0.0 if denom == 0 else 1 - 2 * float((ans * ref).sum()) / denom
+    if cos_tol and cos_diff > cos_tol:
+        return Verdict(False, max_abs, max_rel, f"cosine diff {cos_diff:.3g} > {cos_tol}")
+    return Verdict(True, max_abs, max_rel)
+
+
+def deepgemm_diff(x, y) -> float:
+    x, y = x.double(), y.double()
+    finite = x.isfinite() & y.isfinite()
+    x, y = x[finite], y[finite]
+    denom = float((x * x + y * y).sum())
+    return 0.0 if denom == 0 else 1 - 2 * float((x * y).sum()) / denom
