@@ -168,11 +168,12 @@ class LaunchSpec:
     command: list[str]
     environment: dict[str, str]
     volumes: dict[str, dict] = field(default_factory=dict)
-    gpus: str = "all"             # "all" or "0,1"
+    gpus: str = "all"             # "all", "0,1" or "none"
     ports: dict[int, int] = field(default_factory=dict)
     name: str | None = None
     ipc_mode: str = "host"        # NCCL/CUDA IPC between TP ranks needs the host IPC namespace
     shm_size: str = SHM_SIZE
+    # NCCL pins host buffers (memlock); NVIDIA's recommended stack size for CUDA containers.
     ulimits: dict[str, int] = field(default_factory=lambda: {"memlock": -1, "stack": 67108864})
     detach: bool = False
 
@@ -180,17 +181,21 @@ class LaunchSpec:
         """Keyword arguments for ``client.containers.run``."""
         import docker
 
-        if self.gpus == "all":
-            dev = docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])
+        if self.gpus == "none":
+            devices = []
+        elif self.gpus == "all":
+            devices = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
         else:
-            dev = docker.types.DeviceRequest(device_ids=self.gpus.split(","), capabilities=[["gpu"]])
+            devices = [docker.types.DeviceRequest(device_ids=self.gpus.split(","), capabilities=[["gpu"]])]
         return dict(
             image=self.image, entrypoint=self.entrypoint, command=self.command,
-            environment=self.environment, volumes=self.volumes, device_requests=[dev],
+            environment=self.environment, volumes=self.volumes, device_requests=devices,
             ports={f"{c}/tcp": h for c, h in self.ports.items()}, name=self.name,
             ipc_mode=self.ipc_mode, shm_size=self.shm_size,
             ulimits=[docker.types.Ulimit(name=k, soft=v, hard=v) for k, v in self.ulimits.items()],
-            detach=True, remove=True)
+            # Detached: the engine removes it on exit. Foreground: _run removes it after reading
+            # the exit code (an auto-removed container can vanish before wait() returns).
+            auto_remove=self.detach)
 
 
 def docker_run_line(spec: LaunchSpec) -> str:
@@ -198,7 +203,8 @@ def docker_run_line(spec: LaunchSpec) -> str:
     argv = ["docker", "run", "--rm", "-d" if spec.detach else "-it"]
     if spec.name:
         argv += ["--name", spec.name]
-    argv += ["--gpus", "all" if spec.gpus == "all" else f'"device={spec.gpus}"']
+    if spec.gpus != "none":
+        argv += ["--gpus", "all" if spec.gpus == "all" else f'"device={spec.gpus}"']
     argv += [f"--ipc={spec.ipc_mode}", f"--shm-size={spec.shm_size}"]
     argv += [f"--ulimit={k}={v}" for k, v in spec.ulimits.items()]
     for host, m in spec.volumes.items():
@@ -220,7 +226,7 @@ def build_spec(framework: str, model: str, image: str, image_env: list[str] | No
                port: int = DEFAULT_PORT, bundle: str | None = None, gpus: str = "all",
                extra: list[str] | None = None, spec_decode: bool = True, recipe: bool = True,
                env: dict[str, str] | None = None, name: str | None = None,
-               detach: bool = False) -> LaunchSpec:
+               detach: bool = False, ulimits: bool = True) -> LaunchSpec:
     """The container to run: entrypoint, framework argv, env (PYTHONPATH prepended), mounts, GPUs."""
     model = os.path.abspath(model)
     bundle = os.path.abspath(bundle or default_bundle())
@@ -233,10 +239,13 @@ def build_spec(framework: str, model: str, image: str, image_env: list[str] | No
     environment.update(env or {})
     environment["PYTHONPATH"] = pythonpath_with_bundle(image_env)
     command = recipe_args(framework, tp, port, served, spec_decode, recipe) + list(extra or [])
-    return LaunchSpec(
+    spec = LaunchSpec(
         image=image, entrypoint=entrypoint, command=command, environment=environment,
         volumes={bundle: {"bind": MOUNT, "mode": "ro"}, model: {"bind": MODEL_MOUNT, "mode": "ro"}},
         gpus=gpus, ports={port: port}, name=name, detach=detach)
+    if not ulimits:
+        spec.ulimits = {}
+    return spec
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -309,7 +318,8 @@ def run_launch(args) -> int:
             image_env = local_image(client, image).attrs["Config"].get("Env")
         spec = build_spec(args.framework, args.model, image, image_env, tp=args.tp, port=args.port,
                           bundle=args.bundle, gpus=args.gpus, extra=extra, spec_decode=args.spec,
-                          recipe=not args.no_recipe, env=env, name=args.name, detach=args.detach)
+                          recipe=not args.no_recipe, env=env, name=args.name, detach=args.detach,
+                          ulimits=not args.no_ulimits)
     except LaunchError as e:
         print(f"sm12x launch: {e}", file=sys.stderr)
         return 2
@@ -322,14 +332,27 @@ def run_launch(args) -> int:
 
 
 def _run(client, spec: LaunchSpec) -> int:
+    """Start the container; unless detached, stream its output and return its exit code."""
+    kwargs = spec.sdk_kwargs()
+    image = kwargs.pop("image")
+    container = None
     try:
-        container = client.containers.run(**spec.sdk_kwargs())
+        container = client.containers.create(image, **kwargs)
+        container.start()
     except Exception as e:
         print(f"sm12x launch: docker run failed: {e}", file=sys.stderr)
+        if "rlimit" in str(e):
+            print("sm12x launch: this host does not let containers raise these limits: rerun with --no-ulimits",
+                  file=sys.stderr)
+        if container is not None:
+            try:
+                container.remove(force=True)
+            except Exception:
+                pass
         return 1
-    print(f"started {container.name} ({container.short_id})")
+    print(f"started {container.name} ({container.short_id})", file=sys.stderr)
     if spec.detach:
-        print(f"follow it with: docker logs -f {container.name}")
+        print(f"follow it with: docker logs -f {container.name}", file=sys.stderr)
         return 0
     try:
         for chunk in container.logs(stream=True, follow=True):
@@ -340,9 +363,14 @@ def _run(client, spec: LaunchSpec) -> int:
         print(f"\nstopping {container.name}", file=sys.stderr)
         container.stop(timeout=30)
         return 130
-    except Exception as e:  # container removed (--rm) before wait returned, engine gone, ...
+    except Exception as e:  # the engine went away, ...
         print(f"sm12x launch: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
+    finally:
+        try:
+            container.remove(force=True)
+        except Exception:
+            pass
 
 
 def add_launch_command(subparsers) -> argparse.ArgumentParser:
@@ -354,10 +382,13 @@ def add_launch_command(subparsers) -> argparse.ArgumentParser:
         f"{k}: {v}" for k, v in DEFAULT_IMAGES.items()))
     common.add_argument("--port", type=int, default=DEFAULT_PORT)
     common.add_argument("--bundle", help="bundle folder to mount at /sm12x (default: the folder sm12x runs from)")
-    common.add_argument("--gpus", default="all", help='"all" (default) or device ids, e.g. 0,1')
+    common.add_argument("--gpus", default="all",
+                        help='"all" (default), device ids such as 0,1, or "none" (CPU smoke tests)')
     common.add_argument("--env", "-e", action="append", default=[], metavar="KEY=VALUE",
                         help="extra container environment (repeatable)")
     common.add_argument("--name", help="container name")
+    common.add_argument("--no-ulimits", action="store_true",
+                        help="leave memlock/stack limits as the engine sets them (rootless or locked-down hosts)")
     common.add_argument("--no-spec", dest="spec", action="store_false",
                         help="no speculative decoding (use when doctor says the spec-decode patch is skipped)")
     common.add_argument("--no-recipe", action="store_true",

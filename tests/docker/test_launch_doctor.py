@@ -98,6 +98,13 @@ def test_gpu_list_and_user_env():
     assert spec.environment["PYTHONPATH"] == "/sm12x:/opt/image-lib"  # --env cannot break the prepend
 
 
+def test_gpus_none_and_no_ulimits():
+    spec = _spec(gpus="none", ulimits=False)
+    argv = shlex.split(launch.docker_run_line(spec))
+    assert "--gpus" not in argv and not any(a.startswith("--ulimit") for a in argv)
+    assert any(a == "--ulimit=memlock=-1" for a in shlex.split(launch.docker_run_line(_spec())))
+
+
 def test_sdk_kwargs():
     docker = pytest.importorskip("docker")
     kw = _spec(gpus="all").sdk_kwargs()
@@ -108,6 +115,8 @@ def test_sdk_kwargs():
     assert req["Capabilities"] == [["gpu"]]
     (req,) = _spec(gpus="1,3").sdk_kwargs()["device_requests"]
     assert req["DeviceIDs"] == ["1", "3"]
+    assert _spec(gpus="none").sdk_kwargs()["device_requests"] == []
+    assert {u["Name"]: u["Hard"] for u in kw["ulimits"]} == {"memlock": -1, "stack": 67108864}
 
 
 # ---------------------------------------------------------------------------------------------------
