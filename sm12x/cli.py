@@ -91,14 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not copy pure-Python dependencies (wrapt) into the bundle")
     p.set_defaults(func=cmd_bundle)
 
-    for module, adder in (("sm12x.selftest", "add_selftest_command"),
-                          ("sm12x.launch", "add_launch_command"),
-                          ("sm12x.doctor", "add_doctor_command")):
-        try:
-            mod = __import__(module, fromlist=[adder])
-        except ImportError:
-            continue
-        getattr(mod, adder)(sub)
+    from sm12x import doctor, launch, selftest  # stdlib-only at import; heavy parts are lazy
+
+    selftest.add_selftest_command(sub)
+    launch.add_launch_command(sub)
+    doctor.add_doctor_command(sub)
     return parser
 
 
