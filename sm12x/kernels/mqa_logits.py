@@ -148,37 +148,41 @@ def _mqa_logits_kernel(
     hi = tl.max(tl.where(t_ok, ke, 0))
     out_row = row_offsets(t, stride_out)
 
-    for it in range(N_ITERS):
-        c = (pid_n * N_ITERS + it) * BLOCK_N + tl.arange(0, BLOCK_N)  # column in the window
+    # tiles of this chunk that some row of the block can see: [first, last); the rest only get
+    # -inf (clean / top-k keys) so the compute loop has plain bounds and can be pipelined
+    chunk0 = pid_n * N_ITERS * BLOCK_N  # first window column of the chunk
+    first = tl.minimum(tl.maximum(lo - col_start - chunk0, 0) // BLOCK_N, N_ITERS)
+    last = tl.minimum(tl.maximum(tl.cdiv(hi - col_start - chunk0, BLOCK_N), 0), N_ITERS)
+    last = tl.maximum(last, first)
+    for it in range(first, last):
+        c = chunk0 + it * BLOCK_N + tl.arange(0, BLOCK_N)  # column in the window
         j = col_start + c  # key index
-        col_ok = c < num_cols
+        col_ok = (c < num_cols) & (j < S_kv)
         valid = (j[None, :] >= ks[:, None]) & (j[None, :] < ke[:, None])
-        j0 = col_start + (pid_n * N_ITERS + it) * BLOCK_N
-        if (j0 < hi) & (j0 + BLOCK_N > lo):
-            k_ok = col_ok & (j < S_kv)
-            s = qk_scores(q, q_ptr, q_row, row_ok, qsf, k_ptr, row_offsets(j, DB), k_ok, ksf_ptr, j, D, IS_FP4)
-            v = head_reduce(s, w, BLOCK_Q, H)
-            if COMPRESSED:
-                cc = j[None, :] - ks[:, None]
-                tl.store(out_ptr + out_row[:, None] + cc, v.to(out_ptr.dtype.element_ty),
-                         mask=valid & t_ok[:, None] & (cc < out_cols))
-            elif OUT_MODE == 2:
-                key = sortable_key(v, j[None, :] - ks[:, None])
-                key = tl.where(valid, key, -9223372036854775807 - 1)
-                tl.store(out_ptr + out_row[:, None] + c[None, :], key, mask=t_ok[:, None] & col_ok[None, :])
-            else:
-                if CLEAN:
-                    v = tl.where(valid, v, float("-inf"))
-                m = t_ok[:, None] & (col_ok & (j < S_kv))[None, :]
-                tl.store(out_ptr + out_row[:, None] + c[None, :], v.to(out_ptr.dtype.element_ty), mask=m)
-        elif not COMPRESSED:
-            m = t_ok[:, None] & (col_ok & (j < S_kv))[None, :]
-            if OUT_MODE == 2:
-                key = tl.zeros((BLOCK_Q, BLOCK_N), dtype=tl.int64) - 9223372036854775807 - 1
-                tl.store(out_ptr + out_row[:, None] + c[None, :], key, mask=m)
-            elif CLEAN:
-                ninf = tl.full((BLOCK_Q, BLOCK_N), float("-inf"), dtype=out_ptr.dtype.element_ty)
-                tl.store(out_ptr + out_row[:, None] + c[None, :], ninf, mask=m)
+        s = qk_scores(q, q_ptr, q_row, row_ok, qsf, k_ptr, row_offsets(j, DB), col_ok, ksf_ptr, j, D, IS_FP4)
+        v = head_reduce(s, w, BLOCK_Q, H)
+        if COMPRESSED:
+            cc = j[None, :] - ks[:, None]
+            tl.store(out_ptr + out_row[:, None] + cc, v.to(out_ptr.dtype.element_ty),
+                     mask=valid & t_ok[:, None] & (cc < out_cols))
+        elif OUT_MODE == 2:
+            key = tl.where(valid, sortable_key(v, j[None, :] - ks[:, None]), -9223372036854775807 - 1)
+            tl.store(out_ptr + out_row[:, None] + c[None, :], key, mask=t_ok[:, None] & col_ok[None, :])
+        else:
+            if CLEAN:
+                v = tl.where(valid, v, float("-inf"))
+            tl.store(out_ptr + out_row[:, None] + c[None, :], v.to(out_ptr.dtype.element_ty),
+                     mask=t_ok[:, None] & col_ok[None, :])
+    if (not COMPRESSED) and (CLEAN or OUT_MODE == 2):
+        if OUT_MODE == 2:
+            fill = tl.zeros((BLOCK_Q, BLOCK_N), dtype=tl.int64) - 9223372036854775807 - 1
+        else:
+            fill = tl.full((BLOCK_Q, BLOCK_N), float("-inf"), dtype=out_ptr.dtype.element_ty)
+        for it in range(0, N_ITERS):
+            if (it < first) | (it >= last):
+                c = chunk0 + it * BLOCK_N + tl.arange(0, BLOCK_N)
+                col_ok = (c < num_cols) & (col_start + c < S_kv)
+                tl.store(out_ptr + out_row[:, None] + c[None, :], fill, mask=t_ok[:, None] & col_ok[None, :])
 
 
 def _block_q(h: int, rows: int) -> int:

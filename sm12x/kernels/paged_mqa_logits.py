@@ -31,15 +31,15 @@ SPLIT_ALIGN = 256  # DeepGEMM rounds the logits row to a multiple of 256 before 
 # rows = BLOCK_T * H (query tokens x heads) per program; blocks of the cache per program = N_ITERS
 CONFIGS = {
     "sm_120": {
-        "fp8": {"rows": 64, "N_ITERS": 16, "num_warps": 4, "num_stages": 2},
+        "fp8": {"rows": 128, "N_ITERS": 16, "num_warps": 8, "num_stages": 2},
+        # FP4 decodes both operands in registers: two query tokens x 64 heads would need ~230 regs
         "fp4": {"rows": 64, "N_ITERS": 16, "num_warps": 4, "num_stages": 2},
     },
     "sm_90": {
-        "fp8": {"rows": 64, "N_ITERS": 16, "num_warps": 4, "num_stages": 2},
+        "fp8": {"rows": 128, "N_ITERS": 16, "num_warps": 8, "num_stages": 2},
         "fp4": {"rows": 64, "N_ITERS": 16, "num_warps": 4, "num_stages": 2},
     },
 }
-
 
 @triton.jit
 def _paged_mqa_logits_kernel(
@@ -80,36 +80,40 @@ def _paged_mqa_logits_kernel(
     span = tl.max(end)
     out_row = row_offsets(b.to(tl.int64) * next_n + t, stride_out)
 
-    # values of block n start at n*stride_kv bytes; scales (4 B each) after BLOCK_KV*DB value bytes
-    for it in range(N_ITERS):
-        blk = (col_start // BLOCK_KV) + pid_n * N_ITERS + it  # logical block
-        p = blk * BLOCK_KV + tl.arange(0, BLOCK_KV)  # positions
+    # values of block n start at n*stride_kv bytes; scales (4 B each) after BLOCK_KV*DB value bytes.
+    # Blocks [blk0, blk0 + n_live) hold visible positions for some row; the rest of the chunk only
+    # gets -inf (clean / top-k keys), so the compute loop has plain bounds and can be pipelined.
+    blk0 = col_start // BLOCK_KV + pid_n * N_ITERS
+    n_live = tl.minimum(tl.maximum(tl.cdiv(span - blk0 * BLOCK_KV, BLOCK_KV), 0), N_ITERS)
+    bt_row = bt_ptr + b.to(tl.int64) * stride_bt
+    for it in range(0, n_live):
+        p = (blk0 + it) * BLOCK_KV + tl.arange(0, BLOCK_KV)  # positions
         c = p - col_start
-        col_ok = (c < num_cols) & (p < max_context_len)
-        m = t_ok[:, None] & col_ok[None, :]
-        if blk * BLOCK_KV < span:
-            phys = tl.load(bt_ptr + b.to(tl.int64) * stride_bt + blk).to(tl.int64)
-            tok_off = phys * stride_kv + tl.arange(0, BLOCK_KV) * DB
-            sf_idx = (phys * stride_kv + BLOCK_KV * DB) // 4 + tl.arange(0, BLOCK_KV)
-            k_ok = tl.arange(0, BLOCK_KV) < BLOCK_KV
-            s = qk_scores(q, q_ptr, q_row, row_ok, qsf, kv_ptr, tok_off, k_ok, kvf_ptr, sf_idx, D, IS_FP4)
-            v = head_reduce(s, w, BLOCK_T, H)
-            visible = p[None, :] < end[:, None]
-            if OUT_MODE == 2:
-                key = sortable_key(v, p[None, :])
-                key = tl.where(visible, key, -9223372036854775807 - 1)
-                tl.store(out_ptr + out_row[:, None] + c[None, :], key, mask=m)
-            else:
-                if CLEAN:
-                    v = tl.where(visible, v, float("-inf"))
-                tl.store(out_ptr + out_row[:, None] + c[None, :], v.to(out_ptr.dtype.element_ty), mask=m)
+        m = t_ok[:, None] & ((c < num_cols) & (p < max_context_len))[None, :]
+        phys = tl.load(bt_row + blk0 + it).to(tl.int64)
+        tok_off = phys * stride_kv + tl.arange(0, BLOCK_KV) * DB
+        sf_idx = (phys * stride_kv + BLOCK_KV * DB) // 4 + tl.arange(0, BLOCK_KV)
+        k_ok = tl.arange(0, BLOCK_KV) < BLOCK_KV
+        s = qk_scores(q, q_ptr, q_row, row_ok, qsf, kv_ptr, tok_off, k_ok, kvf_ptr, sf_idx, D, IS_FP4)
+        v = head_reduce(s, w, BLOCK_T, H)
+        visible = p[None, :] < end[:, None]
+        if OUT_MODE == 2:
+            key = tl.where(visible, sortable_key(v, p[None, :]), -9223372036854775807 - 1)
+            tl.store(out_ptr + out_row[:, None] + c[None, :], key, mask=m)
         else:
-            if OUT_MODE == 2:
-                key = tl.zeros((BLOCK_T, BLOCK_KV), dtype=tl.int64) - 9223372036854775807 - 1
-                tl.store(out_ptr + out_row[:, None] + c[None, :], key, mask=m)
-            elif CLEAN:
-                ninf = tl.full((BLOCK_T, BLOCK_KV), float("-inf"), dtype=out_ptr.dtype.element_ty)
-                tl.store(out_ptr + out_row[:, None] + c[None, :], ninf, mask=m)
+            if CLEAN:
+                v = tl.where(visible, v, float("-inf"))
+            tl.store(out_ptr + out_row[:, None] + c[None, :], v.to(out_ptr.dtype.element_ty), mask=m)
+    if CLEAN or OUT_MODE == 2:
+        if OUT_MODE == 2:
+            fill = tl.zeros((BLOCK_T, BLOCK_KV), dtype=tl.int64) - 9223372036854775807 - 1
+        else:
+            fill = tl.full((BLOCK_T, BLOCK_KV), float("-inf"), dtype=out_ptr.dtype.element_ty)
+        for it in range(n_live, N_ITERS):
+            p = (blk0 + it) * BLOCK_KV + tl.arange(0, BLOCK_KV)
+            c = p - col_start
+            m = t_ok[:, None] & ((c < num_cols) & (p < max_context_len))[None, :]
+            tl.store(out_ptr + out_row[:, None] + c[None, :], fill, mask=m)
 
 
 def block_t(h: int, next_n: int, rows: int) -> int:

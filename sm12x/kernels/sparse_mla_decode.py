@@ -465,7 +465,7 @@ def compile_reports(targets=("sm_120", "sm_121")):
     """Compile every configuration of both kernels for ``targets`` -> list of CompileReport.
     Under the Triton interpreter the kernels cannot be compiled in-process, so this re-runs
     itself in a subprocess without TRITON_INTERPRET."""
-    from sm12x.kernels.compile_check import CompileReport, compile_kernel
+    from sm12x.kernels.compile_check import CompileReport
 
     if _interpret():
         import dataclasses
@@ -483,31 +483,45 @@ def compile_reports(targets=("sm_120", "sm_121")):
                              text=True, check=True)
         return [CompileReport(**d) for d in json.loads(res.stdout.strip().splitlines()[-1])]
 
-    reports = []
+    jobs = []
     for target in targets:
         key = target if target in CONFIGS else "sm_120"
         for fmt, options in CONFIGS[key].items():
             for cfg in options:
                 for direct in (False, True):
-                    page, xpage = _PAGE_VARIANTS[0]
-                    sig, const = _split_signature(cfg, fmt == "model1", page, xpage, direct)
-                    name = (f"{fmt} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']}"
-                            f"{' direct' if direct else ''}")
-                    reports.append(compile_kernel(
-                        _sparse_mla_split_kernel, sig, const, target=target,
-                        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-                        config_name=name))
-        sig = {"ows_ptr": "*fp32", "lsews_ptr": "*fp32", "out_ptr": "*bf16", "lse_ptr": "*fp32",
-               "sink_ptr": "*fp32", "stride_ob": "i32", "stride_os": "i32", "stride_oh": "i32",
-               "S_Q": "i32", "H": "i32", "NUM_SPLITS": "i32", "HAS_SINK": "constexpr",
-               "BLOCK_HC": "constexpr", "BLOCK_DC": "constexpr", "INTERPRET": "constexpr"}
-        const = {"HAS_SINK": True, "BLOCK_HC": COMBINE_CONFIG["BLOCK_HC"],
-                 "BLOCK_DC": COMBINE_CONFIG["BLOCK_DC"], "INTERPRET": False}
-        reports.append(compile_kernel(_sparse_mla_combine_kernel, sig, const, target=target,
-                                      num_warps=COMBINE_CONFIG["num_warps"], num_stages=1,
-                                      config_name=f"HC{COMBINE_CONFIG['BLOCK_HC']} "
-                                                  f"DC{COMBINE_CONFIG['BLOCK_DC']}"))
-    return reports
+                    jobs.append(("split", target, fmt, cfg, direct))
+        jobs.append(("combine", target, None, COMBINE_CONFIG, None))
+    if len(jobs) > 2 and (os.cpu_count() or 1) > 1:
+        import concurrent.futures
+        import multiprocessing
+
+        with concurrent.futures.ProcessPoolExecutor(
+                min(os.cpu_count(), 8), mp_context=multiprocessing.get_context("fork")) as pool:
+            return list(pool.map(_compile_job, jobs))
+    return [_compile_job(job) for job in jobs]
+
+
+def _compile_job(job):
+    from sm12x.kernels.compile_check import compile_kernel
+
+    kind, target, fmt, cfg, direct = job
+    if kind == "split":
+        page, xpage = _PAGE_VARIANTS[0]
+        sig, const = _split_signature(cfg, fmt == "model1", page, xpage, direct)
+        name = (f"{fmt} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']}"
+                f"{' direct' if direct else ''}")
+        return compile_kernel(_sparse_mla_split_kernel, sig, const, target=target,
+                              num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+                              config_name=name)
+    sig = {"ows_ptr": "*fp32", "lsews_ptr": "*fp32", "out_ptr": "*bf16", "lse_ptr": "*fp32",
+           "sink_ptr": "*fp32", "stride_ob": "i32", "stride_os": "i32", "stride_oh": "i32",
+           "S_Q": "i32", "H": "i32", "NUM_SPLITS": "i32", "HAS_SINK": "constexpr",
+           "BLOCK_HC": "constexpr", "BLOCK_DC": "constexpr", "INTERPRET": "constexpr"}
+    const = {"HAS_SINK": True, "BLOCK_HC": cfg["BLOCK_HC"], "BLOCK_DC": cfg["BLOCK_DC"],
+             "INTERPRET": False}
+    return compile_kernel(_sparse_mla_combine_kernel, sig, const, target=target,
+                          num_warps=cfg["num_warps"], num_stages=1,
+                          config_name=f"HC{cfg['BLOCK_HC']} DC{cfg['BLOCK_DC']}")
 
 
 if __name__ == "__main__":
