@@ -330,27 +330,30 @@ def run_probe(client, image: str, image_config: dict, bundle: str, *, arch: str 
     environment = {"PYTHONPATH": pythonpath_with_bundle(image_config.get("Env")), **(env or {})}
     if arch:
         environment["SM12X_ARCH"] = arch
-    container = client.containers.create(
-        image, entrypoint=["python3", "-c", PROBE, json.dumps(argv)], environment=environment,
-        volumes={os.path.abspath(bundle): {"bind": MOUNT, "mode": "ro"}}, network_disabled=True,
-        user=user or image_config.get("User") or "")
-    try:
-        container.start()
+    errors = []
+    for python in ("python3", "python"):  # an image without python3 on PATH may still have python
+        container = client.containers.create(
+            image, entrypoint=[python, "-c", PROBE, json.dumps(argv)], environment=environment,
+            volumes={os.path.abspath(bundle): {"bind": MOUNT, "mode": "ro"}}, network_disabled=True,
+            user=user or image_config.get("User") or "")
         try:
-            container.wait(timeout=timeout)
-        except Exception:
-            container.kill()
-            return None, f"probe timed out after {timeout}s"
-        stdout = container.logs(stdout=True, stderr=False).decode(errors="replace")
-        stderr = container.logs(stdout=False, stderr=True).decode(errors="replace")
-    except Exception as e:  # e.g. python3 not in the image: the start itself fails
-        return None, f"{type(e).__name__}: {e}"
-    finally:
-        try:
-            container.remove(force=True)
-        except Exception:
-            pass
-    return parse_probe_output(stdout), (stdout + stderr).strip()
+            container.start()
+            try:
+                container.wait(timeout=timeout)
+            except Exception:
+                container.kill()
+                return None, f"probe timed out after {timeout}s"
+            stdout = container.logs(stdout=True, stderr=False).decode(errors="replace")
+            stderr = container.logs(stdout=False, stderr=True).decode(errors="replace")
+            return parse_probe_output(stdout), (stdout + stderr).strip()
+        except Exception as e:  # "executable file not found": the start itself fails
+            errors.append(f"{python}: {type(e).__name__}: {e}")
+        finally:
+            try:
+                container.remove(force=True)
+            except Exception:
+                pass
+    return None, "; ".join(errors)
 
 
 def run_doctor(args) -> int:

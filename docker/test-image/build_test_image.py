@@ -36,8 +36,7 @@ import tempfile
 DEFAULT_TAG = "sm12x-test:py3"
 DEFAULT_ISOLATED_TAG = "sm12x-test:py3-isolated"
 # Stdlib parts no test needs; dropping them keeps the image small.
-SKIP_STDLIB = {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "pydoc_data",
-               "config-%s-x86_64-linux-gnu", "__pycache__"}
+SKIP_STDLIB = {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "pydoc_data", "__pycache__"}
 BASE_CHANGES = [
     "USER 1000:1000",
     "ENV PATH=/usr/local/bin:/usr/bin:/bin",
@@ -76,11 +75,10 @@ def shared_libs(paths: list[str]) -> set[str]:
 def rootfs_members(exe: str, ver: str) -> list[str]:
     """Host paths (files and symlinks) that make up the root filesystem."""
     stdlib = f"/usr/lib/python{ver}"
-    skip = {s % ver if "%" in s else s for s in SKIP_STDLIB}
     members = [exe, "/usr/bin/python3", f"/etc/python{ver}/sitecustomize.py"]
     sos = [exe]
     for root, dirs, files in os.walk(stdlib):
-        dirs[:] = sorted(d for d in dirs if d not in skip and not d.startswith("config-"))
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_STDLIB and not d.startswith("config-"))
         for f in sorted(files):
             p = os.path.join(root, f)
             members.append(p)

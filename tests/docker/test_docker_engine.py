@@ -136,7 +136,8 @@ def test_status_in_container_bootstrap_chains_debian_sitecustomize(engine, image
 
 def test_chained_file_ran_as_non_root(engine, images, bundle, image_lib):
     probe = ("import os, sys, sitecustomize; print(os.getuid(), sitecustomize.__file__, "
-             "getattr(sys, 'sm12x_test_apport_installed', False), sys.path.index('/sm12x') < sys.path.index('/opt/image-lib'))")
+             "getattr(sys, 'sm12x_test_apport_installed', False), "
+             "sys.path.index('/sm12x') < sys.path.index('/opt/image-lib'))")
     code, out, err = _run(engine, TAG, ["-c", probe], bundle, image_lib)
     assert code == 0, err
     assert out.split() == ["1000", "/sm12x/sitecustomize.py", "True", "True"]

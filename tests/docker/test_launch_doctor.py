@@ -201,7 +201,8 @@ def good_report(**over):
         "sys_path": ["", "/sm12x", "/usr/lib/python3.12"],
         "sitecustomize_candidates": ["/sm12x/sitecustomize.py", "/usr/lib/python3.12/sitecustomize.py"],
         "nvcc": "/usr/local/cuda/bin/nvcc", "nvcc_off_path": "/usr/local/cuda/bin/nvcc",
-        "triton_cache": {"dir": "/root/.triton/cache", "source": "HOME", "exists": True, "checked": "/root/.triton/cache",
+        "triton_cache": {"dir": "/root/.triton/cache", "source": "HOME", "exists": True,
+                         "checked": "/root/.triton/cache",
                          "writable": True, "error": None},
         "entry_interpreter": "/usr/bin/python3", "entry_shebang": None,
         "status": status, "status_rc": 0,
@@ -372,3 +373,18 @@ def test_compose_services_mount_and_prepend(name):
     assert svc["environment"]["NCCL_P2P_DISABLE"] == "1"
     assert "--disable-custom-all-reduce" in svc["command"]
     assert any("fp8" in a for a in svc["command"] if a.startswith("--kv-cache-dtype"))
+
+
+def test_probe_reads_console_script_shebang(tmp_path):
+    """`vllm serve` entrypoints: the probe finds the interpreter in the console script's #! line."""
+    script = tmp_path / "fakeserve"
+    script.write_text(f"#!{sys.executable} -I\nprint('serving')\n")
+    script.chmod(0o755)
+    env = dict(os.environ, PYTHONPATH=REPO, PATH=f"{tmp_path}:{os.environ['PATH']}")
+    r = subprocess.run([sys.executable, "-c", doctor.PROBE, json.dumps(["fakeserve", "--port", "1"])],
+                       capture_output=True, text=True, env=env, timeout=120)
+    report = doctor.parse_probe_output(r.stdout)
+    assert report["entry_interpreter"] == sys.executable
+    assert report["entry_shebang"] == f"#!{sys.executable} -I"
+    f = doctor.analyse({"Entrypoint": ["fakeserve"]}, report, mount=REPO)
+    assert "entrypoint-disables-site" in codes(f, "error")
