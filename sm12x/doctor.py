@@ -219,6 +219,13 @@ def analyse(image_config: dict, report: dict | None, mount: str = MOUNT) -> list
         return out
 
     # 2. Did the bootstrap run, and is ours the sitecustomize that Python picks?
+    run_pp = [p for p in (report.get("pythonpath") or "").split(":") if p]
+    if run_pp and run_pp[0].rstrip("/") != mount:
+        ahead = run_pp[: run_pp.index(mount)] if mount in run_pp else run_pp
+        add("warn", "pythonpath-order",
+            f"PYTHONPATH={':'.join(run_pp)} puts {':'.join(ahead)} ahead of {mount}"
+            + ("" if mount in run_pp else f" and leaves {mount} out")
+            + f": a sitecustomize.py there would win; use PYTHONPATH={mount}:...")
     boot = status.get("bootstrap") or {}
     cands = report.get("sitecustomize_candidates") or []
     first = cands[0] if cands else None

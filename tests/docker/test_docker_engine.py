@@ -172,6 +172,15 @@ def test_doctor_json_and_unwritable_triton_cache(engine, images, bundle):
     assert data["report"]["triton_cache"]["dir"] == "/usr/lib/triton"
 
 
+def test_doctor_with_users_pythonpath_order(engine, images, bundle):
+    """--env passes the user's real settings: here /sm12x second. Our bootstrap still wins (no other
+    sitecustomize ahead), but doctor warns about the order."""
+    r = _cli("doctor", "--image", TAG, "--bundle", bundle, "--env", "PYTHONPATH=/opt/image-lib:/sm12x")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "warn   PYTHONPATH=/opt/image-lib:/sm12x puts /opt/image-lib ahead of /sm12x" in r.stdout
+    assert "ok     bootstrap ran" in r.stdout
+
+
 def test_doctor_reports_python_isolated_entrypoint(engine, images, bundle):
     r = _cli("doctor", "--image", ISOLATED_TAG, "--bundle", bundle)
     assert r.returncode == 1, r.stdout + r.stderr

@@ -268,6 +268,13 @@ def test_analyse_image_pythonpath_advice():
     assert "PYTHONPATH=/sm12x:/workspace/lib" in pp.text and doctor.exit_code(f) == 0
 
 
+def test_analyse_pythonpath_order():
+    f = doctor.analyse(VLLM_CFG, good_report(pythonpath="/opt/lib:/sm12x"))
+    (w,) = [x for x in f if x.code == "pythonpath-order"]
+    assert w.level == "warn" and "/opt/lib ahead of /sm12x" in w.text
+    assert "pythonpath-order" not in codes(doctor.analyse(VLLM_CFG, good_report(pythonpath="/sm12x:/opt/lib")))
+
+
 def test_analyse_shadowed_sitecustomize():
     report = good_report(bootstrap={"sitecustomize": None, "chained": None, "active": False},
                          sitecustomize_candidates=["/opt/venv/site/sitecustomize.py", "/sm12x/sitecustomize.py"])
