@@ -31,8 +31,9 @@ def flashmla_close(ans, ref, abs_tol, rel_tol, cos_tol) -> Verdict:
             return Verdict(False, float("inf"), float("inf"),
                            f"{special} at {int(a.sum())} places vs {int(r.sum())} in reference")
         ans[a], ref[r] = 0.0, 0.0
-    if bool(ans.isnan().any()):
-        return Verdict(False, float("nan"), float("nan"), "NaN in output")
+    if bool(ans.isnan().any()) or bool(ref.isnan().any()):
+        where = "output" if bool(ans.isnan().any()) else "reference"
+        return Verdict(False, float("nan"), float("nan"), f"NaN in {where}")
     err = (ans - ref).abs()
     rel = err / (ref.abs() + 1e-6)
     max_abs = float(err.max()) if err.numel() else 0.0
