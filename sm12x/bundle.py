@@ -4,11 +4,15 @@ It holds ``sitecustomize.py``, the ``sm12x`` package (without tests, scripts or 
 ``sm12x_plugin-*.dist-info`` that registers the framework plugins, and pure-Python copies of the
 dependencies images lack (wrapt, under ``sm12x/_vendor``, its C extension left out so one folder
 serves x86_64 and aarch64). Nothing else is on the mount, so it cannot shadow an image's packages.
+Byte code is compiled for each interpreter given (default: the one running this): a read-only mount
+cannot cache .pyc files, and compiling the bootstrap costs every process ~2 ms more.
 """
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "*.c", "*.pyi")
@@ -27,7 +31,7 @@ def _vendor_wrapt(dest_pkg: str) -> None:
     shutil.copytree(src, os.path.join(vendor, "wrapt"), ignore=_IGNORE, dirs_exist_ok=True)
 
 
-def write_bundle(dest: str, vendor: bool = True) -> str:
+def write_bundle(dest: str, vendor: bool = True, compile_with=None) -> str:
     dest = os.path.abspath(dest)
     os.makedirs(dest, exist_ok=True)
     shutil.copy2(os.path.join(REPO, "sitecustomize.py"), os.path.join(dest, "sitecustomize.py"))
@@ -41,4 +45,7 @@ def write_bundle(dest: str, vendor: bool = True) -> str:
                             dirs_exist_ok=True)
     if vendor:
         _vendor_wrapt(pkg)
+    for python in (compile_with if compile_with is not None else [sys.executable]):
+        subprocess.run([python, "-m", "compileall", "-q", "-x", r"_vendor", dest], check=True,
+                       env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
     return dest

@@ -68,7 +68,8 @@ def cmd_status(args) -> int:
 def cmd_bundle(args) -> int:
     from sm12x import bundle
 
-    path = bundle.write_bundle(args.dir, vendor=not args.no_vendor)
+    path = bundle.write_bundle(args.dir, vendor=not args.no_vendor,
+                               compile_with=[] if args.no_compile else args.compile_with)
     print(f"bundle written to {path}")
     print(f"mount it with: -v {path}:/sm12x:ro -e PYTHONPATH=/sm12x")
     return 0
@@ -89,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir")
     p.add_argument("--no-vendor", action="store_true",
                    help="do not copy pure-Python dependencies (wrapt) into the bundle")
+    p.add_argument("--compile-with", action="append", metavar="PYTHON",
+                   help="also write .pyc files for this interpreter (repeatable; default: this one). "
+                        "Use the image's python version, e.g. python3.12")
+    p.add_argument("--no-compile", action="store_true", help="write no byte code")
     p.set_defaults(func=cmd_bundle)
 
     from sm12x import doctor, launch, selftest  # stdlib-only at import; heavy parts are lazy

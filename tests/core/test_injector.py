@@ -431,3 +431,22 @@ print(json.dumps({"shim": getattr(deep_gemm, "__sm12x_shim__", False),
 """, pythonpath=[REPO, standin]))
     assert real == {"shim": False, "patched": "deep_gemm.fp8_paged_mqa_logits",
                     "missing": "skipped"}
+
+
+def test_bundle_is_a_self_contained_mount(tmp_path, standin):
+    bundle = tmp_path / "bundle"
+    run_py(f"from sm12x.cli import main; main(['bundle', {str(bundle)!r}])", pythonpath=[REPO])
+    names = sorted(p.name for p in bundle.iterdir())
+    assert names == ["__pycache__", "sitecustomize.py", "sm12x", "sm12x_plugin-0.1.0.dist-info"]
+    assert (bundle / "sm12x" / "_vendor" / "wrapt" / "__init__.py").exists()
+    assert not list(bundle.rglob("*.so"))
+    assert not (bundle / "tests").exists() and not (bundle / "scripts").exists()
+    # the bundle alone (not the repo) on PYTHONPATH does the job
+    proc = run_py("""
+import json
+import standin_patches; standin_patches.use()
+import flash_mla, sm12x
+print(json.dumps({"pkg": sm12x.__file__, "result": flash_mla.flash_mla_with_kvcache(1)}))
+""", pythonpath=[bundle, standin])
+    out = last_json(proc)
+    assert out["pkg"].startswith(str(bundle)) and out["result"] == ["sm12x", 1]
