@@ -41,6 +41,7 @@ CONFIGS = {
     },
 }
 
+
 @triton.jit
 def _paged_mqa_logits_kernel(
     q_ptr, qsf_ptr, kv_ptr, kvf_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr,

@@ -3,7 +3,10 @@
 
 The default test covers each per-arch configuration at the production shape (H=64, D=128,
 block_kv 64, next_n 1/2) plus the smallest head count; the ``slow`` test sweeps every supported
-head count, head dim and block size."""
+head count, head dim and block size (about 15 minutes on 2 cores: it runs only with
+SM12X_SLOW_TESTS=1)."""
+import os
+
 import pytest
 
 from sm12x.kernels import indexer_topk, mqa_logits, paged_mqa_logits
@@ -30,6 +33,7 @@ def test_compile_production_configs():
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("SM12X_SLOW_TESTS") != "1", reason="full compile sweep: set SM12X_SLOW_TESTS=1")
 def test_compile_all_configs():
     reports = mqa_logits.compile_reports(TARGETS)
     reports += paged_mqa_logits.compile_reports(TARGETS, next_ns=(1, 2, 8),
