@@ -178,7 +178,7 @@ class LaunchSpec:
     detach: bool = False
 
     def sdk_kwargs(self) -> dict:
-        """Keyword arguments for ``client.containers.run``."""
+        """Keyword arguments for ``client.containers.create`` (``image`` included)."""
         import docker
 
         if self.gpus == "none":
@@ -200,7 +200,7 @@ class LaunchSpec:
 
 def docker_run_line(spec: LaunchSpec) -> str:
     """The `docker run ...` command equivalent to ``spec`` (one line, shell-quoted)."""
-    argv = ["docker", "run", "--rm", "-d" if spec.detach else "-it"]
+    argv = ["docker", "run", "--rm"] + (["-d"] if spec.detach else [])
     if spec.name:
         argv += ["--name", spec.name]
     if spec.gpus != "none":
@@ -237,7 +237,9 @@ def build_spec(framework: str, model: str, image: str, image_env: list[str] | No
         entrypoint = ["python3", "-m", "sglang.launch_server"]  # never -I/-E/-S: they skip sitecustomize
     environment = recipe_env(framework, spec_decode, recipe)
     environment.update(env or {})
-    environment["PYTHONPATH"] = pythonpath_with_bundle(image_env)
+    # /sm12x always first; after it, the user's --env PYTHONPATH if given, else the image's own.
+    base = {"PYTHONPATH": env["PYTHONPATH"]} if env and "PYTHONPATH" in env else image_env
+    environment["PYTHONPATH"] = pythonpath_with_bundle(base)
     command = recipe_args(framework, tp, port, served, spec_decode, recipe) + list(extra or [])
     spec = LaunchSpec(
         image=image, entrypoint=entrypoint, command=command, environment=environment,

@@ -91,11 +91,11 @@ def test_no_recipe_and_extra_args_last():
 
 
 def test_gpu_list_and_user_env():
-    spec = _spec(gpus="0,2", env={"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "PYTHONPATH": "/evil"})
+    spec = _spec(gpus="0,2", env={"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "PYTHONPATH": "/mine:/sm12x"})
     argv = shlex.split(launch.docker_run_line(spec))
     assert argv[argv.index("--gpus") + 1] == '"device=0,2"'
     assert "CUDA_DEVICE_ORDER=PCI_BUS_ID" in argv
-    assert spec.environment["PYTHONPATH"] == "/sm12x:/opt/image-lib"  # --env cannot break the prepend
+    assert spec.environment["PYTHONPATH"] == "/sm12x:/mine"  # the user's value, but never ahead of ours
 
 
 def test_gpus_none_and_no_ulimits():
