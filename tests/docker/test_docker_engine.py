@@ -15,8 +15,9 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TAG = "sm12x-test:pytest"
-ISOLATED_TAG = "sm12x-test:pytest-isolated"
+# Per-session names: two test sessions on one engine (CI and a developer) must not remove each other's.
+TAG = f"sm12x-test:pytest-{os.getpid()}"
+ISOLATED_TAG = f"sm12x-test:pytest-{os.getpid()}-isolated"
 USER = "1000:1000"
 # Debian's sitecustomize does `import apport_python_hook; apport_python_hook.install()`. A fake module on
 # the image's PYTHONPATH entry records that call, which proves the chained file really ran.
@@ -223,7 +224,7 @@ def test_launch_missing_image_exit_2(engine, bundle, tmp_path):
 def test_launch_runs_container_with_mounts_env_and_cleans_up(engine, images, bundle, tmp_path):
     """A real (GPU-less) launch: the engine accepts every option, output streams, the container goes away.
     The test image has no sglang, so the framework itself fails: that failure is the expected output."""
-    name = "sm12x-pytest-launch"
+    name = f"sm12x-pytest-launch-{os.getpid()}"
     for old in engine.containers.list(all=True, filters={"name": name}):  # left over by an interrupted run
         old.remove(force=True)
     with socket.socket() as s:  # a free host port for -p
