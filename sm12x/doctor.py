@@ -256,6 +256,9 @@ def analyse(image_config: dict, report: dict | None, mount: str = MOUNT) -> list
                                     "only the sitecustomize route applies")
 
     # 3. The patch plan.
+    have = {k: v for k, v in (status.get("versions") or {}).items() if v}
+    add("info", "versions", "versions in the image: "
+        + (", ".join(f"{k} {v}" for k, v in have.items()) if have else "none of the watched libraries"))
     arch = status.get("arch") or {}
     if arch.get("source") == "env":
         add("info", "arch", f"planned as if on {arch.get('detail')} (doctor runs without a GPU)")

@@ -18,8 +18,11 @@ a pre-set PYTHONPATH that must be kept, and a non-root user. No shell, no nvcc (
 Requires: a Debian/Ubuntu host with /usr/bin/python3 (package python3-minimal) and a Docker engine;
 the `docker` Python package. Takes a few seconds; the image is ~25 MB.
 
-Usage: build_test_image.py [--tag sm12x-test:py3] [--isolated-tag sm12x-test:py3-isolated]
+Usage: build_test_image.py [--tag sm12x-test:py3] [--isolated-tag T] [--vllm-tag T]
   --isolated-tag also tags the same root filesystem with ENTRYPOINT ["python3", "-I"] (sitecustomize off).
+  --vllm-tag also builds a look-alike of a stock vLLM image: a stand-in `vllm` 0.25.1 distribution in
+             /usr/local/lib/python3.X/dist-packages, a `vllm` console script (#!/usr/bin/python3) and
+             ENTRYPOINT ["vllm", "serve"], as vllm/vllm-openai has. It serves nothing.
 """
 from __future__ import annotations
 
@@ -46,6 +49,20 @@ BASE_CHANGES = [
     'CMD ["python3"]',
 ]
 ISOLATED_CHANGES = BASE_CHANGES + ['ENTRYPOINT ["python3", "-I"]', 'CMD ["-c", "print(1)"]']
+VLLM_CHANGES = BASE_CHANGES[:-1] + ['ENTRYPOINT ["vllm", "serve"]', 'CMD ["--help"]']
+FAKE_VLLM_VERSION = "0.25.1"
+
+
+def fake_vllm_files(ver: str) -> dict[str, tuple[str, int]]:
+    """{path in the image: (text, mode)} for the stand-in vLLM distribution and console script."""
+    site = f"usr/local/lib/python{ver}/dist-packages"
+    v = FAKE_VLLM_VERSION
+    return {
+        f"{site}/vllm/__init__.py": (f'"""Stand-in for the sm12x tests: not vLLM."""\n__version__ = "{v}"\n', 0o644),
+        f"{site}/vllm-{v}.dist-info/METADATA": (f"Metadata-Version: 2.1\nName: vllm\nVersion: {v}\n", 0o644),
+        f"{site}/vllm-{v}.dist-info/RECORD": ("", 0o644),
+        "usr/local/bin/vllm": ("#!/usr/bin/python3\nimport sys\nprint('stand-in vllm', *sys.argv[1:])\n", 0o755),
+    }
 
 
 def host_python() -> tuple[str, str]:
@@ -98,23 +115,25 @@ def _add_dir(tar: tarfile.TarFile, name: str, mode: int = 0o755, uid: int = 0) -
     tar.addfile(info)
 
 
-def _add_text(tar: tarfile.TarFile, name: str, text: str) -> None:
+def _add_text(tar: tarfile.TarFile, name: str, text: str, mode: int = 0o644) -> None:
     data = text.encode()
     info = tarfile.TarInfo(name)
-    info.size, info.mode = len(data), 0o644
+    info.size, info.mode = len(data), mode
     tar.addfile(info, io.BytesIO(data))
 
 
-def write_rootfs(path: str) -> str:
-    """Write the root filesystem tar to `path`; returns the Python X.Y version packed."""
+def write_rootfs(path: str, extra: bool = False) -> str:
+    """Write the root filesystem tar to `path` (with the stand-in vLLM when `extra`); returns X.Y."""
     exe, ver = host_python()
     seen: set[str] = set()
     with tarfile.open(path, "w") as tar:
         for d in ("usr", "usr/bin", "usr/lib", "usr/local", "usr/local/bin", "etc", "home", "opt",
                   "opt/image-lib", "proc", "sys", "dev", "root", "var"):
             _add_dir(tar, d)
+            seen.add(d)
         _add_dir(tar, "tmp", 0o1777)
         _add_dir(tar, "home/app", 0o755, uid=1000)
+        seen.update({"tmp", "home/app"})
         for link in ("bin", "lib", "lib64", "sbin"):
             if os.path.islink("/" + link):
                 info = tarfile.TarInfo(link)
@@ -133,11 +152,22 @@ def write_rootfs(path: str) -> str:
                 parent = os.path.dirname(parent)
             seen.add(name)
             tar.add(p, arcname=name, recursive=False)
+        if extra:
+            for name, (text, mode) in fake_vllm_files(ver).items():
+                parent, parts = os.path.dirname(name), []
+                while parent and parent not in seen:
+                    parts.append(parent)
+                    seen.add(parent)
+                    parent = os.path.dirname(parent)
+                for d in reversed(parts):
+                    _add_dir(tar, d)
+                _add_text(tar, name, text, mode)
     return ver
 
 
-def build(client=None, tag: str = DEFAULT_TAG, isolated_tag: str | None = None) -> dict:
-    """Build (or rebuild) the image(s); returns {"tag": ..., "isolated_tag": ..., "python": "3.X"}."""
+def build(client=None, tag: str = DEFAULT_TAG, isolated_tag: str | None = None,
+          vllm_tag: str | None = None) -> dict:
+    """Build (or rebuild) the image(s); returns {"tag", "isolated_tag", "vllm_tag", "python": "3.X"}."""
     import docker  # the SDK; imported here so --help works without it
 
     client = client or docker.from_env()
@@ -149,20 +179,25 @@ def build(client=None, tag: str = DEFAULT_TAG, isolated_tag: str | None = None) 
         if isolated_tag:
             repo, _, name_tag = isolated_tag.rpartition(":")
             client.api.import_image(src=tar_path, repository=repo, tag=name_tag, changes=ISOLATED_CHANGES)
-    return {"tag": tag, "isolated_tag": isolated_tag, "python": ver}
+        if vllm_tag:
+            write_rootfs(tar_path, extra=True)
+            repo, _, name_tag = vllm_tag.rpartition(":")
+            client.api.import_image(src=tar_path, repository=repo, tag=name_tag, changes=VLLM_CHANGES)
+    return {"tag": tag, "isolated_tag": isolated_tag, "vllm_tag": vllm_tag, "python": ver}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tag", default=DEFAULT_TAG)
     ap.add_argument("--isolated-tag", default=None, help=f"e.g. {DEFAULT_ISOLATED_TAG}")
+    ap.add_argument("--vllm-tag", default=None, help="e.g. sm12x-test:py3-vllm")
     ap.add_argument("--tar", help="only write the root filesystem tar to this path (no Docker needed)")
     args = ap.parse_args(argv)
     try:
         if args.tar:
             print(json.dumps({"tar": args.tar, "python": write_rootfs(args.tar)}))
         else:
-            print(json.dumps(build(tag=args.tag, isolated_tag=args.isolated_tag)))
+            print(json.dumps(build(tag=args.tag, isolated_tag=args.isolated_tag, vllm_tag=args.vllm_tag)))
     except Exception as e:  # one line, not a traceback: this runs from CI logs
         print(f"build_test_image: {type(e).__name__}: {e}", file=sys.stderr)
         return 1

@@ -18,6 +18,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # Per-session names: two test sessions on one engine (CI and a developer) must not remove each other's.
 TAG = f"sm12x-test:pytest-{os.getpid()}"
 ISOLATED_TAG = f"sm12x-test:pytest-{os.getpid()}-isolated"
+VLLM_TAG = f"sm12x-test:pytest-{os.getpid()}-vllm"
 USER = "1000:1000"
 # Debian's sitecustomize does `import apport_python_hook; apport_python_hook.install()`. A fake module on
 # the image's PYTHONPATH entry records that call, which proves the chained file really ran.
@@ -53,14 +54,14 @@ def engine(request):
 
 @pytest.fixture(scope="session")
 def images(engine):
-    """Build the test image and its `python3 -I` twin; removed at the end of the session."""
+    """Build the test image, its `python3 -I` twin and the vLLM look-alike; removed at the end."""
     path = os.path.join(REPO, "docker", "test-image", "build_test_image.py")
     spec = importlib.util.spec_from_file_location("sm12x_build_test_image", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    info = mod.build(engine, tag=TAG, isolated_tag=ISOLATED_TAG)
+    info = mod.build(engine, tag=TAG, isolated_tag=ISOLATED_TAG, vllm_tag=VLLM_TAG)
     yield info
-    for tag in (TAG, ISOLATED_TAG):
+    for tag in (TAG, ISOLATED_TAG, VLLM_TAG):
         try:
             engine.images.remove(tag, force=True)
         except Exception:
@@ -160,6 +161,22 @@ def test_doctor_on_test_image(engine, images, bundle):
     assert "uid 1000" in r.stdout  # the image's USER, not root
     assert "plugin entry points registered: vllm.general_plugins, sglang.srt.plugins" in r.stdout
     assert "verdict: the mount takes effect" in r.stdout
+
+
+def test_doctor_on_vllm_look_alike(engine, images, bundle):
+    """ENTRYPOINT ["vllm", "serve"] with a console script, as vllm/vllm-openai: the probe finds the
+    interpreter in its #! line, sees vllm's version, plans the vllm patches and wants nvcc."""
+    r = _cli("doctor", "--image", VLLM_TAG, "--bundle", bundle, "--json")
+    data = json.loads(r.stdout)
+    assert r.returncode == 0 and data["exit_code"] == 0, r.stdout + r.stderr
+    report = data["report"]
+    assert report["entry_shebang"] == "#!/usr/bin/python3"
+    assert report["status_python"] == "/usr/bin/python3"
+    assert report["status"]["versions"]["vllm"] == "0.25.1"
+    findings = data["findings"]
+    assert any(f["code"] == "versions" and "vllm 0.25.1" in f["text"] for f in findings)
+    assert any(f["code"] == "patch-applies" and f["text"].startswith("will apply: vllm.") for f in findings)
+    assert any(f["code"] == "nvcc-missing" and f["level"] == "warn" for f in findings)
 
 
 def test_doctor_json_and_unwritable_triton_cache(engine, images, bundle):
