@@ -405,7 +405,8 @@ def add_doctor_command(subparsers) -> argparse.ArgumentParser:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--image", required=True, help="local image to check (never pulled)")
     p.add_argument("--bundle", help="bundle folder (default: the folder sm12x runs from)")
-    p.add_argument("--arch", default="12.0", help="SM12X_ARCH for the plan (default 12.0; '' = detect)")
+    p.add_argument("--arch", default="12.0",
+                   help="SM12X_ARCH for the plan: 12.0 (RTX PRO 6000, default), 12.1 (DGX Spark), '' = detect")
     p.add_argument("--user", help="run as this user (default: the image's USER)")
     p.add_argument("--env", "-e", action="append", default=[], metavar="KEY=VALUE",
                    help="extra environment, as your real run sets it (repeatable)")
