@@ -17,7 +17,7 @@ fi
 if ! have triton; then
     "$PY" -m pip install -q "triton==3.9.0"
 fi
-"$PY" -m pip install -q wrapt importlib-metadata pytest docker numpy
+"$PY" -m pip install -q wrapt importlib-metadata pytest docker numpy pyyaml
 "$PY" -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1 \
     || "$PY" -m pip install -q --no-deps -e .
 bash scripts/ci_docker.sh || true
