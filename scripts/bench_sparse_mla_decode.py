@@ -6,8 +6,8 @@ main top-k 128 in 256-token pages + extra top-k 512/1024 in 64-token pages, or i
 with per-request extra_topk_length; batch 2..256) and a TP-sharded single request (h_q 16,
 batch 1) with 128K-context-like extra top-k.
 
-Reports per case: median µs per call (CUDA events around each call; L2 flushed before every call
-unless --warm-l2), GB/s counted as FlashMLA does (576 B per unique MODEL1 token read + Q + O
+Reports per case: median µs per call (CUDA events around a CUDA-graph replay of one call; L2
+flushed before every call unless --warm-l2), GB/s counted as FlashMLA does (576 B per unique MODEL1 token read + Q + O
 bytes), TFLOPS (2 * h_q * attended tokens * (d_qk + d_v)), time of the PyTorch reference and the
 ratio, and whether the output matches the reference within FlashMLA's tolerances.
 Prints a markdown table. Needs a CUDA GPU.
@@ -75,19 +75,32 @@ def bytes_and_flops(case):
     return mem, flops
 
 
-def time_fn(fn, iters, flush):
+def time_fn(fn, iters, flush, graph=False):
+    """Median µs of ``fn`` between CUDA events. With ``graph`` the call is captured once in a CUDA
+    graph and replayed, so host launch overhead is excluded (as in CUDA-graph decode)."""
     import torch
 
     scratch = torch.empty(512 * 1024 * 1024, dtype=torch.uint8, device="cuda") if flush else None
-    fn()
+    fn()  # compile / warm up
     torch.cuda.synchronize()
+    run = fn
+    if graph:
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            fn()
+        torch.cuda.current_stream().wait_stream(s)
+        with torch.cuda.graph(g):
+            fn()
+        run = g.replay
     times = []
     for _ in range(iters):
         if scratch is not None:
-            scratch.zero_()  # evict L2 (50-60 MB on H200/RTX PRO 6000)
+            scratch.zero_()  # evict L2 (50-60 MB on H200 / 128 MB on RTX PRO 6000)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn()
+        run()
         end.record()
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) * 1000.0)
@@ -112,14 +125,15 @@ def main():
     import triton
 
     if not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-        sys.exit("bench_sparse_mla_decode: needs a CUDA GPU (torch.cuda.is_available() is False "
-                 "or TRITON_INTERPRET is set); nothing was measured.")
+        print("bench_sparse_mla_decode: needs a CUDA GPU (torch.cuda.is_available() is False "
+              "or TRITON_INTERPRET is set); nothing was measured.", file=sys.stderr)
+        return 2
 
     from sm12x.kernels import configs
     from sm12x.kernels.reference.sparse_mla import make_case, ref_sparse_mla_decode
-    from sm12x.kernels.sparse_mla_decode import pick_config, plan, sparse_mla_decode
+    from sm12x.kernels.sparse_mla_decode import plan, sparse_mla_decode
+    from sm12x.kernels.tolerance import FLASHMLA_LSE, FLASHMLA_OUT, flashmla_close
 
-    sys.path.insert(0, os.path.join(ROOT, "tests", "kernels"))
     iters = args.iters or (20 if args.quick else 50)
     dev = torch.device("cuda")
     flush = not args.warm_l2
@@ -128,8 +142,10 @@ def main():
     print(f"- GPU: {torch.cuda.get_device_name()} ({configs.sm_count(dev)} SMs, config set "
           f"{configs.arch_key(dev)})")
     print(f"- torch {torch.__version__}, triton {triton.__version__}")
-    print(f"- timing: median of {iters} calls, CUDA events, "
-          f"{'L2 flushed before each call' if flush else 'warm L2 (no flush)'}")
+    print(f"- timing: median of {iters} calls, CUDA events around a CUDA-graph replay of one "
+          f"call (split + combine kernels, no host overhead), "
+          f"{'L2 flushed before each call' if flush else 'warm L2 (no flush)'}; the PyTorch "
+          f"reference is timed eagerly")
     print(f"- GB/s: FlashMLA's count (Q + O bytes + 576 B per unique MODEL1 token)\n")
     print("| case | b | s_q | h_q | config | splits | µs | GB/s | TFLOPS | ref µs | speed-up | "
           "matches ref |")
@@ -140,21 +156,19 @@ def main():
         b, s_q, h_q, _ = case["q"].shape
         xtopk = case["extra_indices"].shape[-1] if "extra_indices" in case else 0
         cfg, _, nsplit, _ = plan(b, s_q, h_q, case["indices"].shape[-1], xtopk, dev)
-        us = time_fn(lambda: sparse_mla_decode(**case), iters, flush)
+        us = time_fn(lambda: sparse_mla_decode(**case), iters, flush, graph=True)
         mem, flops = bytes_and_flops(case)
         ref_us, ok = float("nan"), "-"
         if not args.no_ref:
             ref_us = time_fn(lambda: ref_sparse_mla_decode(**case), max(3, iters // 10), flush)
-            from test_sparse_mla_decode import LSE_TOL, OUT_TOL, assert_flashmla_close
-
             out, lse = sparse_mla_decode(**case)
             ref_out, ref_lse = ref_sparse_mla_decode(**case)
-            try:
-                assert_flashmla_close("out", out, ref_out, **OUT_TOL)
-                assert_flashmla_close("lse", lse, ref_lse, **LSE_TOL)
-                ok = "yes"
-            except AssertionError as e:
-                ok, failed = f"NO ({str(e).splitlines()[0][:60]})", True
+            v_out = flashmla_close(out, ref_out, **FLASHMLA_OUT)
+            v_lse = flashmla_close(lse, ref_lse, **FLASHMLA_LSE)
+            ok = "yes"
+            if not (v_out.ok and v_lse.ok):
+                bad = v_out if not v_out.ok else v_lse
+                ok, failed = f"NO ({'out' if bad is v_out else 'lse'}: {bad.detail})", True
         cfg_s = f"H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']}"
         print(f"| {name} | {b} | {s_q} | {h_q} | {cfg_s} | {nsplit} | {us:.1f} | "
               f"{mem / us / 1e3:.0f} | {flops / us / 1e6:.1f} | {ref_us:.0f} | "

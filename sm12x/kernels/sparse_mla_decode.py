@@ -147,8 +147,10 @@ def _write_final(out_ptr, lse_ptr, sink_ptr, acc, lse2, heads, hmask, pid_bs, H,
     b = pid_bs // S_Q
     s = pid_bs % S_Q
     dv = d0 + tl.arange(0, acc.shape[1])
-    o_ptrs = (out_ptr + b.to(tl.int64) * stride_ob + s * stride_os + heads[:, None] * stride_oh
-              + dv[None, :])
+    # Rows are 16-byte aligned (the launcher guarantees it): vector stores.
+    o_row = tl.multiple_of(out_ptr + b.to(tl.int64) * stride_ob + s * stride_os + heads * stride_oh,
+                           16)
+    o_ptrs = o_row[:, None] + dv[None, :]
     tl.store(o_ptrs, _to_bf16(o, INTERPRET), mask=hmask[:, None])
     tl.store(lse_ptr + pid_bs.to(tl.int64) * H + heads, lse, mask=hmask & ((heads * 0 + d0) == 0))
 
@@ -172,7 +174,9 @@ def _sparse_mla_split_kernel(
     heads = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
     hmask = heads < H
 
-    q_row = q_ptr + b.to(tl.int64) * stride_qb + s * stride_qs + heads[:, None] * stride_qh
+    # Rows are 16-byte aligned (the launcher guarantees it): vector loads.
+    q_row = tl.multiple_of(q_ptr + b.to(tl.int64) * stride_qb + s * stride_qs + heads * stride_qh,
+                           16)[:, None]
     q = tl.load(q_row + tl.arange(0, 512)[None, :], mask=hmask[:, None], other=0.0)
     if IS_MODEL1:
         q_rope = tl.zeros((BLOCK_H, 64), dtype=tl.bfloat16)
@@ -238,7 +242,8 @@ def _sparse_mla_combine_kernel(ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, s
     for sp in range(NUM_SPLITS):
         row = base + sp * H
         w = tl.exp2(tl.load(lsews_ptr + row, mask=hmask, other=float("-inf")) - gsafe)
-        o = tl.load(ows_ptr + row[:, None] * 512 + d0 + tl.arange(0, BLOCK_DC)[None, :],
+        o_row = tl.multiple_of(ows_ptr + row * 512 + d0, 16)
+        o = tl.load(o_row[:, None] + tl.arange(0, BLOCK_DC)[None, :],
                     mask=hmask[:, None] & (w > 0.0)[:, None], other=0.0)
         total += w
         acc += w[:, None] * o
@@ -321,6 +326,11 @@ def validate(op, q, k_cache, indices, topk_length, attn_sink, extra_k_cache, ext
                          "None unless extra_k_cache is given")
 
 
+def _rows_aligned(t):
+    """Every [..., d] row of a bf16 tensor starts on a 16-byte boundary."""
+    return t.data_ptr() % 16 == 0 and all(st % 8 == 0 for st in t.stride()[:-1])
+
+
 def _interpret():
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
@@ -395,10 +405,19 @@ def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, ext
     xtopk = extra_indices.shape[-1] if has_extra else 0
     fmt = "model1" if d_qk == 512 else "v32"
     cfg, head_blocks, nsplit, tps = plan(b, s_q, h_q, topk, xtopk, q.device, num_splits, fmt=fmt)
+    if not _rows_aligned(q):
+        q = q.clone(memory_format=torch.contiguous_format)
     if out is None:
         out = torch.empty((b, s_q, h_q, D_V), dtype=torch.bfloat16, device=q.device)
+    checks.require(out.shape == (b, s_q, h_q, D_V) and out.dtype == torch.bfloat16
+                   and out.stride(3) == 1 and _rows_aligned(out), op, "out",
+                   f"{out.dtype} {list(out.shape)} strides {tuple(out.stride())}",
+                   f"bf16 [{b}, {s_q}, {h_q}, 512], 16-byte aligned rows")
     if lse is None:
         lse = torch.empty((b, s_q, h_q), dtype=torch.float32, device=q.device)
+    checks.require(lse.shape == (b, s_q, h_q) and lse.dtype == torch.float32
+                   and lse.is_contiguous(), op, "lse", f"{lse.dtype} {list(lse.shape)}",
+                   f"contiguous fp32 [{b}, {s_q}, {h_q}]")
     direct = nsplit == 1
     if direct:
         ows = lsews = lse  # unused
@@ -455,6 +474,10 @@ def _split_signature(cfg, is_model1, page, xpage, direct):
     const = dict(PAGE=page, XPAGE=xpage, IS_MODEL1=is_model1, HAS_LEN=True, HAS_EXTRA=True,
                  HAS_XLEN=True, HAS_SINK=True, DIRECT=direct, BLOCK_H=cfg["BLOCK_H"],
                  BLOCK_N=cfg["BLOCK_N"], INTERPRET=False)
+    if direct:
+        # At run time a direct launch has NUM_SPLITS == 1, which Triton specialises to a constant;
+        # compile the s_q == 1 (no MTP) specialisation here too.
+        const.update(NUM_SPLITS=1, S_Q=1)
     for k in const:
         sig[k] = "constexpr"
     names = _sparse_mla_split_kernel.arg_names
@@ -509,7 +532,7 @@ def _compile_job(job):
         page, xpage = _PAGE_VARIANTS[0]
         sig, const = _split_signature(cfg, fmt == "model1", page, xpage, direct)
         name = (f"{fmt} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']}"
-                f"{' direct' if direct else ''}")
+                f"{' direct s_q=1' if direct else ''}")
         return compile_kernel(_sparse_mla_split_kernel, sig, const, target=target,
                               num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
                               config_name=name)

@@ -182,3 +182,15 @@ def test_sgl_kernel_order():
     torch.testing.assert_close(lse, ref_lse, atol=1e-6, rtol=8 / 65536)
     with pytest.raises(NotImplementedError, match="descale_q"):
         api.flash_mla_with_kvcache_sgl_kernel(*pos[:9], torch.ones(2), torch.ones(2), True, idx)
+
+
+def test_misaligned_q_is_copied_not_rejected():
+    q, cache, kw = inputs()
+    wide = torch.zeros(q.shape[:-1] + (520,), dtype=q.dtype)
+    wide[..., 3:515] = q
+    qv = wide[..., 3:515]  # 6-byte offset rows
+    assert qv.data_ptr() % 16 != 0
+    out, lse = api.flash_mla_with_kvcache(qv, cache, None, None, 512, None, **kw)
+    ref_out, ref_lse = ref_sparse_mla_decode(q, cache, kw["indices"])
+    torch.testing.assert_close(lse, ref_lse, atol=1e-6, rtol=8 / 65536)
+    torch.testing.assert_close(out.float(), ref_out.float(), atol=1e-3, rtol=2 / 128)
