@@ -157,7 +157,7 @@ def _check_topk(op, topk, out, rows, device):
         require(out.device == device, op, "out", f"device {out.device}", f"the device of q ({device})")
 
 
-def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 16, 32, 64), dims=(64, 128)):
+def compile_reports(targets=("sm_120", "sm_121"), heads=(64,), dims=(128,)):
     """Compile the top-k (int64 key output) variants of both logits kernels for ``targets``."""
     reports = _mqa.compile_reports(targets, heads, dims, variants=((2, False, False),))
     reports += _paged.compile_reports(targets, heads, dims, block_kvs=(32, 64), next_ns=(1, 2),

@@ -35,8 +35,9 @@ def test_compile_production_configs():
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("SM12X_SLOW_TESTS") != "1", reason="full compile sweep: set SM12X_SLOW_TESTS=1")
 def test_compile_all_configs():
-    reports = mqa_logits.compile_reports(TARGETS)
-    reports += paged_mqa_logits.compile_reports(TARGETS, next_ns=(1, 2, 8),
+    heads, dims = (8, 16, 32, 64), (64, 128)
+    reports = mqa_logits.compile_reports(TARGETS, heads=heads, dims=dims)
+    reports += paged_mqa_logits.compile_reports(TARGETS, heads=heads, dims=dims, next_ns=(1, 2, 8),
                                                 variants=((0, False, True), (0, True, False)))
-    reports += indexer_topk.compile_reports(("sm_120",))
+    reports += indexer_topk.compile_reports(("sm_120",), heads=heads, dims=dims)
     _assert_ok(reports)
