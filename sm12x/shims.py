@@ -3,7 +3,10 @@
 vLLM and SGLang only take their DeepGEMM indexer paths when ``import deep_gemm`` works. On SM12x,
 when no ``deep_gemm`` is installed at all, the import watcher provides one built from
 ``sm12x.kernels.deep_gemm_api`` (the functions listed in its ``NAMES``). A real installed module always wins: the import watcher (``sm12x.hooks``) asks for a stand-in
-only after every other finder found nothing. ``SM12X_SHIMS=0`` turns this off.
+only after every other finder found nothing, and none is made when vLLM's vendored
+``vllm.third_party.deep_gemm`` exists. The stand-in has only the indexer functions: a framework that
+also wants DeepGEMM GEMMs from it must have them turned off (SGLang: SGLANG_ENABLE_JIT_DEEPGEMM=0,
+as the SM12x recipes already set). ``SM12X_SHIMS=0`` turns this off.
 """
 import importlib
 import os
@@ -39,6 +42,16 @@ def find_shim_spec(fullname):
     if not ok:
         return None
     import importlib.machinery
+    import importlib.util
+
+    # vLLM falls back to its vendored copy (patched by sm12x.patches.deep_gemm): a stand-in would
+    # hide that copy's GEMMs from vLLM.
+    if "vllm" in sys.modules:
+        try:
+            if importlib.util.find_spec("vllm.third_party.deep_gemm") is not None:
+                return None
+        except Exception:
+            pass
 
     return importlib.machinery.ModuleSpec(fullname, _ShimLoader(SHIMS[fullname]))
 

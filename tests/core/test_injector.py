@@ -403,7 +403,9 @@ def test_real_registry_plan_lists_every_route(standin):
 def test_deep_gemm_stand_in_only_when_absent(standin):
     pytest.importorskip("torch")
     code = """
-import json, deep_gemm
+import importlib.util, json
+assert importlib.util.find_spec("deep_gemm") is not None  # how vLLM's has_deep_gemm() asks
+import deep_gemm
 from sm12x.kernels import deep_gemm_api
 from sm12x import shims
 print(json.dumps({"shim": getattr(deep_gemm, "__sm12x_shim__", False),
@@ -431,6 +433,15 @@ print(json.dumps({"shim": getattr(deep_gemm, "__sm12x_shim__", False),
 """, pythonpath=[REPO, standin]))
     assert real == {"shim": False, "patched": "deep_gemm.fp8_paged_mqa_logits",
                     "missing": "skipped"}
+    # vLLM with a vendored copy: no stand-in, the vendored copy is what vLLM uses
+    for rel in ("vllm/__init__.py", "vllm/third_party/__init__.py",
+                "vllm/third_party/deep_gemm/__init__.py"):
+        (standin / rel).parent.mkdir(parents=True, exist_ok=True)
+        (standin / rel).write_text("")
+    (standin / "deep_gemm" / "__init__.py").unlink()
+    (standin / "deep_gemm").rmdir()
+    vendored = run_py("import vllm, deep_gemm", pythonpath=[REPO, standin], check=False)
+    assert "No module named 'deep_gemm'" in vendored.stderr
 
 
 def test_bundle_is_a_self_contained_mount(tmp_path, standin):
