@@ -42,8 +42,40 @@ def _factory(name):
 for _name in NAMES:
     globals()[f"make_{_name}"] = _factory(_name)
 
+def make_sglang_paged_logits_torch(original):
+    """SGLang's ``fp8_paged_mqa_logits_torch(q_fp8, kvcache_fp8, weight, seq_lens, page_table,
+    deep_gemm_metadata, max_seq_len, clean_logits=True)``: DeepGEMM's argument order, so it maps
+    onto our kernel; ``seq_lens`` may be [T] or [T, 1] (the original asserts 1-D)."""
+    import importlib
+
+    api = importlib.import_module(_API)
+
+    @functools.wraps(original)
+    def fp8_paged_mqa_logits_torch(q_fp8, kvcache_fp8, weight, seq_lens, page_table,
+                                   deep_gemm_metadata=None, max_seq_len=None, clean_logits=True):
+        if max_seq_len is None:
+            max_seq_len = page_table.shape[1] * kvcache_fp8.shape[1]
+        return api.fp8_paged_mqa_logits(q_fp8, kvcache_fp8, weight, seq_lens, page_table,
+                                        deep_gemm_metadata, max_seq_len, clean_logits=clean_logits)
+
+    return fp8_paged_mqa_logits_torch
+
+
+# vLLM's wrappers resolve `_<name>_impl` globals from the module once (`_lazy_init`); when that ran
+# before us (plugin route) those globals hold the originals and are rebound.
+_CONSUMERS = ("vllm.utils.deep_gemm",)
+
 PATCHES = tuple(
     Patch(name=f"{module}.{name}", target=f"{module}:{name}", make=f"{__name__}:make_{name}",
-          why=_WHY, fixed_in=_FIXED)
+          why=_WHY, fixed_in=_FIXED, consumers=_CONSUMERS)
     for module in ("deep_gemm", "vllm.third_party.deep_gemm") for name in NAMES
+) + tuple(
+    Patch(name=f"sglang.{era}.indexer.paged_logits_torch",
+          target=f"sglang.srt.layers.attention.{era}.indexer:fp8_paged_mqa_logits_torch",
+          make=f"{__name__}:make_sglang_paged_logits_torch",
+          why="SGLang's torch fallback for paged MQA logits asserts 1-D seq_lens but gets [T, 1] "
+              "under EAGLE/MTP (crashes on the first multi-token batch), and is a slow per-request "
+              "loop; on SM12x it is the path SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=1 selects",
+          fixed_in="none known", library="sglang", versions="*")
+    for era in ("compressed", "dsv4")
 )

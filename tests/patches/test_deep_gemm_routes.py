@@ -1,0 +1,101 @@
+"""The real DeepGEMM patch set on stand-ins: a ``deep_gemm`` whose indexer functions raise
+DeepGEMM's SM12x error, vLLM's ``vllm.utils.deep_gemm`` that caches the module's functions in
+``_*_impl`` globals (resolved before sm12x ran: the plugin route), and SGLang's torch fallback that
+asserts 1-D ``seq_lens``."""
+import textwrap
+
+import pytest
+
+from tests_support import REPO, last_json, run_py
+
+ERR = "Unsupported architecture (attention.hpp:211)"
+NAMES = ("fp8_mqa_logits", "fp8_fp4_mqa_logits", "get_paged_mqa_logits_metadata",
+         "fp8_paged_mqa_logits", "fp8_fp4_paged_mqa_logits")
+
+STANDINS = {
+    "deep_gemm/__init__.py": "".join(
+        f"def {n}(*args, **kwargs):\n    raise RuntimeError({ERR!r})\n" for n in NAMES)
+        + "def fp8_gemm_nt(*args, **kwargs):\n    return 'original-gemm'\n",
+    "vllm/__init__.py": "",
+    "vllm/utils/__init__.py": "",
+    "vllm/utils/deep_gemm.py": textwrap.dedent("""
+        _fp8_fp4_paged_mqa_logits_impl = None
+        def _lazy_init():
+            global _fp8_fp4_paged_mqa_logits_impl
+            import deep_gemm
+            _fp8_fp4_paged_mqa_logits_impl = deep_gemm.fp8_paged_mqa_logits
+        def fp8_fp4_paged_mqa_logits(q, *args, **kwargs):
+            _lazy_init() if _fp8_fp4_paged_mqa_logits_impl is None else None
+            return _fp8_fp4_paged_mqa_logits_impl(q[0], *args, **kwargs)
+    """),
+    "sglang/__init__.py": "",
+    "sglang/srt/__init__.py": "",
+    "sglang/srt/layers/__init__.py": "",
+    "sglang/srt/layers/attention/__init__.py": "",
+    "sglang/srt/layers/attention/compressed/__init__.py": "",
+    "sglang/srt/layers/attention/compressed/indexer.py": textwrap.dedent("""
+        def fp8_paged_mqa_logits_torch(q_fp8, kvcache_fp8, weight, seq_lens, page_table,
+                                       deep_gemm_metadata, max_seq_len, clean_logits=True):
+            assert seq_lens.dim() == 1
+            raise RuntimeError("slow path")
+    """),
+}
+
+CALLS = """
+import json, sys, torch
+sys.path.insert(0, {repo!r})
+from sm12x.kernels.indexer_cache import quant_fp8_paged_cache
+from sm12x.kernels.reference.indexer import ref_paged_mqa_logits
+from sm12x.kernels.tolerance import deepgemm_diff
+
+# the framework imported and resolved DeepGEMM before sm12x was installed (plugin route)
+import vllm.utils.deep_gemm as vdg
+vdg._lazy_init()
+import sm12x.plugin; sm12x.plugin.register()
+
+g = torch.Generator().manual_seed(0)
+b, h, d, bkv, blocks = 3, 16, 64, 64, 4
+cache = quant_fp8_paged_cache(torch.randn(b * blocks, bkv, d, generator=g))
+q = torch.randn(b, 1, h, d, generator=g).to(torch.float8_e4m3fn)
+w = torch.randn(b, h, generator=g)
+lens = torch.tensor([[17], [200], [64]], dtype=torch.int32)
+bt = torch.arange(b * blocks, dtype=torch.int32).view(b, blocks)
+ref = ref_paged_mqa_logits(q, cache, w, lens, bt, blocks * bkv, clean_logits=True)
+
+def err(x):
+    x = x.float()
+    masks_match = bool(((x == float("-inf")) == (ref == float("-inf"))).all())
+    return [masks_match, deepgemm_diff(x, ref)]
+
+import deep_gemm
+meta = deep_gemm.get_paged_mqa_logits_metadata(lens, bkv, 8)
+res = {{"deep_gemm": err(deep_gemm.fp8_paged_mqa_logits(q, cache, w, lens, bt, meta, blocks * bkv,
+                                                        clean_logits=True)),
+        "gemm_untouched": deep_gemm.fp8_gemm_nt(),
+        "vllm_cached_impl": err(vdg.fp8_fp4_paged_mqa_logits((q, None), cache, w, lens, bt, meta,
+                                                             blocks * bkv, clean_logits=True))}}
+from sglang.srt.layers.attention.compressed import indexer
+res["sglang_torch_fallback"] = err(indexer.fp8_paged_mqa_logits_torch(q, cache, w, lens, bt, None,
+                                                                     blocks * bkv))
+print(json.dumps(res))
+"""
+
+
+@pytest.fixture
+def standins(tmp_path):
+    for rel, body in STANDINS.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(body)
+    return tmp_path
+
+
+def test_deep_gemm_routes_reach_the_kernels(standins):
+    pytest.importorskip("triton")
+    out = last_json(run_py(CALLS.format(repo=REPO), pythonpath=[standins],
+                           env={"TRITON_INTERPRET": "1"}))
+    assert out["gemm_untouched"] == "original-gemm"
+    for route in ("deep_gemm", "vllm_cached_impl", "sglang_torch_fallback"):
+        masks_match, diff = out[route]
+        assert masks_match, route
+        assert diff < 1e-5, (route, diff)
