@@ -155,7 +155,16 @@ def _write_final(out_ptr, lse_ptr, sink_ptr, acc, lse2, heads, hmask, pid_bs, H,
     tl.store(lse_ptr + pid_bs.to(tl.int64) * H + heads, lse, mask=hmask & ((heads * 0 + d0) == 0))
 
 
-@triton.jit
+# Integer arguments are not specialised on their values (== 1, % 16): a serving process would
+# otherwise compile a new variant for many batch sizes / split counts during CUDA-graph capture.
+# The alignment facts the kernel needs are stated in-kernel with tl.multiple_of instead.
+_RUNTIME_INTS = ["stride_qb", "stride_qs", "stride_qh", "cache_stride0", "cache_ntok", "stride_ib",
+                 "stride_is", "xcache_stride0", "xcache_ntok", "stride_xb", "stride_xs",
+                 "stride_ob", "stride_os", "stride_oh", "S_Q", "H", "TOPK", "XTOPK", "NUM_SPLITS",
+                 "TILES_PER_SPLIT"]
+
+
+@triton.jit(do_not_specialize=_RUNTIME_INTS)
 def _sparse_mla_split_kernel(
         q_ptr, stride_qb, stride_qs, stride_qh,
         cache_ptr, cache_stride0, cache_ntok, idx_ptr, stride_ib, stride_is, len_ptr,
@@ -221,7 +230,7 @@ def _sparse_mla_split_kernel(
         tl.store(lsews_ptr + row, lse2, mask=hmask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["stride_ob", "stride_os", "stride_oh", "S_Q", "H", "NUM_SPLITS"])
 def _sparse_mla_combine_kernel(ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, stride_ob,
                                stride_os, stride_oh, S_Q, H, NUM_SPLITS,
                                HAS_SINK: tl.constexpr, BLOCK_HC: tl.constexpr,
@@ -474,10 +483,6 @@ def _split_signature(cfg, is_model1, page, xpage, direct):
     const = dict(PAGE=page, XPAGE=xpage, IS_MODEL1=is_model1, HAS_LEN=True, HAS_EXTRA=True,
                  HAS_XLEN=True, HAS_SINK=True, DIRECT=direct, BLOCK_H=cfg["BLOCK_H"],
                  BLOCK_N=cfg["BLOCK_N"], INTERPRET=False)
-    if direct:
-        # At run time a direct launch has NUM_SPLITS == 1, which Triton specialises to a constant;
-        # compile the s_q == 1 (no MTP) specialisation here too.
-        const.update(NUM_SPLITS=1, S_Q=1)
     for k in const:
         sig[k] = "constexpr"
     names = _sparse_mla_split_kernel.arg_names
@@ -532,7 +537,7 @@ def _compile_job(job):
         page, xpage = _PAGE_VARIANTS[0]
         sig, const = _split_signature(cfg, fmt == "model1", page, xpage, direct)
         name = (f"{fmt} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']}"
-                f"{' direct s_q=1' if direct else ''}")
+                f"{' direct' if direct else ''}")
         return compile_kernel(_sparse_mla_split_kernel, sig, const, target=target,
                               num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
                               config_name=name)
