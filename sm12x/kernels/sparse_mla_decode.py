@@ -24,7 +24,6 @@ from sm12x.kernels import checks, configs
 OP = "sparse_mla_decode"
 D_V = 512
 LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
 
 # Per-architecture launch configurations per cache format, by head-block size: a call uses the
 # smallest BLOCK_H that covers h_q, else the largest. The fp32 accumulator is BLOCK_H x 512 and
@@ -45,7 +44,7 @@ COMBINE_CONFIG = {"BLOCK_HC": 8, "BLOCK_DC": 128, "num_warps": 4}
 
 
 @triton.jit
-def _load_kv_tile(cache_ptr, stride0, ntok, idx, valid, PAGE: tl.constexpr,
+def _load_kv_tile(cache_ptr, stride0, idx, valid, PAGE: tl.constexpr,
                   IS_MODEL1: tl.constexpr, BLOCK_N: tl.constexpr):
     """Gather and dequantise BLOCK_N tokens -> (k bf16 [BLOCK_N, 512], rope bf16 [BLOCK_N, 64]).
     For MODEL1 the RoPE part is already the last 64 dims of k and ``rope`` is unused."""
@@ -118,7 +117,7 @@ def _attend_tile(acc, m_i, l_i, q, q_rope, cache_ptr, stride0, ntok, idx_row_ptr
     in_len = pos < length
     idx = tl.load(idx_row_ptr + pos, mask=in_len, other=-1)
     valid = in_len & (idx >= 0) & (idx < ntok)
-    k, rope = _load_kv_tile(cache_ptr, stride0, ntok, idx, valid, PAGE, IS_MODEL1, BLOCK_N)
+    k, rope = _load_kv_tile(cache_ptr, stride0, idx, valid, PAGE, IS_MODEL1, BLOCK_N)
     s = _dot(q, tl.trans(k), tl.zeros((q.shape[0], BLOCK_N), dtype=tl.float32), INTERPRET)
     if not IS_MODEL1:
         s = _dot(q_rope, tl.trans(rope), s, INTERPRET)
