@@ -29,14 +29,15 @@ LOG2E = 1.4426950408889634
 # smallest BLOCK_H that covers h_q, else the largest. The fp32 accumulator is BLOCK_H x 512 and
 # every program dequantises its tokens itself, so a larger BLOCK_H means less repeated
 # dequantisation (h_q = 64 with BLOCK_H 64: each token is dequantised once per query).
-# sm_120/sm_121 configs must fit 101,376 B of shared memory with no spills (``compile_reports``);
-# there V3.2 with BLOCK_H 32 spills and stays at 16. On sm_90 (wgmma) BLOCK_H 64 spills.
+# sm_120/sm_121 configs must fit 101,376 B of shared memory with no spills (``compile_reports``).
+# BLOCK_H 64 fits on sm_120 for MODEL1 only (V3.2 needs an extra RoPE dot); on sm_90 (wgmma) it
+# spills, so H200 runs h_q 64/128 as 2/4 head blocks.
 # SM12X_SPARSE_MLA_CONFIG="BLOCK_H=32,BLOCK_N=16,num_warps=8" overrides the choice (tuning).
 _H16 = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 8, "num_stages": 1}
 _H32 = {"BLOCK_H": 32, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1}
 _H64 = {"BLOCK_H": 64, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1}
 CONFIGS = {
-    "sm_120": {"model1": (_H16, _H32, _H64), "v32": (_H16,)},
+    "sm_120": {"model1": (_H16, _H32, _H64), "v32": (_H16, _H32)},
     "sm_90": {"model1": (_H16, _H32), "v32": (_H16, _H32)},
 }
 MIN_SPLIT_TOKENS = 64
