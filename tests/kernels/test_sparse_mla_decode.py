@@ -324,3 +324,18 @@ def test_gpu_cuda_graph_replay_equals_eager():
                                                  case["softmax_scale"])
         assert_flashmla_close("out", g_out.cpu(), ref_out.cpu(), **OUT_TOL)
         assert_flashmla_close("lse", g_lse.cpu(), ref_lse.cpu(), **LSE_TOL)
+
+
+def test_config_choice_and_env_override(monkeypatch):
+    from sm12x.kernels.sparse_mla_decode import pick_config
+
+    cpu = torch.device("cpu")  # the sm_120 configs
+    assert [pick_config(h, cpu)["BLOCK_H"] for h in (8, 16, 24, 32, 64, 128)] == [16, 16, 32, 32,
+                                                                                64, 64]
+    assert pick_config(128, cpu, "v32")["BLOCK_H"] == 32
+    monkeypatch.setenv("SM12X_SPARSE_MLA_CONFIG", "BLOCK_H=16,BLOCK_N=16,num_warps=4")
+    assert pick_config(64, cpu) == {"BLOCK_H": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
+    run_case("model1", b=1, s_q=1, h_q=24, topk=40, num_splits=2)
+    monkeypatch.setenv("SM12X_SPARSE_MLA_CONFIG", "BLOCK_X=1")
+    with pytest.raises(ValueError, match="SM12X_SPARSE_MLA_CONFIG"):
+        pick_config(64, cpu)
