@@ -152,6 +152,8 @@ def is_sparse_fp8_call(*args, **kwargs) -> bool:
     """True when a ``flash_mla_with_kvcache`` call (arguments as the caller passed them, FlashMLA's
     positional order) is the sparse FP8 path handled here: ``indices`` given and
     ``is_fp8_kvcache`` true. Anything else should go to the original function."""
+    if len(args) <= 6 and "q" not in kwargs:  # the usual call: six positional, rest by keyword
+        return kwargs.get("indices") is not None and bool(kwargs.get("is_fp8_kvcache", False))
     try:
         bound = _SIGNATURE.bind(*args, **kwargs)
     except TypeError:

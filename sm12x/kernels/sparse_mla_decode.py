@@ -386,7 +386,21 @@ def pick_config(h_q, device, fmt="model1"):
 def plan(b, s_q, h_q, topk, extra_topk, device, num_splits=None, cfg=None, fmt="model1"):
     """Shapes-only launch plan -> (cfg, head_blocks, num_splits, tiles_per_split). The default
     split count makes b * s_q * head_blocks * num_splits cover every SM once."""
-    cfg = cfg or pick_config(h_q, device, fmt)
+    if cfg is None:  # the common case, memoised: this runs on every decode call
+        key = (b, s_q, h_q, topk, extra_topk, configs.arch_key(device), configs.sm_count(device),
+               num_splits, fmt, os.environ.get("SM12X_SPARSE_MLA_CONFIG", ""))
+        hit = _PLANS.get(key)
+        if hit is None:
+            hit = _PLANS[key] = _plan(b, s_q, h_q, topk, extra_topk, device, num_splits,
+                                      pick_config(h_q, device, fmt))
+        return hit
+    return _plan(b, s_q, h_q, topk, extra_topk, device, num_splits, cfg)
+
+
+_PLANS: dict = {}
+
+
+def _plan(b, s_q, h_q, topk, extra_topk, device, num_splits, cfg):
     bn, bh = cfg["BLOCK_N"], cfg["BLOCK_H"]
     n_tiles = triton.cdiv(topk, bn) + triton.cdiv(extra_topk, bn)
     head_blocks = triton.cdiv(h_q, bh)
