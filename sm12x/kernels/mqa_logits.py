@@ -33,11 +33,11 @@ CONFIGS = {
     "sm_120": {
         "fp8": {"rows": 128, "BLOCK_N": 64, "N_ITERS": 8, "num_warps": 8, "num_stages": 2},
         # FP4 decodes both operands per key tile: smaller tiles keep it from spilling
-        "fp4": {"rows": 64, "BLOCK_N": 32, "N_ITERS": 16, "num_warps": 4, "num_stages": 2},
+        "fp4": {"rows": 64, "BLOCK_N": 16, "N_ITERS": 32, "num_warps": 4, "num_stages": 2},
     },
     "sm_90": {
         "fp8": {"rows": 128, "BLOCK_N": 128, "N_ITERS": 4, "num_warps": 8, "num_stages": 2},
-        "fp4": {"rows": 64, "BLOCK_N": 32, "N_ITERS": 16, "num_warps": 4, "num_stages": 2},
+        "fp4": {"rows": 64, "BLOCK_N": 16, "N_ITERS": 32, "num_warps": 4, "num_stages": 2},
     },
 }
 LOGITS_ALIGN_BYTES = 1024
@@ -72,20 +72,41 @@ def ue8m0_scale(sf, G: tl.constexpr):
 
 
 @triton.jit
-def qk_scores(q, q_ptr, q_row_off, q_row_mask, qsf, k_ptr, k_row_off, k_mask, ksf_ptr, k_idx,
-              D: tl.constexpr, IS_FP4: tl.constexpr):
+def load_q_fp4(q_ptr, q_row_off, q_row_mask, qsf, D: tl.constexpr):
+    """Decode a packed FP4 q tile once: (4 e4m3 group tiles [ROWS, 32], their 4 scale vectors).
+    D=64 has two groups; slots 2 and 3 then repeat slot 0 and are never used."""
+    q0 = load_fp4_group(q_ptr, q_row_off, q_row_mask, 0)
+    q1 = load_fp4_group(q_ptr, q_row_off, q_row_mask, 1)
+    if D == 128:
+        q2 = load_fp4_group(q_ptr, q_row_off, q_row_mask, 2)
+        q3 = load_fp4_group(q_ptr, q_row_off, q_row_mask, 3)
+    else:
+        q2 = q0
+        q3 = q0
+    return (q0, q1, q2, q3, ue8m0_scale(qsf, 0), ue8m0_scale(qsf, 1), ue8m0_scale(qsf, 2),
+            ue8m0_scale(qsf, 3))
+
+
+@triton.jit
+def _fp4_group(q, qs, k_ptr, k_row_off, k_mask, ksf, G: tl.constexpr):
+    kg = load_fp4_group(k_ptr, k_row_off, k_mask, G)
+    return tl.dot(q, tl.trans(kg)) * qs[:, None] * ue8m0_scale(ksf, G)[None, :]
+
+
+@triton.jit
+def qk_scores(q, k_ptr, k_row_off, k_mask, ksf_ptr, k_idx, D: tl.constexpr, IS_FP4: tl.constexpr):
     """relu(q . k^T * scale) for one key tile -> [ROWS, BLOCK_N] float32.
 
     FP8: ``q`` is the preloaded [ROWS, D] tile, k is float8 with float32 scales at ksf_ptr[k_idx].
-    FP4: q/k are packed bytes; one K=32 dot per ue8m0 group, scaled by the outer product of scales."""
+    FP4: ``q`` is load_q_fp4's tuple; one K=32 dot per ue8m0 group, scaled by the outer product of
+    the q and k group scales (e2m1 values are exact in e4m3, so the dots are exact)."""
     if IS_FP4:
         ksf = tl.load(ksf_ptr + k_idx, mask=k_mask, other=0)
-        acc = tl.zeros((q_row_off.shape[0], k_row_off.shape[0]), dtype=tl.float32)
-        for g in tl.static_range(D // 32):
-            qg = load_fp4_group(q_ptr, q_row_off, q_row_mask, g)
-            kg = load_fp4_group(k_ptr, k_row_off, k_mask, g)
-            s = tl.dot(qg, tl.trans(kg))
-            acc += s * ue8m0_scale(qsf, g)[:, None] * ue8m0_scale(ksf, g)[None, :]
+        acc = _fp4_group(q[0], q[4], k_ptr, k_row_off, k_mask, ksf, 0)
+        acc += _fp4_group(q[1], q[5], k_ptr, k_row_off, k_mask, ksf, 1)
+        if D == 128:
+            acc += _fp4_group(q[2], q[6], k_ptr, k_row_off, k_mask, ksf, 2)
+            acc += _fp4_group(q[3], q[7], k_ptr, k_row_off, k_mask, ksf, 3)
         return tl.maximum(acc, 0.0)
     else:
         kt = tl.load(k_ptr + k_row_off[:, None] + tl.arange(0, D)[None, :], mask=k_mask[:, None], other=0.0)
@@ -134,11 +155,10 @@ def _mqa_logits_kernel(
     q_row = (row_offsets(qi, H) + (r % H)) * DB
     w = tl.load(w_ptr + row_offsets(qi, stride_w) + (r % H), mask=row_ok, other=0.0).to(tl.float32)
     if IS_FP4:
-        q = 0.0
-        qsf = tl.load(qsf_ptr + qi.to(tl.int64) * H + (r % H), mask=row_ok, other=0)
+        qsf = tl.load(qsf_ptr + row_offsets(qi, H) + (r % H), mask=row_ok, other=0)
+        q = load_q_fp4(q_ptr, q_row, row_ok, qsf, D)
     else:
         q = tl.load(q_ptr + q_row[:, None] + tl.arange(0, D)[None, :], mask=row_ok[:, None], other=0.0)
-        qsf = 0
 
     t = pid_m * BLOCK_Q + tl.arange(0, BLOCK_Q)
     t_ok = t < S
@@ -159,7 +179,7 @@ def _mqa_logits_kernel(
         j = col_start + c  # key index
         col_ok = (c < num_cols) & (j < S_kv)
         valid = (j[None, :] >= ks[:, None]) & (j[None, :] < ke[:, None])
-        s = qk_scores(q, q_ptr, q_row, row_ok, qsf, k_ptr, row_offsets(j, DB), col_ok, ksf_ptr, j, D, IS_FP4)
+        s = qk_scores(q, k_ptr, row_offsets(j, DB), col_ok, ksf_ptr, j, D, IS_FP4)
         v = head_reduce(s, w, BLOCK_Q, H)
         if COMPRESSED:
             cc = j[None, :] - ks[:, None]

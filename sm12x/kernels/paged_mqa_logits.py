@@ -23,7 +23,8 @@ import triton
 import triton.language as tl
 
 from sm12x.kernels import configs
-from sm12x.kernels.mqa_logits import LOGITS_ALIGN_BYTES, head_reduce, qk_scores, row_offsets, sortable_key
+from sm12x.kernels.mqa_logits import (LOGITS_ALIGN_BYTES, head_reduce, load_q_fp4, qk_scores, row_offsets,
+                                      sortable_key)
 
 OP = "fp8_paged_mqa_logits"
 SPLIT_ALIGN = 256  # DeepGEMM rounds the logits row to a multiple of 256 before the 1024-B alignment
@@ -31,13 +32,13 @@ SPLIT_ALIGN = 256  # DeepGEMM rounds the logits row to a multiple of 256 before 
 # rows = BLOCK_T * H (query tokens x heads) per program; blocks of the cache per program = N_ITERS
 CONFIGS = {
     "sm_120": {
-        "fp8": {"rows": 128, "N_ITERS": 16, "num_warps": 8, "num_stages": 2},
-        # FP4 decodes both operands in registers: two query tokens x 64 heads would need ~230 regs
-        "fp4": {"rows": 64, "N_ITERS": 16, "num_warps": 4, "num_stages": 2},
+        "fp8": {"rows": 128, "SUB_N": 64, "N_ITERS": 16, "num_warps": 8, "num_stages": 2},
+        # FP4 decodes k in registers: 16-token slices and one query token x 64 heads avoid spills
+        "fp4": {"rows": 64, "SUB_N": 16, "N_ITERS": 16, "num_warps": 4, "num_stages": 2},
     },
     "sm_90": {
-        "fp8": {"rows": 128, "N_ITERS": 16, "num_warps": 8, "num_stages": 2},
-        "fp4": {"rows": 64, "N_ITERS": 16, "num_warps": 4, "num_stages": 2},
+        "fp8": {"rows": 128, "SUB_N": 64, "N_ITERS": 16, "num_warps": 8, "num_stages": 2},
+        "fp4": {"rows": 64, "SUB_N": 16, "N_ITERS": 16, "num_warps": 4, "num_stages": 2},
     },
 }
 
@@ -46,7 +47,7 @@ CONFIGS = {
 def _paged_mqa_logits_kernel(
     q_ptr, qsf_ptr, kv_ptr, kvf_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr,
     next_n, max_context_len, stride_kv, stride_bt, stride_w, stride_out, col_start, num_cols,
-    H: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_KV: tl.constexpr,
+    H: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_KV: tl.constexpr, SUB_N: tl.constexpr,
     N_ITERS: tl.constexpr, IS_FP4: tl.constexpr, CTX_2D: tl.constexpr, CLEAN: tl.constexpr,
     OUT_MODE: tl.constexpr,  # 0: float32, 1: bfloat16, 2: int64 top-k keys (workspace)
 ):
@@ -65,11 +66,10 @@ def _paged_mqa_logits_kernel(
     q_row = (qrow * H + (r % H)) * DB
     w = tl.load(w_ptr + qrow * stride_w + (r % H), mask=row_ok, other=0.0).to(tl.float32)
     if IS_FP4:
-        q = 0.0
         qsf = tl.load(qsf_ptr + qrow * H + (r % H), mask=row_ok, other=0)
+        q = load_q_fp4(q_ptr, q_row, row_ok, qsf, D)
     else:
         q = tl.load(q_ptr + q_row[:, None] + tl.arange(0, D)[None, :], mask=row_ok[:, None], other=0.0)
-        qsf = 0
 
     t = t0 + tl.arange(0, BLOCK_T)
     t_ok = t < next_n
@@ -88,23 +88,24 @@ def _paged_mqa_logits_kernel(
     n_live = tl.minimum(tl.maximum(tl.cdiv(span - blk0 * BLOCK_KV, BLOCK_KV), 0), N_ITERS)
     bt_row = bt_ptr + b.to(tl.int64) * stride_bt
     for it in range(0, n_live):
-        p = (blk0 + it) * BLOCK_KV + tl.arange(0, BLOCK_KV)  # positions
-        c = p - col_start
-        m = t_ok[:, None] & ((c < num_cols) & (p < max_context_len))[None, :]
         phys = tl.load(bt_row + blk0 + it).to(tl.int64)
-        tok_off = phys * stride_kv + tl.arange(0, BLOCK_KV) * DB
-        sf_idx = (phys * stride_kv + BLOCK_KV * DB) // 4 + tl.arange(0, BLOCK_KV)
-        k_ok = tl.arange(0, BLOCK_KV) < BLOCK_KV
-        s = qk_scores(q, q_ptr, q_row, row_ok, qsf, kv_ptr, tok_off, k_ok, kvf_ptr, sf_idx, D, IS_FP4)
-        v = head_reduce(s, w, BLOCK_T, H)
-        visible = p[None, :] < end[:, None]
-        if OUT_MODE == 2:
-            key = tl.where(visible, sortable_key(v, p[None, :]), -9223372036854775807 - 1)
-            tl.store(out_ptr + out_row[:, None] + c[None, :], key, mask=m)
-        else:
-            if CLEAN:
-                v = tl.where(visible, v, float("-inf"))
-            tl.store(out_ptr + out_row[:, None] + c[None, :], v.to(out_ptr.dtype.element_ty), mask=m)
+        for sub in tl.static_range(BLOCK_KV // SUB_N):  # SUB_N-token slices bound register use (FP4)
+            i = sub * SUB_N + tl.arange(0, SUB_N)  # token in the block
+            p = (blk0 + it) * BLOCK_KV + i  # positions
+            c = p - col_start
+            m = t_ok[:, None] & ((c < num_cols) & (p < max_context_len))[None, :]
+            tok_off = phys * stride_kv + i * DB
+            sf_idx = (phys * stride_kv + BLOCK_KV * DB) // 4 + i
+            s = qk_scores(q, kv_ptr, tok_off, i < BLOCK_KV, kvf_ptr, sf_idx, D, IS_FP4)
+            v = head_reduce(s, w, BLOCK_T, H)
+            visible = p[None, :] < end[:, None]
+            if OUT_MODE == 2:
+                key = tl.where(visible, sortable_key(v, p[None, :]), -9223372036854775807 - 1)
+                tl.store(out_ptr + out_row[:, None] + c[None, :], key, mask=m)
+            else:
+                if CLEAN:
+                    v = tl.where(visible, v, float("-inf"))
+                tl.store(out_ptr + out_row[:, None] + c[None, :], v.to(out_ptr.dtype.element_ty), mask=m)
     if CLEAN or OUT_MODE == 2:
         if OUT_MODE == 2:
             fill = tl.zeros((BLOCK_T, BLOCK_KV), dtype=tl.int64) - 9223372036854775807 - 1
@@ -160,7 +161,7 @@ def launch(q, q_sf, kv_cache, weights, context_lens, block_table, max_context_le
         q, q_sf if is_fp4 else context_lens, vals, words, weights, context_lens, block_table, out,
         next_n, max_context_len, kv_cache.stride(0), block_table.stride(0), weights.stride(0),
         out.stride(0), col_start, num_cols,
-        H=h, D=d, BLOCK_T=bt, BLOCK_KV=block_kv, N_ITERS=n_iters, IS_FP4=is_fp4,
+        H=h, D=d, BLOCK_T=bt, BLOCK_KV=block_kv, SUB_N=min(cfg["SUB_N"], block_kv), N_ITERS=n_iters, IS_FP4=is_fp4,
         CTX_2D=context_lens.dim() == 2, CLEAN=clean, OUT_MODE=out_mode,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     return out
@@ -206,7 +207,7 @@ def _signature(is_fp4: bool, out_mode: int):
         "next_n": "i32", "max_context_len": "i32", "stride_kv": "i64", "stride_bt": "i32",
         "stride_w": "i32", "stride_out": "i64", "col_start": "i32", "num_cols": "i32",
     }
-    for name in ("H", "D", "BLOCK_T", "BLOCK_KV", "N_ITERS", "IS_FP4", "CTX_2D", "CLEAN", "OUT_MODE"):
+    for name in ("H", "D", "BLOCK_T", "BLOCK_KV", "SUB_N", "N_ITERS", "IS_FP4", "CTX_2D", "CLEAN", "OUT_MODE"):
         sig[name] = "constexpr"
     return sig
 
@@ -242,7 +243,8 @@ def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 64), dims=(128,), bl
                                 if key in seen:
                                     continue
                                 seen.add(key)
-                                const = dict(H=h, D=d, BLOCK_T=bt, BLOCK_KV=bkv, N_ITERS=cfg["N_ITERS"],
+                                const = dict(H=h, D=d, BLOCK_T=bt, BLOCK_KV=bkv, SUB_N=min(cfg["SUB_N"], bkv),
+                                             N_ITERS=cfg["N_ITERS"],
                                              IS_FP4=is_fp4, CTX_2D=ctx2d, CLEAN=clean, OUT_MODE=out_mode)
                                 name = (f"{'fp4' if is_fp4 else 'fp8'} H{h} D{d} bkv{bkv} T{bt} out{out_mode}"
                                         f"{' clean' if clean else ''}{' ctx2d' if ctx2d else ' ctx1d'}")
