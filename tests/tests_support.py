@@ -25,3 +25,12 @@ def run_py(code, *, pythonpath, env=None, flags=(), check=True, timeout=600):
 
 def last_json(proc):
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def write_tree(root, files):
+    """Write ``{relative path: text}`` under ``root`` (a pathlib.Path); returns ``root``."""
+    for rel, body in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(body).lstrip() if body else body)
+    return root

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from tests_support import REPO, last_json, run_py
+from tests_support import REPO, last_json, run_py, write_tree
 
 STANDIN = {
     "flash_mla/__init__.py": """
@@ -94,11 +94,7 @@ STANDIN = {
 
 @pytest.fixture
 def standin(tmp_path):
-    for rel, body in STANDIN.items():
-        path = tmp_path / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(body).lstrip())
-    return tmp_path
+    return write_tree(tmp_path, STANDIN)
 
 
 SETUP = """

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from tests_support import REPO, last_json, run_py
+from tests_support import REPO, last_json, run_py, write_tree
 
 ERR = "Unsupported architecture (attention.hpp:211)"
 NAMES = ("fp8_mqa_logits", "fp8_fp4_mqa_logits", "get_paged_mqa_logits_metadata",
@@ -83,11 +83,7 @@ print(json.dumps(res))
 
 @pytest.fixture
 def standins(tmp_path):
-    for rel, body in STANDINS.items():
-        path = tmp_path / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(body)
-    return tmp_path
+    return write_tree(tmp_path, STANDINS)
 
 
 def test_deep_gemm_routes_reach_the_kernels(standins):

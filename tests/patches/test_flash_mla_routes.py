@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from tests_support import REPO, last_json, run_py
+from tests_support import REPO, last_json, run_py, write_tree
 
 ERR = "Unsupported architecture for sparse decode fwd"
 
@@ -110,11 +110,7 @@ print(json.dumps(res))
 
 @pytest.fixture
 def routes(tmp_path):
-    for rel, body in ROUTES.items():
-        path = tmp_path / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(body)
-    return tmp_path
+    return write_tree(tmp_path, ROUTES)
 
 
 def test_every_route_reaches_the_kernel(routes):
