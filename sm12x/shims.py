@@ -24,7 +24,7 @@ class _ShimLoader:
 
     def exec_module(self, module):
         api = importlib.import_module(self.source)
-        for name in api.NAMES:
+        for name in tuple(api.NAMES) + tuple(getattr(api, "HELPER_NAMES", ())):
             setattr(module, name, getattr(api, name))
         module.__sm12x_shim__ = True
         module.__version__ = "0+sm12x.shim"

@@ -405,7 +405,8 @@ import deep_gemm
 from sm12x.kernels import deep_gemm_api
 from sm12x import shims
 print(json.dumps({"shim": getattr(deep_gemm, "__sm12x_shim__", False),
-                  "has_all": all(hasattr(deep_gemm, n) for n in deep_gemm_api.NAMES),
+                  "has_all": all(hasattr(deep_gemm, n) for n in deep_gemm_api.NAMES
+                                 + deep_gemm_api.HELPER_NAMES),
                   "state": shims.shim_state("deep_gemm"),
                   "paged": deep_gemm.fp8_paged_mqa_logits.__module__}))
 """
