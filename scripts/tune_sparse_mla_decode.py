@@ -20,6 +20,7 @@ import triton
 
 from sm12x.kernels.reference.sparse_mla import make_case
 from sm12x.kernels.sparse_mla_decode import sparse_mla_decode
+from gpu_timing import time_us
 
 CASES = [  # (label, make_case kwargs)
     ("b2 h64 128+512p64", dict(b=2, s_q=2, h_q=64, topk=128, page=256, extra_topk=512, extra_page=64)),
@@ -29,33 +30,6 @@ CASES = [  # (label, make_case kwargs)
     ("b1 h16 128+1024p2", dict(b=1, s_q=1, h_q=16, topk=128, page=256, extra_topk=1024, extra_page=2,
                                extra_topk_length=True)),
 ]
-
-
-def time_us(fn, iters=20):
-    """GPU time per call: ``iters`` calls captured in one CUDA graph, replayed (median of 5), so
-    host overhead (argument checks, launch) is not counted."""
-    fn()
-    torch.cuda.synchronize()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(iters):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(5):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) * 1e3 / iters)
-    return sorted(ts)[2]
 
 
 def main():

@@ -1,0 +1,81 @@
+"""Sweep launch configurations of the indexer logits kernels (FP8 prefill and paged decode) on the
+local GPU; GPU time from CUDA-graph replay, output checked against the default configuration.
+Prints the best few per case as markdown. Usage: python scripts/tune_indexer.py [--top N]"""
+import argparse
+import itertools
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch
+import triton
+
+from gpu_timing import time_us
+from sm12x.kernels import configs
+from sm12x.kernels import mqa_logits as mqa
+from sm12x.kernels import paged_mqa_logits as paged
+from sm12x.selftest import _mqa_inputs, _paged_inputs
+
+
+def sweep(label, default_cfg, grid, run, flops_or_bytes, unit, top):
+    ref = run(default_cfg).clone()
+    default_us = time_us(lambda: run(default_cfg))
+    rows = []
+    for values in itertools.product(*grid.values()):
+        cfg = dict(zip(grid, values))
+        try:
+            out = run(cfg)
+            finite = ref.isfinite()
+            ok = bool((out[finite] - ref[finite]).abs().max() <= 1e-3 * ref[finite].abs().max())
+            us = time_us(lambda: run(cfg))
+        except Exception as e:
+            rows.append((float("inf"), cfg, type(e).__name__))
+            continue
+        rows.append((us, cfg, "ok" if ok else "MISMATCH"))
+    rows.sort(key=lambda r: r[0])
+    print(f"## {label}: default {default_cfg} {default_us:.1f} us "
+          f"({flops_or_bytes / default_us / 1e6:.0f} {unit})\n")
+    print("| us | rate | config | check |\n|---|---|---|---|")
+    for us, cfg, note in rows[:top]:
+        print(f"| {us:.1f} | {flops_or_bytes / us / 1e6:.0f} {unit} | {cfg} | {note} |")
+    bad = [r for r in rows if r[2] != "ok"]
+    if bad:
+        print(f"\n{len(bad)} failed: " + "; ".join(f"{r[1]}: {r[2]}" for r in bad[:6]))
+    print()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--top", type=int, default=5)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("tune_indexer: needs a CUDA GPU")
+    print(f"# indexer tuning, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+          f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}\n")
+    dev = torch.device("cuda")
+    s, s_kv, h, d = 2048, 8192, 64, 128
+    q, k, k_sf, w, ks, ke = _mqa_inputs("cuda", s, s_kv, h, d)
+    out = mqa.alloc_logits(s, s_kv, h, torch.float32, dev)
+    flops = 2.0 * h * d * float((ke - ks).clamp(min=0).sum())
+    sweep(f"prefill fp8 S={s} S_kv={s_kv}", configs.pick(mqa.CONFIGS, dev)["fp8"],
+          dict(rows=(128, 256), BLOCK_N=(64, 128), N_ITERS=(4, 16), num_warps=(4, 8),
+               num_stages=(2, 3)),
+          lambda cfg: mqa.launch(q, None, k, k_sf, w, ks, ke, out, clean=True, compressed=False,
+                                 out_mode=0, config=cfg),
+          flops, "TFLOPS", args.top)
+    for next_n in (1, 2):
+        q2, cache, w2, cl, bt, max_len = _paged_inputs("cuda", 256, next_n, h, d, 64, 8192)
+        out2 = paged.alloc_logits(256 * next_n, max_len, torch.float32, dev)
+        nbytes = float(cl[:, -1].sum()) * (d + 4) + float(cl.sum()) * 4
+        sweep(f"paged fp8 B=256 next_n={next_n} ctx<=8192", configs.pick(paged.CONFIGS, dev)["fp8"],
+              dict(rows=(64, 128), SUB_N=(64,), N_ITERS=(4, 16, 64), num_warps=(4, 8),
+                   num_stages=(2, 3)),
+              lambda cfg: paged.launch(q2, None, cache, w2, cl, bt, max_len, out2, clean=True,
+                                       out_mode=0, config=cfg),
+              nbytes, "GB/s", args.top)
+
+
+if __name__ == "__main__":
+    main()
