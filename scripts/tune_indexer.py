@@ -19,7 +19,9 @@ from sm12x.kernels import paged_mqa_logits as paged
 from sm12x.selftest import _mqa_inputs, _paged_inputs
 
 
-def sweep(label, default_cfg, grid, run, flops_or_bytes, unit, top):
+def sweep(label, default_cfg, grid, run, amount, unit, top):
+    """``amount`` FLOPs (unit TFLOPS) or bytes (unit GB/s) moved per call."""
+    per_us = 1e6 if unit == "TFLOPS" else 1e3
     ref = run(default_cfg).clone()
     default_us = time_us(lambda: run(default_cfg))
     rows = []
@@ -36,10 +38,10 @@ def sweep(label, default_cfg, grid, run, flops_or_bytes, unit, top):
         rows.append((us, cfg, "ok" if ok else "MISMATCH"))
     rows.sort(key=lambda r: r[0])
     print(f"## {label}: default {default_cfg} {default_us:.1f} us "
-          f"({flops_or_bytes / default_us / 1e6:.0f} {unit})\n")
+          f"({amount / default_us / per_us:.0f} {unit})\n")
     print("| us | rate | config | check |\n|---|---|---|---|")
     for us, cfg, note in rows[:top]:
-        print(f"| {us:.1f} | {flops_or_bytes / us / 1e6:.0f} {unit} | {cfg} | {note} |")
+        print(f"| {us:.1f} | {amount / us / per_us:.0f} {unit} | {cfg} | {note} |")
     bad = [r for r in rows if r[2] != "ok"]
     if bad:
         print(f"\n{len(bad)} failed: " + "; ".join(f"{r[1]}: {r[2]}" for r in bad[:6]))
