@@ -1,9 +1,10 @@
 """``sm12x bundle DIR``: a self-contained folder to mount at /sm12x.
 
-It holds ``sitecustomize.py``, the ``sm12x`` package (without tests, scripts or caches), the
-``sm12x_plugin-*.dist-info`` that registers the framework plugins, and pure-Python copies of the
-dependencies images lack (wrapt, under ``sm12x/_vendor``, its C extension left out so one folder
-serves x86_64 and aarch64). Nothing else is on the mount, so it cannot shadow an image's packages.
+It holds ``sitecustomize.py``, the ``sm12x`` package (without tests, scripts or caches) and the
+``sm12x_plugin-*.dist-info`` that registers the framework plugins. sm12x needs nothing at run time
+beyond the standard library and the image's own torch/triton, so no dependency is vendored, and
+the folder is pure Python: one bundle serves x86_64 and aarch64 (GB10). Nothing else is on the
+mount, so it cannot shadow an image's packages.
 Byte code is compiled for each interpreter given (default: the one running this): a read-only mount
 cannot cache .pyc files, and compiling the bootstrap costs every process ~2 ms more.
 """
@@ -18,20 +19,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "*.c", "*.pyi")
 
 
-def _vendor_wrapt(dest_pkg: str) -> None:
-    try:
-        import wrapt
-    except ImportError:
-        return
-    src = os.path.dirname(wrapt.__file__)
-    vendor = os.path.join(dest_pkg, "_vendor")
-    os.makedirs(vendor, exist_ok=True)
-    open(os.path.join(vendor, "__init__.py"), "w").write(
-        '"""Pure-Python copies of dependencies images lack."""\n')
-    shutil.copytree(src, os.path.join(vendor, "wrapt"), ignore=_IGNORE, dirs_exist_ok=True)
-
-
-def write_bundle(dest: str, vendor: bool = True, compile_with=None) -> str:
+def write_bundle(dest: str, compile_with=None) -> str:
     dest = os.path.abspath(dest)
     os.makedirs(dest, exist_ok=True)
     shutil.copy2(os.path.join(REPO, "sitecustomize.py"), os.path.join(dest, "sitecustomize.py"))
@@ -43,9 +31,7 @@ def write_bundle(dest: str, vendor: bool = True, compile_with=None) -> str:
         if entry.startswith("sm12x_plugin-") and entry.endswith(".dist-info"):
             shutil.copytree(os.path.join(REPO, entry), os.path.join(dest, entry),
                             dirs_exist_ok=True)
-    if vendor:
-        _vendor_wrapt(pkg)
     for python in (compile_with if compile_with is not None else [sys.executable]):
-        subprocess.run([python, "-m", "compileall", "-q", "-x", r"_vendor", dest], check=True,
+        subprocess.run([python, "-m", "compileall", "-q", dest], check=True,
                        env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
     return dest

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 
@@ -38,22 +39,24 @@ def status_data(apply: bool = False) -> dict:
     }
 
 
-def _print_status(data: dict) -> None:
+def print_status(data: dict, stream=None) -> None:
+    """The human-readable form of :func:`status_data`."""
+    print_ = functools.partial(print, file=stream or sys.stdout)
     a = data["arch"]
     cap = "no GPU" if a["capability"] is None else "%d.%d" % tuple(a["capability"])
-    print(f"arch: {cap} (source: {a['source']}; {a['detail']})")
-    print(f"SM12x patches: {'yes' if a['sm12x_patches'] else 'no'} - {a['why']}")
+    print_(f"arch: {cap} (source: {a['source']}; {a['detail']})")
+    print_(f"SM12x patches: {'yes' if a['sm12x_patches'] else 'no'} - {a['why']}")
     b = data["bootstrap"]
-    print(f"bootstrap: {'active' if b['active'] else 'not active'}"
-          f" (sitecustomize: {b['sitecustomize']}; chained: {b['chained']})")
-    print("versions:")
+    print_(f"bootstrap: {'active' if b['active'] else 'not active'}"
+           f" (sitecustomize: {b['sitecustomize']}; chained: {b['chained']})")
+    print_("versions:")
     for name, v in data["versions"].items():
-        print(f"  {name:18} {v or '-'}")
-    print("shims: " + ", ".join(f"{k}: {v}" for k, v in data["shims"].items()))
-    print("patches:")
+        print_(f"  {name:18} {v or '-'}")
+    print_("shims: " + ", ".join(f"{k}: {v}" for k, v in data["shims"].items()))
+    print_("patches:")
     for p in data["patches"]:
         reason = f"  ({p['reason']})" if p["reason"] else ""
-        print(f"  {p['state']:11} {p['name']:40} {p['target']}{reason}")
+        print_(f"  {p['state']:11} {p['name']:40} {p['target']}{reason}")
 
 
 def cmd_status(args) -> int:
@@ -61,15 +64,14 @@ def cmd_status(args) -> int:
     if args.json:
         print(json.dumps(data, indent=2))
     else:
-        _print_status(data)
+        print_status(data)
     return 1 if any(p["state"] == "failed" for p in data["patches"]) else 0
 
 
 def cmd_bundle(args) -> int:
     from sm12x import bundle
 
-    path = bundle.write_bundle(args.dir, vendor=not args.no_vendor,
-                               compile_with=[] if args.no_compile else args.compile_with)
+    path = bundle.write_bundle(args.dir, compile_with=[] if args.no_compile else args.compile_with)
     print(f"bundle written to {path}")
     print(f"mount it with: -v {path}:/sm12x:ro -e PYTHONPATH=/sm12x")
     return 0
@@ -88,8 +90,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bundle", help="write a self-contained mount folder")
     p.add_argument("dir")
-    p.add_argument("--no-vendor", action="store_true",
-                   help="do not copy pure-Python dependencies (wrapt) into the bundle")
     p.add_argument("--compile-with", action="append", metavar="PYTHON",
                    help="also write .pyc files for this interpreter (repeatable; default: this one). "
                         "Use the image's python version, e.g. python3.12")

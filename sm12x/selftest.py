@@ -187,8 +187,6 @@ def check_paged_mqa_logits(device, full):
 
 
 def check_indexer_topk(device, full):
-    import torch
-
     from sm12x.kernels import deep_gemm_api as api
     from sm12x.kernels.indexer_topk import mqa_topk_indices
     from sm12x.kernels.reference.indexer import ref_indexer_topk
@@ -205,7 +203,6 @@ def check_indexer_topk(device, full):
                    ok=mismatched == 0, max_abs=float(mismatched), max_rel=0.0,
                    detail=f"{mismatched} rows differ from top-k of the logits" if mismatched else "",
                    us=us, throughput="")
-        del torch
 
 
 def check_compile(device, full):
@@ -244,9 +241,7 @@ def run(ops=None, full=False, json_path=None, stream=sys.stdout) -> int:
     gpu = torch.cuda.get_device_name() if device == "cuda" else "none"
     print(f"sm12x selftest: device {gpu}, mode {mode}, torch {torch.__version__}, "
           f"triton {triton.__version__}", file=stream)
-    print(f"arch: {status['arch']['capability']} ({status['arch']['source']}); patches: "
-          + ", ".join(f"{s}={sum(p['state'] == s for p in status['patches'])}"
-                      for s in ("would-apply", "applied", "skipped", "failed")), file=stream)
+    cli.print_status(status, stream)
     chosen = [o for o in OPS if (ops is None or o in ops) and (o != "compile" or full or ops)]
     tty = stream.isatty()
     results = []

@@ -160,31 +160,3 @@ def is_sparse_fp8_call(*args, **kwargs) -> bool:
         return False
     a = bound.arguments
     return a.get("indices") is not None and bool(a.get("is_fp8_kvcache", False))
-
-
-def flash_mla_with_kvcache_sgl_kernel(q, k_cache, block_table, cache_seqlens, head_dim_v,
-                                      tile_scheduler_metadata, num_splits=None,
-                                      softmax_scale=None, causal=False, descale_q=None,
-                                      descale_k=None, is_fp8_kvcache=False, indices=None,
-                                      attn_sink=None, extra_k_cache=None,
-                                      extra_indices_in_kvcache=None, topk_length=None,
-                                      extra_topk_length=None, **future_kwargs):
-    """:func:`flash_mla_with_kvcache` with ``sgl_kernel.flash_mla``'s positional order
-    (``descale_q``, ``descale_k`` between ``causal`` and ``is_fp8_kvcache``)."""
-    return flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
-                                  tile_scheduler_metadata, num_splits, softmax_scale, causal,
-                                  is_fp8_kvcache, indices, attn_sink, extra_k_cache,
-                                  extra_indices_in_kvcache, topk_length, extra_topk_length,
-                                  descale_q=descale_q, descale_k=descale_k, **future_kwargs)
-
-
-_SGL_SIGNATURE = inspect.signature(flash_mla_with_kvcache_sgl_kernel)
-
-
-def is_sparse_fp8_call_sgl_kernel(*args, **kwargs) -> bool:
-    """:func:`is_sparse_fp8_call` for calls written against ``sgl_kernel.flash_mla``'s order."""
-    try:
-        a = _SGL_SIGNATURE.bind(*args, **kwargs).arguments
-    except TypeError:
-        return False
-    return a.get("indices") is not None and bool(a.get("is_fp8_kvcache", False))

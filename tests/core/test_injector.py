@@ -446,8 +446,7 @@ def test_bundle_is_a_self_contained_mount(tmp_path, standin):
     run_py(f"from sm12x.cli import main; main(['bundle', {str(bundle)!r}])", pythonpath=[REPO])
     names = sorted(p.name for p in bundle.iterdir())
     assert names == ["__pycache__", "sitecustomize.py", "sm12x", "sm12x_plugin-0.1.0.dist-info"]
-    assert (bundle / "sm12x" / "_vendor" / "wrapt" / "__init__.py").exists()
-    assert not list(bundle.rglob("*.so"))
+    assert not list(bundle.rglob("*.so"))  # pure Python: the same folder serves x86_64 and aarch64
     assert not (bundle / "tests").exists() and not (bundle / "scripts").exists()
     # the bundle alone (not the repo) on PYTHONPATH does the job
     proc = run_py("""

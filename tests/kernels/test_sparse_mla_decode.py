@@ -5,30 +5,17 @@ import torch
 from sm12x.kernels import mla_kv_cache as kvc
 from sm12x.kernels.reference.sparse_mla import make_case, ref_sparse_mla_decode
 from sm12x.kernels.sparse_mla_decode import plan, sparse_mla_decode
+from sm12x.kernels.tolerance import FLASHMLA_LSE, FLASHMLA_OUT, flashmla_close
 
 # FlashMLA's own tolerances (tests/test_flash_mla_sparse_decoding.py).
-OUT_TOL = dict(abs_tol=1e-3, rel_tol=2.01 / 128, cos_tol=5e-6)
-LSE_TOL = dict(abs_tol=1e-6, rel_tol=8.01 / 65536, cos_tol=0.0)
+OUT_TOL = FLASHMLA_OUT
+LSE_TOL = FLASHMLA_LSE
 
 
 def assert_flashmla_close(name, ans, ref, abs_tol, rel_tol, cos_tol):
-    """FlashMLA's criterion: +-inf/NaN at the same places; every element within abs_tol OR
-    rel_tol; cosine difference <= cos_tol."""
-    assert ans.shape == ref.shape, f"{name}: shape {ans.shape} vs {ref.shape}"
-    ans, ref = ans.double().clone(), ref.double().clone()
-    for special in (float("inf"), float("-inf")):
-        a, r = ans == special, ref == special
-        assert torch.equal(a, r), f"{name}: {special} at {a.sum()} places vs {r.sum()} in ref"
-        ans[a], ref[r] = 0.0, 0.0
-    assert not ans.isnan().any(), f"{name}: NaN in output"
-    err = (ans - ref).abs()
-    rel = err / (ref.abs() + 1e-6)
-    bad = (err >= abs_tol) & (rel >= rel_tol)
-    assert not bad.any(), (f"{name}: {int(bad.sum())}/{bad.numel()} elements off; max abs err "
-                           f"{err.max().item():.3g}, max rel err {rel[err >= abs_tol].max().item():.3g}")
-    denom = (ans * ans + ref * ref).sum().item()
-    cos_diff = 0.0 if denom == 0 else 1 - 2 * (ans * ref).sum().item() / denom
-    assert cos_diff <= cos_tol or cos_tol == 0.0, f"{name}: cosine diff {cos_diff:.3g} > {cos_tol}"
+    """FlashMLA's criterion (``sm12x.kernels.tolerance.flashmla_close``) as an assertion."""
+    v = flashmla_close(ans, ref, abs_tol, rel_tol, cos_tol)
+    assert v.ok, f"{name}: {v.detail}; max abs err {v.max_abs:.3g}, max rel err {v.max_rel:.3g}"
 
 
 def make_cache(fmt, num_blocks, page, gen, nan_rows=None, page_stride=None, arena_offset=0,
