@@ -38,11 +38,14 @@ def _sm12x_chain():
 
 
 def _sm12x_debug(message):
-    import os
-    import sys
+    try:  # called from except blocks: must not raise itself (stderr may be closed)
+        import os
+        import sys
 
-    if os.environ.get("SM12X_LOG", "").lower() == "debug":
-        sys.stderr.write("sm12x: %s\n" % message)
+        if os.environ.get("SM12X_LOG", "").lower() == "debug":
+            sys.stderr.write("sm12x: %s\n" % message)
+    except BaseException:
+        pass
 
 
 _sm12x_chained = None
