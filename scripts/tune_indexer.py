@@ -1,8 +1,13 @@
 """Sweep launch configurations of the indexer logits kernels (FP8 prefill and paged decode) on the
 local GPU; GPU time from CUDA-graph replay, output checked against the default configuration.
-Prints the best few per case as markdown. Usage: python scripts/tune_indexer.py [--top N]"""
+Prints the best few per case as markdown. Usage:
+
+    python scripts/tune_indexer.py [--top N] [--prefill-grid JSON] [--paged-grid JSON]
+
+A grid JSON (dict of axis -> values) replaces those axes of the default grid."""
 import argparse
 import itertools
+import json
 import os
 import sys
 import time
@@ -51,7 +56,17 @@ def sweep(label, default_cfg, grid, run, amount, unit, top):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--top", type=int, default=5)
+    ap.add_argument("--prefill-grid", default="")
+    ap.add_argument("--paged-grid", default="")
+    ap.add_argument("--skip-prefill", action="store_true")
+    ap.add_argument("--skip-paged", action="store_true")
     args = ap.parse_args()
+    prefill_grid = dict(key_rows=(False, True), rows=(128, 256), BLOCK_N=(64, 128), N_ITERS=(4, 16),
+                        num_warps=(4, 8), num_stages=(2, 3))
+    prefill_grid.update({k: tuple(v) for k, v in json.loads(args.prefill_grid or "{}").items()})
+    paged_grid = dict(key_rows=(False, True), rows=(64, 128), SUB_N=(64,), N_ITERS=(4, 16, 64),
+                      num_warps=(4, 8), num_stages=(2, 3))
+    paged_grid.update({k: tuple(v) for k, v in json.loads(args.paged_grid or "{}").items()})
     if not torch.cuda.is_available():
         raise SystemExit("tune_indexer: needs a CUDA GPU")
     print(f"# indexer tuning, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
@@ -61,19 +76,17 @@ def main():
     q, k, k_sf, w, ks, ke = _mqa_inputs("cuda", s, s_kv, h, d)
     out = mqa.alloc_logits(s, s_kv, h, torch.float32, dev)
     flops = 2.0 * h * d * float((ke - ks).clamp(min=0).sum())
-    sweep(f"prefill fp8 S={s} S_kv={s_kv}", configs.pick(mqa.CONFIGS, dev)["fp8"],
-          dict(rows=(128, 256), BLOCK_N=(64, 128), N_ITERS=(4, 16), num_warps=(4, 8),
-               num_stages=(2, 3)),
-          lambda cfg: mqa.launch(q, None, k, k_sf, w, ks, ke, out, clean=True, compressed=False,
-                                 out_mode=0, config=cfg),
-          flops, "TFLOPS", args.top)
-    for next_n in (1, 2):
+    if not args.skip_prefill:
+        sweep(f"prefill fp8 S={s} S_kv={s_kv}", configs.pick(mqa.CONFIGS, dev)["fp8"], prefill_grid,
+              lambda cfg: mqa.launch(q, None, k, k_sf, w, ks, ke, out, clean=True, compressed=False,
+                                     out_mode=0, config=cfg),
+              flops, "TFLOPS", args.top)
+    for next_n in (() if args.skip_paged else (1, 2)):
         q2, cache, w2, cl, bt, max_len = _paged_inputs("cuda", 256, next_n, h, d, 64, 8192)
         out2 = paged.alloc_logits(256 * next_n, max_len, torch.float32, dev)
         nbytes = float(cl[:, -1].sum()) * (d + 4) + float(cl.sum()) * 4
         sweep(f"paged fp8 B=256 next_n={next_n} ctx<=8192", configs.pick(paged.CONFIGS, dev)["fp8"],
-              dict(rows=(64, 128), SUB_N=(64,), N_ITERS=(4, 16, 64), num_warps=(4, 8),
-                   num_stages=(2, 3)),
+              paged_grid,
               lambda cfg: paged.launch(q2, None, cache, w2, cl, bt, max_len, out2, clean=True,
                                        out_mode=0, config=cfg),
               nbytes, "GB/s", args.top)

@@ -5,10 +5,13 @@ several split-KV counts (GPU time from CUDA-graph replay of 20 calls, L2 not flu
 default configuration, and prints the best few per case as a markdown table. Configurations that
 fail to compile or run out of resources are listed as such. Usage:
 
-    python scripts/tune_sparse_mla_decode.py [--quick] [--top N]
+    python scripts/tune_sparse_mla_decode.py [--quick] [--top N] [--grid JSON] [--waves auto|all]
+
+``--grid '{"BLOCK_H": [64], "num_warps": [8, 16]}'`` replaces those axes of the grid.
 """
 import argparse
 import itertools
+import json
 import os
 import sys
 import time
@@ -36,6 +39,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--top", type=int, default=5)
+    ap.add_argument("--grid", default="", help="JSON dict of axis -> values overriding the grid")
+    ap.add_argument("--waves", choices=("auto", "all"), default="all",
+                    help="auto: only the default split count")
+    ap.add_argument("--cases", default="", help="comma-separated case labels (default: all)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("tune_sparse_mla_decode: needs a CUDA GPU")
@@ -43,10 +50,14 @@ def main():
     grid = dict(BLOCK_H=(16, 32, 64), BLOCK_N=(16, 32, 64), num_warps=(4, 8), num_stages=(1, 2, 3))
     if args.quick:
         grid = dict(BLOCK_H=(16, 32, 64), BLOCK_N=(32, 64), num_warps=(4, 8), num_stages=(1, 2))
+    if args.grid:
+        grid.update({k: tuple(v) for k, v in json.loads(args.grid).items()})
     print(f"# sparse MLA decode tuning, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"{torch.cuda.get_device_name()} ({sms} SMs), torch {torch.__version__}, "
           f"triton {triton.__version__}\n")
     for label, kw in CASES:
+        if args.cases and label not in args.cases.split(","):
+            continue
         case = make_case(device="cuda", sink=True, **kw)
         os.environ.pop("SM12X_SPARSE_MLA_CONFIG", None)
         ref_out, _ = sparse_mla_decode(**case)
@@ -59,7 +70,8 @@ def main():
             os.environ["SM12X_SPARSE_MLA_CONFIG"] = ",".join(f"{k}={v}" for k, v in cfg.items())
             heads = triton.cdiv(kw["h_q"], cfg["BLOCK_H"])
             base = kw["b"] * kw["s_q"] * heads
-            for waves in ((None, 1, 2, 4) if args.quick else (None, 1, 2, 4, 8)):
+            all_waves = (None, 1, 2, 4) if args.quick else (None, 1, 2, 4, 8)
+            for waves in ((None,) if args.waves == "auto" else all_waves):
                 splits = None if waves is None else max(1, triton.cdiv(waves * sms, base))
                 try:
                     out, _ = sparse_mla_decode(**case, num_splits=splits)

@@ -23,23 +23,25 @@ import triton
 import triton.language as tl
 
 from sm12x.kernels import configs
-from sm12x.kernels.mqa_logits import (LOGITS_ALIGN_BYTES, head_reduce, load_q_fp4, qk_scores, row_offsets,
+from sm12x.kernels.mqa_logits import (LOGITS_ALIGN_BYTES, index_scores, load_q_fp4, row_offsets,
                                       sortable_key)
 
 OP = "fp8_paged_mqa_logits"
 SPLIT_ALIGN = 256  # DeepGEMM rounds the logits row to a multiple of 256 before the 1024-B alignment
 
-# rows = BLOCK_T * H (query tokens x heads) per program; blocks of the cache per program = N_ITERS
+# rows = BLOCK_T * H (query tokens x heads) per program; blocks of the cache per program = N_ITERS;
+# key_rows as in mqa_logits (H200, B=256, ctx <= 8192: next_n 1 111 -> 72 us, next_n 2 173 -> 104 us).
 CONFIGS = {
     "sm_120": {
-        "fp8": {"rows": 128, "SUB_N": 64, "N_ITERS": 16, "num_warps": 8, "num_stages": 2},
+        "fp8": {"key_rows": True, "rows": 64, "SUB_N": 64, "N_ITERS": 16, "num_warps": 4,
+                "num_stages": 2},
         # FP4 decodes k in registers: 16-token slices and one query token x 64 heads avoid spills
         "fp4": {"rows": 64, "SUB_N": 16, "N_ITERS": 16, "num_warps": 4, "num_stages": 2},
     },
     "sm_90": {
-        # H200 sweep (scripts/tune_indexer.py, 2026-12-02), B=256, ctx <= 8192: 4 warps took
-        # next_n=1 from 120 to 112 us and next_n=2 from 229 to 174 us.
-        "fp8": {"rows": 128, "SUB_N": 64, "N_ITERS": 16, "num_warps": 4, "num_stages": 2},
+        # H200 sweep (scripts/tune_indexer.py, 2026-12-02)
+        "fp8": {"key_rows": True, "rows": 64, "SUB_N": 64, "N_ITERS": 16, "num_warps": 4,
+                "num_stages": 2},
         "fp4": {"rows": 64, "SUB_N": 16, "N_ITERS": 16, "num_warps": 4, "num_stages": 2},
     },
 }
@@ -51,7 +53,7 @@ def _paged_mqa_logits_kernel(
     next_n, max_context_len, stride_kv, stride_bt, stride_w, stride_out, col_start, num_cols,
     H: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_KV: tl.constexpr, SUB_N: tl.constexpr,
     N_ITERS: tl.constexpr, IS_FP4: tl.constexpr, CTX_2D: tl.constexpr, CLEAN: tl.constexpr,
-    OUT_MODE: tl.constexpr,  # 0: float32, 1: bfloat16, 2: int64 top-k keys (workspace)
+    KEY_ROWS: tl.constexpr, OUT_MODE: tl.constexpr,  # 0: float32, 1: bfloat16, 2: int64 top-k keys (workspace)
 ):
     pid_r = tl.program_id(0)  # (request, group of BLOCK_T query tokens)
     pid_n = tl.program_id(1)  # chunk of N_ITERS cache blocks
@@ -98,8 +100,8 @@ def _paged_mqa_logits_kernel(
             m = t_ok[:, None] & ((c < num_cols) & (p < max_context_len))[None, :]
             tok_off = phys * stride_kv + i * DB
             sf_idx = (phys * stride_kv + BLOCK_KV * DB) // 4 + i
-            s = qk_scores(q, kv_ptr, tok_off, i < BLOCK_KV, kvf_ptr, sf_idx, D, IS_FP4)
-            v = head_reduce(s, w, BLOCK_T, H)
+            v = index_scores(q, w, kv_ptr, tok_off, i < BLOCK_KV, kvf_ptr, sf_idx, BLOCK_T, H, D,
+                             IS_FP4, KEY_ROWS)
             visible = p[None, :] < end[:, None]
             if OUT_MODE == 2:
                 key = tl.where(visible, sortable_key(v, p[None, :]), -9223372036854775807 - 1)
@@ -164,7 +166,8 @@ def launch(q, q_sf, kv_cache, weights, context_lens, block_table, max_context_le
         next_n, max_context_len, kv_cache.stride(0), block_table.stride(0), weights.stride(0),
         out.stride(0), col_start, num_cols,
         H=h, D=d, BLOCK_T=bt, BLOCK_KV=block_kv, SUB_N=min(cfg["SUB_N"], block_kv), N_ITERS=n_iters, IS_FP4=is_fp4,
-        CTX_2D=context_lens.dim() == 2, CLEAN=clean, OUT_MODE=out_mode,
+        CTX_2D=context_lens.dim() == 2, CLEAN=clean, KEY_ROWS=cfg.get("key_rows", False),
+        OUT_MODE=out_mode,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     return out
 
@@ -209,7 +212,8 @@ def _signature(is_fp4: bool, out_mode: int):
         "next_n": "i32", "max_context_len": "i32", "stride_kv": "i64", "stride_bt": "i32",
         "stride_w": "i32", "stride_out": "i64", "col_start": "i32", "num_cols": "i32",
     }
-    for name in ("H", "D", "BLOCK_T", "BLOCK_KV", "SUB_N", "N_ITERS", "IS_FP4", "CTX_2D", "CLEAN", "OUT_MODE"):
+    for name in ("H", "D", "BLOCK_T", "BLOCK_KV", "SUB_N", "N_ITERS", "IS_FP4", "CTX_2D", "CLEAN", "KEY_ROWS",
+                 "OUT_MODE"):
         sig[name] = "constexpr"
     return sig
 
@@ -247,7 +251,8 @@ def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 64), dims=(128,), bl
                                 seen.add(key)
                                 const = dict(H=h, D=d, BLOCK_T=bt, BLOCK_KV=bkv, SUB_N=min(cfg["SUB_N"], bkv),
                                              N_ITERS=cfg["N_ITERS"],
-                                             IS_FP4=is_fp4, CTX_2D=ctx2d, CLEAN=clean, OUT_MODE=out_mode)
+                                             IS_FP4=is_fp4, CTX_2D=ctx2d, CLEAN=clean,
+                                             KEY_ROWS=cfg.get("key_rows", False), OUT_MODE=out_mode)
                                 name = (f"{'fp4' if is_fp4 else 'fp8'} H{h} D{d} bkv{bkv} T{bt} out{out_mode}"
                                         f"{' clean' if clean else ''}{' ctx2d' if ctx2d else ' ctx1d'}")
                                 reports.append(compile_kernel(
