@@ -28,6 +28,11 @@ from gpu_timing import time_us
 CASES = [  # (label, make_case kwargs)
     ("b2 h64 128+512p64", dict(b=2, s_q=2, h_q=64, topk=128, page=256, extra_topk=512, extra_page=64)),
     ("b64 h64 128+512p64", dict(b=64, s_q=2, h_q=64, topk=128, page=256, extra_topk=512, extra_page=64)),
+    ("b74 h64 128+512p64", dict(b=74, s_q=2, h_q=64, topk=128, page=256, extra_topk=512, extra_page=64)),
+    ("b148 h64 128+512p64", dict(b=148, s_q=2, h_q=64, topk=128, page=256, extra_topk=512,
+                                 extra_page=64)),
+    ("b74 h128 128+1024p64", dict(b=74, s_q=2, h_q=128, topk=128, page=256, extra_topk=1024,
+                                  extra_page=64)),
     ("b128 h128 128+1024p64", dict(b=128, s_q=2, h_q=128, topk=128, page=256, extra_topk=1024,
                                    extra_page=64)),
     ("b1 h16 128+1024p2", dict(b=1, s_q=1, h_q=16, topk=128, page=256, extra_topk=1024, extra_page=2,

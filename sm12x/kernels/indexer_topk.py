@@ -1,13 +1,14 @@
 """Fused lightning-indexer top-k: top-k key indices straight from q and the (flat or paged) key
 cache, without materialising the [rows, S_kv] logits.
 
-How: the MQA-logits kernels run over a window of key columns and write, instead of float logits, an
-int64 sort key per (row, key) -- the float32 score mapped to an order-preserving int32 in the high
-half and (2**31-1 - local index) in the low half, or INT64_MIN for keys the row cannot see. One
-``torch.topk`` per window picks that window's best candidates, which are merged into a running
-[rows, topk] set. Memory is O(rows x topk) plus a workspace of at most ``workspace_bytes`` (default
-256 MiB), independent of S_kv; rows are processed in blocks when one window row would not fit.
-No host sync: the loop bounds come from shapes and ``max_context_len`` only (CUDA-graph safe).
+How: the MQA-logits kernels fill a float32 workspace of at most ``workspace_bytes`` (default
+256 MiB) with the logits of a block of rows over a window of key columns (-inf where a row cannot
+see the key); ``topk_select.row_topk_keys`` picks each row's best ``topk`` of the window by
+radix select and returns them as int64 sort keys -- the float mapped to an order-preserving int32
+in the high half, (2**31-1 - index) in the low half, INT64_MIN for invisible keys. Windows are
+merged into a running [rows, topk] set. Memory is O(rows x topk) plus the workspace, independent
+of S_kv; with the default budget a 262,144-key row block is 256 rows. No host sync: the loop
+bounds come from shapes and ``max_context_len`` only (CUDA-graph safe).
 
 Index conventions (int32 output, -1 padded at the end when a row sees fewer than topk keys):
 
@@ -28,6 +29,7 @@ import torch
 from sm12x.kernels import configs
 from sm12x.kernels import mqa_logits as _mqa
 from sm12x.kernels import paged_mqa_logits as _paged
+from sm12x.kernels.topk_select import row_topk_keys
 
 DEFAULT_WORKSPACE_BYTES = 256 << 20
 INT64_MIN = -(1 << 63)
@@ -44,19 +46,25 @@ def decode_keys(keys: torch.Tensor, topk: int) -> torch.Tensor:
 
 
 def _merge(best, cand, topk):
+    """Running best keys + a window's candidates -> the best ``topk``, sorted best first."""
     if best is not None:
         cand = torch.cat([best, cand], dim=1)
     return cand.topk(min(topk, cand.shape[1]), dim=1, sorted=True).values
 
 
-def _plan(rows: int, cols: int, unit: int, topk: int, budget: int):
+def _plan(rows: int, cols: int, unit: int, topk: int, budget: int, elem_bytes: int = 4):
     """(rows per pass, columns per window): window a multiple of ``unit``, workspace <= budget."""
     cols_needed = -(-cols // unit) * unit
-    per_row = max(budget // 8, unit)
+    per_row = max(budget // elem_bytes, unit)
     win = min(cols_needed, max(unit, (per_row // max(rows, 1)) // unit * unit))
     win = max(win, min(cols_needed, -(-topk // unit) * unit))  # a window never yields fewer than topk
     row_block = max(1, min(rows, per_row // win))
     return row_block, win
+
+
+def _window_keys(logits, topk, col_start, base):
+    """The best min(topk, width) keys of each row of a logits window (unsorted)."""
+    return row_topk_keys(logits, min(topk, logits.shape[1]), col_start=col_start, base=base)
 
 
 def _split_q(q):
@@ -84,7 +92,7 @@ def mqa_topk_indices(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, topk:
     if s == 0:
         return result
     row_block, win = _plan(s, s_kv, unit, topk, workspace_bytes)
-    ws = torch.empty((row_block, win), dtype=torch.int64, device=qv.device)
+    ws = torch.empty((row_block, win), dtype=torch.float32, device=qv.device)
     for r0 in range(0, s, row_block):
         r1 = min(s, r0 + row_block)
         best = None
@@ -95,8 +103,8 @@ def mqa_topk_indices(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, topk:
             w_ = ws[: r1 - r0, :n]
             _mqa.launch(qv[r0:r1], None if qs is None else qs[r0:r1], k, k_sf, weights[r0:r1],
                         cu_seq_len_k_start[r0:r1], cu_seq_len_k_end[r0:r1], w_,
-                        clean=False, compressed=False, out_mode=2, col_start=c0, num_cols=n)
-            best = _merge(best, w_.topk(min(topk, n), dim=1, sorted=False).values, topk)
+                        clean=True, compressed=False, out_mode=0, col_start=c0, num_cols=n)
+            best = _merge(best, _window_keys(w_, topk, c0, cu_seq_len_k_start[r0:r1]), topk)
         if best is None:
             best = torch.full((r1 - r0, 0), INT64_MIN, dtype=torch.int64, device=qv.device)
         idx = decode_keys(best, topk)
@@ -129,7 +137,7 @@ def paged_mqa_topk_indices(q, kv_cache, weights, context_lens, block_table, max_
     next_n = qv.shape[1]
     row_block, win = _plan(rows, max_context_len, unit, topk, workspace_bytes)
     req_block = max(1, row_block // next_n)
-    ws = torch.empty((req_block * next_n, win), dtype=torch.int64, device=qv.device)
+    ws = torch.empty((req_block * next_n, win), dtype=torch.float32, device=qv.device)
     for b0 in range(0, qv.shape[0], req_block):
         b1 = min(qv.shape[0], b0 + req_block)
         r0, r1 = b0 * next_n, b1 * next_n
@@ -139,8 +147,8 @@ def paged_mqa_topk_indices(q, kv_cache, weights, context_lens, block_table, max_
             w_ = ws[: r1 - r0, :n]
             _paged.launch(qv[b0:b1], None if qs is None else qs[b0:b1], kv_cache, weights[r0:r1],
                           context_lens[b0:b1], block_table[b0:b1], max_context_len, w_,
-                          clean=False, out_mode=2, col_start=c0, num_cols=n)
-            best = _merge(best, w_.topk(min(topk, n), dim=1, sorted=False).values, topk)
+                          clean=True, out_mode=0, col_start=c0, num_cols=n)
+            best = _merge(best, _window_keys(w_, topk, c0, None), topk)
         if best is None:
             best = torch.full((r1 - r0, 0), INT64_MIN, dtype=torch.int64, device=qv.device)
         result[r0:r1] = decode_keys(best, topk)
@@ -158,8 +166,11 @@ def _check_topk(op, topk, out, rows, device):
 
 
 def compile_reports(targets=("sm_120", "sm_121"), heads=(64,), dims=(128,)):
-    """Compile the top-k (int64 key output) variants of both logits kernels for ``targets``."""
-    reports = _mqa.compile_reports(targets, heads, dims, variants=((2, False, False),))
+    """Compile what the fused top-k runs for ``targets``: the clean float32 variants of both logits
+    kernels and the radix-select kernel."""
+    from sm12x.kernels import topk_select
+
+    reports = _mqa.compile_reports(targets, heads, dims, variants=((0, True, False),))
     reports += _paged.compile_reports(targets, heads, dims, block_kvs=(32, 64), next_ns=(1, 2),
-                                      variants=((2, False, True), (2, False, False)))
-    return reports
+                                      variants=((0, True, True), (0, True, False)))
+    return reports + topk_select.compile_reports(targets)

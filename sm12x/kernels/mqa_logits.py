@@ -168,21 +168,13 @@ def row_offsets(rows, stride):
 
 
 @triton.jit
-def sortable_key(v, idx):
-    """float32 score + int index -> int64 key ordered by (score desc, index asc) under signed compare."""
-    b = v.to(tl.int32, bitcast=True)
-    b = tl.where(b < 0, b ^ 0x7FFFFFFF, b)
-    return (b.to(tl.int64) << 32) | (0x7FFFFFFF - idx).to(tl.int64)
-
-
-@triton.jit
 def _mqa_logits_kernel(
     q_ptr, qsf_ptr, k_ptr, ksf_ptr, w_ptr, ks_ptr, ke_ptr, out_ptr,
     S, S_kv, stride_w, stride_out, col_start, num_cols, out_cols,
     H: tl.constexpr, D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
     N_ITERS: tl.constexpr, IS_FP4: tl.constexpr, CLEAN: tl.constexpr, COMPRESSED: tl.constexpr,
     KEY_ROWS: tl.constexpr,
-    OUT_MODE: tl.constexpr,  # 0: float32, 1: bfloat16, 2: int64 top-k keys (workspace, local index)
+    OUT_MODE: tl.constexpr,  # 0: float32, 1: bfloat16
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -225,19 +217,13 @@ def _mqa_logits_kernel(
             cc = j[None, :] - ks[:, None]
             tl.store(out_ptr + out_row[:, None] + cc, v.to(out_ptr.dtype.element_ty),
                      mask=valid & t_ok[:, None] & (cc < out_cols))
-        elif OUT_MODE == 2:
-            key = tl.where(valid, sortable_key(v, j[None, :] - ks[:, None]), -9223372036854775807 - 1)
-            tl.store(out_ptr + out_row[:, None] + c[None, :], key, mask=t_ok[:, None] & col_ok[None, :])
         else:
             if CLEAN:
                 v = tl.where(valid, v, float("-inf"))
             tl.store(out_ptr + out_row[:, None] + c[None, :], v.to(out_ptr.dtype.element_ty),
                      mask=t_ok[:, None] & col_ok[None, :])
-    if (not COMPRESSED) and (CLEAN or OUT_MODE == 2):
-        if OUT_MODE == 2:
-            fill = tl.zeros((BLOCK_Q, BLOCK_N), dtype=tl.int64) - 9223372036854775807 - 1
-        else:
-            fill = tl.full((BLOCK_Q, BLOCK_N), float("-inf"), dtype=out_ptr.dtype.element_ty)
+    if (not COMPRESSED) and CLEAN:
+        fill = tl.full((BLOCK_Q, BLOCK_N), float("-inf"), dtype=out_ptr.dtype.element_ty)
         for it in range(0, N_ITERS):
             if (it < first) | (it >= last):
                 c = chunk0 + it * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -308,7 +294,7 @@ def mqa_logits(q, q_sf, k, k_sf, weights, ks, ke, clean_logits=True, max_seqlen_
 
 
 def _signature(is_fp4: bool, out_mode: int):
-    out_t = {0: "*fp32", 1: "*bf16", 2: "*i64"}[out_mode]
+    out_t = {0: "*fp32", 1: "*bf16"}[out_mode]
     sig = {
         "q_ptr": "*i8" if is_fp4 else "*fp8e4nv", "qsf_ptr": "*i32",
         "k_ptr": "*i8" if is_fp4 else "*fp8e4nv", "ksf_ptr": "*i32" if is_fp4 else "*fp32",
@@ -322,7 +308,7 @@ def _signature(is_fp4: bool, out_mode: int):
     return sig
 
 
-VARIANTS = ((0, True, False), (0, False, False), (0, False, True), (1, True, False), (2, False, False))
+VARIANTS = ((0, True, False), (0, False, False), (0, False, True), (1, True, False))
 
 
 def interpreting() -> bool:

@@ -23,8 +23,7 @@ import triton
 import triton.language as tl
 
 from sm12x.kernels import configs
-from sm12x.kernels.mqa_logits import (LOGITS_ALIGN_BYTES, index_scores, load_q_fp4, row_offsets,
-                                      sortable_key)
+from sm12x.kernels.mqa_logits import LOGITS_ALIGN_BYTES, index_scores, load_q_fp4, row_offsets
 
 OP = "fp8_paged_mqa_logits"
 SPLIT_ALIGN = 256  # DeepGEMM rounds the logits row to a multiple of 256 before the 1024-B alignment
@@ -53,7 +52,7 @@ def _paged_mqa_logits_kernel(
     next_n, max_context_len, stride_kv, stride_bt, stride_w, stride_out, col_start, num_cols,
     H: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_KV: tl.constexpr, SUB_N: tl.constexpr,
     N_ITERS: tl.constexpr, IS_FP4: tl.constexpr, CTX_2D: tl.constexpr, CLEAN: tl.constexpr,
-    KEY_ROWS: tl.constexpr, OUT_MODE: tl.constexpr,  # 0: float32, 1: bfloat16, 2: int64 top-k keys (workspace)
+    KEY_ROWS: tl.constexpr, OUT_MODE: tl.constexpr,  # 0: float32, 1: bfloat16
 ):
     pid_r = tl.program_id(0)  # (request, group of BLOCK_T query tokens)
     pid_n = tl.program_id(1)  # chunk of N_ITERS cache blocks
@@ -103,18 +102,11 @@ def _paged_mqa_logits_kernel(
             v = index_scores(q, w, kv_ptr, tok_off, i < BLOCK_KV, kvf_ptr, sf_idx, BLOCK_T, H, D,
                              IS_FP4, KEY_ROWS)
             visible = p[None, :] < end[:, None]
-            if OUT_MODE == 2:
-                key = tl.where(visible, sortable_key(v, p[None, :]), -9223372036854775807 - 1)
-                tl.store(out_ptr + out_row[:, None] + c[None, :], key, mask=m)
-            else:
-                if CLEAN:
-                    v = tl.where(visible, v, float("-inf"))
-                tl.store(out_ptr + out_row[:, None] + c[None, :], v.to(out_ptr.dtype.element_ty), mask=m)
-    if CLEAN or OUT_MODE == 2:
-        if OUT_MODE == 2:
-            fill = tl.zeros((BLOCK_T, BLOCK_KV), dtype=tl.int64) - 9223372036854775807 - 1
-        else:
-            fill = tl.full((BLOCK_T, BLOCK_KV), float("-inf"), dtype=out_ptr.dtype.element_ty)
+            if CLEAN:
+                v = tl.where(visible, v, float("-inf"))
+            tl.store(out_ptr + out_row[:, None] + c[None, :], v.to(out_ptr.dtype.element_ty), mask=m)
+    if CLEAN:
+        fill = tl.full((BLOCK_T, BLOCK_KV), float("-inf"), dtype=out_ptr.dtype.element_ty)
         for it in range(n_live, N_ITERS):
             p = (blk0 + it) * BLOCK_KV + tl.arange(0, BLOCK_KV)
             c = p - col_start
@@ -204,7 +196,7 @@ def get_paged_mqa_logits_metadata(context_lens: torch.Tensor, block_kv: int, num
 
 
 def _signature(is_fp4: bool, out_mode: int):
-    out_t = {0: "*fp32", 1: "*bf16", 2: "*i64"}[out_mode]
+    out_t = {0: "*fp32", 1: "*bf16"}[out_mode]
     sig = {
         "q_ptr": "*i8" if is_fp4 else "*fp8e4nv", "qsf_ptr": "*i32",
         "kv_ptr": "*u8" if is_fp4 else "*fp8e4nv", "kvf_ptr": "*i32" if is_fp4 else "*fp32",
@@ -218,7 +210,7 @@ def _signature(is_fp4: bool, out_mode: int):
     return sig
 
 
-VARIANTS = ((0, False, True), (0, True, False), (1, False, True), (2, False, True))  # (out, clean, 2-D)
+VARIANTS = ((0, False, True), (0, True, False), (1, False, True))  # (out, clean, 2-D)
 
 
 def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 64), dims=(128,), block_kvs=(32, 64),

@@ -1,0 +1,56 @@
+"""Radix-select row top-k (``topk_select.row_topk_keys``) against torch.topk of the same keys."""
+import pytest
+import torch
+
+from sm12x.kernels.topk_select import INT64_MIN, row_topk_keys
+
+
+def ref_keys(x, k, col_start=0, base=None):
+    """int64 keys (order-preserving float << 32 | 2**31-1 - index) and torch.topk of them."""
+    b = x.view(torch.int32)
+    b = torch.where(b < 0, b ^ 0x7FFFFFFF, b).long()
+    idx = torch.arange(x.shape[1]) + col_start
+    idx = idx[None, :] - (base[:, None].long() if base is not None else 0)
+    key = (b << 32) | (0x7FFFFFFF - idx)
+    key = torch.where(torch.isneginf(x), torch.full_like(key, INT64_MIN), key)
+    return key.topk(k, dim=1).values
+
+
+def rows_with_ties(r, w, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(r, w, generator=g)
+    x[0, ::3] = float("-inf")  # invisible columns
+    if r > 1:
+        x[1] = torch.randint(-3, 3, (w,), generator=g).float()  # many exact ties
+    if r > 2:
+        x[2, : w // 2], x[2, w // 2:] = -0.0, 0.0
+    if r > 3:
+        x[3] = float("-inf")  # a row that sees nothing
+    return x
+
+
+@pytest.mark.parametrize("r,w,k", [(3, 100, 7), (5, 3000, 64), (4, 2048, 2048), (6, 1500, 300)])
+def test_matches_topk_of_keys(device, r, w, k):
+    x = rows_with_ties(r, w, seed=r * w)
+    base = torch.randint(0, 5, (r,), dtype=torch.int32)
+    got = row_topk_keys(x.to(device), k, col_start=10, base=base.to(device)).cpu()
+    assert got.shape == (r, k) and got.dtype == torch.int64
+    assert torch.equal(got.sort(dim=1, descending=True).values, ref_keys(x, k, 10, base))
+
+
+def test_no_base_and_strided_rows(device):
+    x = rows_with_ties(4, 600, seed=3)
+    wide = torch.full((4, 700), 5.0)
+    wide[:, :600] = x
+    got = row_topk_keys(wide.to(device)[:, :600], 50).cpu()
+    assert torch.equal(got.sort(dim=1, descending=True).values, ref_keys(x, 50))
+
+
+def test_bad_arguments_name_the_op_and_argument():
+    x = torch.zeros(2, 10)
+    with pytest.raises(ValueError, match="row_topk_keys.*k"):
+        row_topk_keys(x, 11)
+    with pytest.raises(ValueError, match="row_topk_keys.*x"):
+        row_topk_keys(x.double(), 3)
+    with pytest.raises(ValueError, match="row_topk_keys.*base"):
+        row_topk_keys(x, 3, base=torch.zeros(3, dtype=torch.int32))
