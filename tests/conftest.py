@@ -24,10 +24,16 @@ os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs SM12X_TEST_DEVICE=cuda (a CUDA GPU)")
     config.addinivalue_line("markers", "slow: long-running on the CPU interpreter")
+    config.addinivalue_line("markers", "cpu_only: builds its inputs on the CPU for the Triton "
+                            "interpreter; its production-shape twin is marked gpu")
 
 
 def pytest_collection_modifyitems(config, items):
     if TEST_DEVICE == "cuda":
+        skip = pytest.mark.skip(reason="interpreter test (CPU tensors): its GPU twin is marked gpu")
+        for item in items:
+            if "cpu_only" in item.keywords and "gpu" not in item.keywords:
+                item.add_marker(skip)
         return
     skip = pytest.mark.skip(reason="GPU test: run with SM12X_TEST_DEVICE=cuda on a GPU machine")
     for item in items:

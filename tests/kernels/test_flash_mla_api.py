@@ -6,6 +6,8 @@ from sm12x.kernels import flash_mla_api as api
 from sm12x.kernels import mla_kv_cache as kvc
 from sm12x.kernels.reference.sparse_mla import ref_sparse_mla_decode
 
+pytestmark = pytest.mark.cpu_only  # inputs on the CPU (interpreter); GPU cases: test_sparse_mla_decode -m gpu
+
 
 def inputs(b=2, s_q=1, h_q=16, topk=64, fmt="model1", extra=False, seed=0):
     gen = torch.Generator().manual_seed(seed)

@@ -7,6 +7,8 @@ from sm12x.kernels.reference.sparse_mla import make_case, ref_sparse_mla_decode
 from sm12x.kernels.sparse_mla_decode import plan, sparse_mla_decode
 from sm12x.kernels.tolerance import FLASHMLA_LSE, FLASHMLA_OUT, flashmla_close
 
+pytestmark = pytest.mark.cpu_only  # inputs on the CPU; GPU cases are marked gpu
+
 # FlashMLA's own tolerances (tests/test_flash_mla_sparse_decoding.py).
 OUT_TOL = FLASHMLA_OUT
 LSE_TOL = FLASHMLA_LSE
