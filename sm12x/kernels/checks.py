@@ -3,15 +3,21 @@ op, the argument, what came and what is supported."""
 from __future__ import annotations
 
 
-def bad(op: str, arg: str, got, supported: str) -> ValueError:
-    return ValueError(f"sm12x {op}: argument '{arg}' got {got}; supported: {supported}")
+def _text(x):
+    return x() if callable(x) else x
+
+
+def bad(op: str, arg: str, got, supported) -> ValueError:
+    """``got`` / ``supported`` may be callables returning the text (formatted only on failure)."""
+    return ValueError(f"sm12x {op}: argument '{arg}' got {_text(got)}; supported: {_text(supported)}")
 
 
 def unsupported(op: str, arg: str, got, supported: str) -> NotImplementedError:
     return NotImplementedError(f"sm12x {op}: argument '{arg}' got {got}; supported: {supported}")
 
 
-def require(cond: bool, op: str, arg: str, got, supported: str) -> None:
+def require(cond: bool, op: str, arg: str, got, supported) -> None:
+    """Raise ``bad(...)`` unless ``cond``; pass ``lambda: f"..."`` texts on hot paths."""
     if not cond:
         raise bad(op, arg, got, supported)
 

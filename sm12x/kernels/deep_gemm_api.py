@@ -64,7 +64,7 @@ def _reject_unknown(op: str, kwargs: dict) -> None:
 
 def _split_q(op, q):
     if isinstance(q, (tuple, list)):
-        require(len(q) == 2, op, "q", f"a tuple of {len(q)}", "(values, scale or None)")
+        require(len(q) == 2, op, "q", lambda: f"a tuple of {len(q)}", "(values, scale or None)")
         return q[0], q[1]
     require(isinstance(q, torch.Tensor), op, "q", type(q).__name__, "a tensor or (values, scale or None)")
     return q, None
@@ -73,7 +73,8 @@ def _split_q(op, q):
 def _check_weights(op, weights, rows, h, q):
     require_dtype(weights, WEIGHT_DTYPES, op, "weights")
     require_shape(weights, (rows, h), op, "weights")
-    require(weights.stride(1) == 1, op, "weights", f"stride {weights.stride()}", "unit stride along heads")
+    require(weights.stride(1) == 1, op, "weights", lambda: f"stride {weights.stride()}",
+            "unit stride along heads")
 
 
 def _check_q(op, qv, qs, ndim):
@@ -82,13 +83,13 @@ def _check_q(op, qv, qs, ndim):
         require_dtype(qv, FP4_DTYPES, op, "q")
     else:
         require_dtype(qv, (torch.float8_e4m3fn,), op, "q")
-    require(qv.dim() == ndim, op, "q", f"shape {list(qv.shape)}", f"{ndim} dims")
+    require(qv.dim() == ndim, op, "q", lambda: f"shape {list(qv.shape)}", lambda: f"{ndim} dims")
     require(qv.is_contiguous(), op, "q", "a non-contiguous tensor", "contiguous")
     h = qv.shape[-2]
     d = qv.shape[-1] * (2 if fp4 else 1)
-    require(h in HEADS, op, "q", f"{h} heads", f"heads in {HEADS}")
+    require(h in HEADS, op, "q", lambda: f"{h} heads", lambda: f"heads in {HEADS}")
     dims = FP4_DIMS if fp4 else FP8_DIMS
-    require(d in dims, op, "q", f"head_dim {d}", f"head_dim in {dims}")
+    require(d in dims, op, "q", lambda: f"head_dim {d}", lambda: f"head_dim in {dims}")
     if fp4:
         require_dtype(qs, (torch.int32,), op, "q_scale")
         require_shape(qs, tuple(qv.shape[:-1]), op, "q_scale")
@@ -125,7 +126,8 @@ def _as_u8_cache(op, kv_cache):
     require_dtype(kv_cache, (torch.uint8, torch.int8), op, "kv_cache")
     if kv_cache.dim() == 3:
         kv_cache = kv_cache.unsqueeze(2)
-    require(kv_cache.dim() == 4 and kv_cache.shape[2] == 1, op, "kv_cache", f"shape {list(kv_cache.shape)}",
+    require(kv_cache.dim() == 4 and kv_cache.shape[2] == 1, op, "kv_cache",
+            lambda: f"shape {list(kv_cache.shape)}",
             "[num_blocks, block_kv, 1, bytes_per_token]")
     return kv_cache.view(torch.uint8)
 
@@ -133,28 +135,31 @@ def _as_u8_cache(op, kv_cache):
 def _check_paged(op, qv, qs, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len):
     h, d = _check_q(op, qv, qs, 4)
     b, next_n = qv.shape[0], qv.shape[1]
-    require(next_n >= 1, op, "q", f"next_n {next_n}", "next_n >= 1")
+    require(next_n >= 1, op, "q", lambda: f"next_n {next_n}", "next_n >= 1")
     fp4 = qs is not None
     kv_cache = _as_u8_cache(op, kv_cache)
     tok = d // 2 + 4 if fp4 else d + 4
-    require(kv_cache.shape[3] == tok, op, "kv_cache", f"{kv_cache.shape[3]} bytes per token",
-            f"{tok} ({'D/2' if fp4 else 'D'} + 4) for head_dim {d}")
-    require(kv_cache.shape[1] in BLOCK_KVS, op, "kv_cache", f"block_kv {kv_cache.shape[1]}", f"block_kv in {BLOCK_KVS}")
-    require(kv_cache.stride(3) == 1 and kv_cache.stride(1) == tok, op, "kv_cache", f"strides {kv_cache.stride()}",
+    require(kv_cache.shape[3] == tok, op, "kv_cache", lambda: f"{kv_cache.shape[3]} bytes per token",
+            lambda: f"{tok} ({'D/2' if fp4 else 'D'} + 4) for head_dim {d}")
+    require(kv_cache.shape[1] in BLOCK_KVS, op, "kv_cache", lambda: f"block_kv {kv_cache.shape[1]}",
+            lambda: f"block_kv in {BLOCK_KVS}")
+    require(kv_cache.stride(3) == 1 and kv_cache.stride(1) == tok, op, "kv_cache",
+            lambda: f"strides {kv_cache.stride()}",
             "token-major blocks (stride(1) == bytes per token, stride(3) == 1)")
     require(kv_cache.stride(0) % 4 == 0 and kv_cache.stride(0) >= kv_cache.shape[1] * tok, op, "kv_cache",
-            f"stride(0) {kv_cache.stride(0)}", "a multiple of 4 bytes >= block_kv * bytes per token")
-    require(kv_cache.storage_offset() % 4 == 0, op, "kv_cache", f"storage offset {kv_cache.storage_offset()}",
+            lambda: f"stride(0) {kv_cache.stride(0)}", "a multiple of 4 bytes >= block_kv * bytes per token")
+    require(kv_cache.storage_offset() % 4 == 0, op, "kv_cache",
+            lambda: f"storage offset {kv_cache.storage_offset()}",
             "a multiple of 4 bytes")
     _check_weights(op, weights, b * next_n, h, qv)
     require_dtype(context_lens, (torch.int32,), op, "context_lens")
     require((context_lens.dim() == 2 and tuple(context_lens.shape) == (b, next_n)) or
             (context_lens.dim() == 1 and context_lens.shape[0] == b), op, "context_lens",
-            f"shape {list(context_lens.shape)}", f"[{b}, {next_n}] or [{b}]")
+            lambda: f"shape {list(context_lens.shape)}", lambda: f"[{b}, {next_n}] or [{b}]")
     require(context_lens.is_contiguous(), op, "context_lens", "a non-contiguous tensor", "contiguous")
     require_dtype(block_table, (torch.int32,), op, "block_table")
     require_shape(block_table, (b, None), op, "block_table")
-    require(block_table.stride(1) == 1, op, "block_table", f"stride {block_table.stride()}", "unit stride(1)")
+    require(block_table.stride(1) == 1, op, "block_table", lambda: f"stride {block_table.stride()}", "unit stride(1)")
     if schedule_meta is not None:
         require_dtype(schedule_meta, (torch.int32,), op, "schedule_meta")
         require_shape(schedule_meta, (None, 2), op, "schedule_meta")
@@ -162,7 +167,7 @@ def _check_paged(op, qv, qs, kv_cache, weights, context_lens, block_table, sched
             max_context_len, "an int >= 0")
     require(max_context_len <= block_table.shape[1] * kv_cache.shape[1] or block_table.shape[1] == 0, op,
             "max_context_len", max_context_len,
-            f"<= block_table columns x block_kv ({block_table.shape[1] * kv_cache.shape[1]})")
+            lambda: f"<= block_table columns x block_kv ({block_table.shape[1] * kv_cache.shape[1]})")
     require_same_device(op, qv, q_scale=qs, kv_cache=kv_cache, weights=weights, context_lens=context_lens,
                         block_table=block_table, schedule_meta=schedule_meta)
     return kv_cache
@@ -208,8 +213,8 @@ def get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms, indices=None,
     _reject_unknown(op, kwargs)
     require(isinstance(context_lens, torch.Tensor), op, "context_lens", type(context_lens).__name__, "a tensor")
     require_dtype(context_lens, (torch.int32,), op, "context_lens")
-    require(context_lens.dim() in (1, 2), op, "context_lens", f"shape {list(context_lens.shape)}", "[B, next_n] or [B]")
-    require(isinstance(block_kv, int) and block_kv in BLOCK_KVS, op, "block_kv", block_kv, f"one of {BLOCK_KVS}")
+    require(context_lens.dim() in (1, 2), op, "context_lens", lambda: f"shape {list(context_lens.shape)}", "[B, next_n] or [B]")
+    require(isinstance(block_kv, int) and block_kv in BLOCK_KVS, op, "block_kv", block_kv, lambda: f"one of {BLOCK_KVS}")
     require(isinstance(num_sms, int) and num_sms > 0, op, "num_sms", num_sms, "an int > 0")
     if indices is not None:
         require_dtype(indices, (torch.int32,), op, "indices")

@@ -272,31 +272,34 @@ def _sparse_mla_combine_kernel(ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, s
 # Launcher
 
 
+# Messages are formatted only on failure: this runs on every decode call.
 def _check_cache(op, cache, name, d_qk, q):
     bpt = 584 if d_qk == 512 else 656
     checks.require_dtype(cache, (torch.uint8, torch.int8, torch.float8_e4m3fn), op, name)
-    checks.require(cache.dim() == 4 and cache.shape[2] == 1 and cache.shape[3] == bpt, op, name,
-                   f"shape {list(cache.shape)}",
-                   f"[num_blocks, page_block_size, 1, {bpt}] for d_qk {d_qk}")
-    checks.require(cache.stride(1) == bpt and cache.stride(3) == 1, op, name,
-                   f"strides {tuple(cache.stride())}", f"stride(1) == {bpt} (bytes_per_token), "
-                   "stride(3) == 1")
-    page = cache.shape[1]
-    checks.require(cache.shape[0] <= 1 or cache.stride(0) >= page * bpt, op, name,
-                   f"stride(0) {cache.stride(0)}", f">= page_block_size * {bpt}")
+    sh, st = cache.shape, cache.stride()
+    if not (len(sh) == 4 and sh[2] == 1 and sh[3] == bpt):
+        raise checks.bad(op, name, f"shape {list(sh)}",
+                         f"[num_blocks, page_block_size, 1, {bpt}] for d_qk {d_qk}")
+    if not (st[1] == bpt and st[3] == 1):
+        raise checks.bad(op, name, f"strides {tuple(st)}",
+                         f"stride(1) == {bpt} (bytes_per_token), stride(3) == 1")
+    if not (sh[0] <= 1 or st[0] >= sh[1] * bpt):
+        raise checks.bad(op, name, f"stride(0) {st[0]}", f">= page_block_size * {bpt}")
     # The kernel tells the compiler that rows start on 16-byte boundaries (vector loads).
-    checks.require(cache.data_ptr() % 16 == 0 and (cache.shape[0] <= 1 or cache.stride(0) % 16 == 0),
-                   op, name, f"data_ptr % 16 = {cache.data_ptr() % 16}, stride(0) {cache.stride(0)}",
-                   "a 16-byte aligned start and stride(0) a multiple of 16 bytes")
+    ptr = cache.data_ptr()
+    if not (ptr % 16 == 0 and (sh[0] <= 1 or st[0] % 16 == 0)):
+        raise checks.bad(op, name, f"data_ptr % 16 = {ptr % 16}, stride(0) {st[0]}",
+                         "a 16-byte aligned start and stride(0) a multiple of 16 bytes")
     checks.require_same_device(op, q, **{name: cache})
 
 
 def _check_indices(op, idx, name, b, s_q, q):
     checks.require_dtype(idx, (torch.int32,), op, name)
-    checks.require(idx.dim() == 3 and idx.shape[0] == b and idx.shape[1] == s_q and idx.shape[2] > 0,
-                   op, name, f"shape {list(idx.shape)}", f"[{b}, {s_q}, topk > 0]")
-    checks.require(idx.stride(2) == 1, op, name, f"strides {tuple(idx.stride())}",
-                   "a contiguous last dimension")
+    sh = idx.shape
+    if not (len(sh) == 3 and sh[0] == b and sh[1] == s_q and sh[2] > 0):
+        raise checks.bad(op, name, f"shape {list(sh)}", f"[{b}, {s_q}, topk > 0]")
+    if idx.stride(2) != 1:
+        raise checks.bad(op, name, f"strides {tuple(idx.stride())}", "a contiguous last dimension")
     checks.require_same_device(op, q, **{name: idx})
 
 
@@ -312,14 +315,15 @@ def validate(op, q, k_cache, indices, topk_length, attn_sink, extra_k_cache, ext
              extra_topk_length, d_v):
     """Raise ValueError naming ``op`` and the argument for anything the kernel does not handle."""
     checks.require_dtype(q, (torch.bfloat16,), op, "q")
-    checks.require(q.dim() == 4 and q.shape[-1] in (512, 576), op, "q", f"shape {list(q.shape)}",
-                   "[b, s_q, h_q, d_qk] with d_qk 512 (MODEL1) or 576 (V3.2)")
-    checks.require(q.stride(-1) == 1, op, "q", f"strides {tuple(q.stride())}",
-                   "a contiguous last dimension")
+    if not (q.dim() == 4 and q.shape[-1] in (512, 576)):
+        raise checks.bad(op, "q", f"shape {list(q.shape)}",
+                         "[b, s_q, h_q, d_qk] with d_qk 512 (MODEL1) or 576 (V3.2)")
+    if q.stride(-1) != 1:
+        raise checks.bad(op, "q", f"strides {tuple(q.stride())}", "a contiguous last dimension")
     checks.require(d_v == D_V, op, "head_dim_v", d_v, "512")
     b, s_q, h_q, d_qk = q.shape
-    checks.require(b > 0 and s_q > 0 and h_q > 0, op, "q", f"shape {list(q.shape)}",
-                   "non-empty b, s_q, h_q")
+    if not (b > 0 and s_q > 0 and h_q > 0):
+        raise checks.bad(op, "q", f"shape {list(q.shape)}", "non-empty b, s_q, h_q")
     _check_cache(op, k_cache, "k_cache", d_qk, q)
     if indices is None:
         raise checks.bad(op, "indices", None, "an int32 tensor [b, s_q, topk] (sparse decode)")
