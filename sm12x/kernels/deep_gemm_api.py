@@ -181,7 +181,9 @@ def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, cle
                        max_seqlen_k=0, logits_dtype=torch.float32, **kwargs):
     """q = (values, scale|None): FP8 float8_e4m3fn [S, H, D] with None, or FP4 int8 [S, H, D/2]
     with int32 [S, H]; kv = (k, k_scale): float8 [S_kv, D] + float32 [S_kv], or int8 [S_kv, D/2] +
-    int32 [S_kv]. Returns [S, S_kv] logits (or [S, max_seqlen_k] compressed when max_seqlen_k > 0)."""
+    int32 [S_kv]. Returns [S, S_kv] logits (or [S, max_seqlen_k] compressed when max_seqlen_k > 0).
+    FP8 k scales must be >= 0 (amax / 448, as every quantiser writes them): the kernel applies them
+    after the ReLU."""
     op = "fp8_fp4_mqa_logits"
     _reject_unknown(op, kwargs)
     qv, qs = _split_q(op, q)
@@ -226,8 +228,9 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, sc
                              max_context_len, clean_logits=False, logits_dtype=torch.float32,
                              indices=None, **kwargs):
     """q = (values, scale|None): float8 [B, next_n, H, D] or FP4 int8 [B, next_n, H, D/2] + int32
-    [B, next_n, H]; kv_cache fused uint8 [num_blocks, block_kv, 1, D+4 | D/2+4]. Returns
-    [B*next_n, max_context_len] logits (row stride padded)."""
+    [B, next_n, H]; kv_cache fused uint8 [num_blocks, block_kv, 1, D+4 | D/2+4] (FP8 scales >= 0,
+    as for ``fp8_fp4_mqa_logits``). Returns [B*next_n, max_context_len] logits (row stride
+    padded)."""
     op = "fp8_fp4_paged_mqa_logits"
     _reject_unknown(op, kwargs)
     qv, qs = _split_q(op, q)

@@ -12,10 +12,13 @@ as [S, S_kv] (float32 or bf16), -inf elsewhere when ``clean_logits`` (undefined 
 padded to a 1024-byte aligned stride (and the row count to a multiple of 128/H).
 
 Tiling: one program owns BLOCK_Q queries x all H heads (a [BLOCK_Q*H, D] q tile: 128 rows FP8,
-64 FP4) and a chunk of N_ITERS*BLOCK_N = 512 keys; q.k^T is one tl.dot per key tile (fp8 operands;
+64 FP4) and a chunk of N_ITERS*BLOCK_N keys; q.k^T is one tl.dot per key tile (fp8 operands;
 FP4 is decoded to e4m3, which holds every e2m1 value exactly, and done as one K=32 dot per ue8m0
-group, scaled by the q x k group scales). Tiles no row of the block can see are skipped (only -inf
-is written when cleaning). All row offsets are int64, so S x S_kv >= 2**31 is fine.
+group, scaled by the q x k group scales). With ``key_rows`` (the FP8 configs) the dot is k.q^T, keys
+on the MMA's M side, so the weighted sum over heads runs inside each warp, and the per-key scale
+is applied once after that sum (relu(x * s) = s * relu(x) for the non-negative FP8 scales).
+Tiles no row of the block can see are skipped (only -inf is written when cleaning). All row
+offsets are int64, so S x S_kv >= 2**31 is fine.
 """
 from __future__ import annotations
 
