@@ -77,6 +77,23 @@ def test_clean_logits(device, fp4, h, d):
     check_against_reference(logits, inp, ks, ke, fp4)
 
 
+@pytest.mark.parametrize("fp4", [False, True])
+@pytest.mark.parametrize("key_rows", [False, True])
+def test_both_mma_layouts(device, fp4, key_rows):
+    """Heads on the MMA's M side and keys on it (``key_rows``) give the same logits."""
+    from sm12x.kernels import configs
+
+    s, s_kv, h, d = 5, 260, 16, 64
+    inp = make_inputs(s, s_kv, h, d, fp4, device, seed=3)
+    ks, ke = ragged_ranges(s, s_kv, device)
+    cfg = dict(configs.pick(mq.CONFIGS, torch.device(device))["fp4" if fp4 else "fp8"], key_rows=key_rows)
+    out = mq.alloc_logits(s, s_kv, h, torch.float32, torch.device(device))
+    (qv, qs), (k, k_sf) = inp["q"], inp["kv"]
+    mq.launch(qv, qs, k, k_sf, inp["weights"], ks, ke, out, clean=True, compressed=False, out_mode=0,
+              config=cfg)
+    check_against_reference(out, inp, ks, ke, fp4)
+
+
 @pytest.mark.parametrize("fp4,h,d", [CASES[1], CASES[4]])
 def test_unclean_and_compressed(device, fp4, h, d):
     s, s_kv = 6, 260

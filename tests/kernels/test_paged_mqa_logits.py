@@ -92,6 +92,24 @@ def test_paged_logits(device, fp4, h, d, block_kv, next_n, ctx2d, pad):
         check(logits, inp, clean, fp4)
 
 
+@pytest.mark.parametrize("fp4", [False, True])
+@pytest.mark.parametrize("key_rows", [False, True])
+def test_both_mma_layouts(device, fp4, key_rows):
+    """Heads on the MMA's M side and keys on it (``key_rows``) give the same logits."""
+    from sm12x.kernels import configs
+    from sm12x.kernels import paged_mqa_logits as pm
+
+    ctx = [2 * 32 + 5, 3, 5 * 32]
+    inp = make_paged(len(ctx), 2, 16, 64, 32, ctx, fp4, device, max_blocks=6)
+    cfg = dict(configs.pick(pm.CONFIGS, torch.device(device))["fp4" if fp4 else "fp8"], key_rows=key_rows)
+    qv, qs = inp["q"]
+    out = pm.alloc_logits(len(ctx) * 2, inp["max_context_len"], torch.float32, torch.device(device))
+    kv_cache = inp["cache"] if inp["cache"].dtype == torch.uint8 else inp["cache"].view(torch.uint8)
+    pm.launch(qv, qs, kv_cache, inp["weights"], inp["context_lens"], inp["block_table"],
+              inp["max_context_len"], out, clean=True, out_mode=0, config=cfg)
+    check(out, inp, True, fp4)
+
+
 def test_legacy_name_keywords_indices_bf16(device):
     inp = make_paged(3, 1, 16, 64, 64, [70, 128, 5], False, device, seed=4)
     meta = api.get_paged_mqa_logits_metadata(inp["context_lens"], 64, 8)
