@@ -24,7 +24,7 @@ ROPE = '''        rope3 = tl.load(rope_row[:, None, None] + d[None, None, :] + (
                         mask=v3 & (c == 7)[None, :, None], other=0.0)'''
 SCALE = "nope = (raw.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale[:, :, None])"
 QK = "s = _dot(q, tl.trans(k), tl.zeros((q.shape[0], BLOCK_N), dtype=tl.float32), INTERPRET)"
-PV = "acc = _dot(_to_bf16(p, INTERPRET), v, acc * alpha[:, None], INTERPRET)"
+PV = "acc = _dot(_to_bf16(p, INTERPRET), k, acc * alpha[:, None], INTERPRET)"
 
 VARIANTS = {
     "baseline": [],

@@ -52,8 +52,7 @@ def main():
     if not torch.cuda.is_available():
         raise SystemExit("tune_sparse_mla_decode: needs a CUDA GPU")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    grid = dict(BLOCK_H=(16, 32, 64), BLOCK_N=(16, 32, 64), BLOCK_DV=(512, 256), num_warps=(4, 8),
-                num_stages=(1, 2, 3))
+    grid = dict(BLOCK_H=(16, 32, 64), BLOCK_N=(16, 32, 64), num_warps=(4, 8), num_stages=(1, 2, 3))
     if args.quick:
         grid = dict(BLOCK_H=(16, 32, 64), BLOCK_N=(32, 64), num_warps=(4, 8), num_stages=(1, 2))
     if args.grid:
@@ -90,11 +89,10 @@ def main():
         os.environ.pop("SM12X_SPARSE_MLA_CONFIG", None)
         rows.sort(key=lambda r: r[0])
         print(f"## {label}: default config {default_us:.1f} us\n")
-        print("| us | BLOCK_H | BLOCK_N | BLOCK_DV | warps | stages | splits | check |\n"
-              "|---|---|---|---|---|---|---|---|")
+        print("| us | BLOCK_H | BLOCK_N | warps | stages | splits | check |\n|---|---|---|---|---|---|---|")
         for us, cfg, splits, note in rows[: args.top]:
-            print(f"| {us:.1f} | {cfg['BLOCK_H']} | {cfg['BLOCK_N']} | {cfg.get('BLOCK_DV', 512)} | "
-                  f"{cfg['num_warps']} | {cfg['num_stages']} | {splits} | {note} |")
+            print(f"| {us:.1f} | {cfg['BLOCK_H']} | {cfg['BLOCK_N']} | {cfg['num_warps']} | "
+                  f"{cfg['num_stages']} | {splits} | {note} |")
         failed = [r for r in rows if r[3] not in ("ok",)]
         if failed:
             print(f"\n{len(failed)} failed/mismatched: " + "; ".join(

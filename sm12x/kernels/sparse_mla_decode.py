@@ -32,10 +32,6 @@ LOG2E = 1.4426950408889634
 # sm_120/sm_121 configs must fit 101,376 B of shared memory with no spills (``compile_reports``).
 # BLOCK_H 64 fits on sm_120 for MODEL1 only (V3.2 needs an extra RoPE dot); on sm_90 (wgmma) it
 # spills, so H200 runs h_q 64/128 as 2/4 head blocks.
-# BLOCK_DV < 512 (optional key, default 512) splits the output dims over programs: each computes
-# the full QK for its heads but only its slice of PV, so the accumulator shrinks and one 4-warp
-# warpgroup can own the whole QK (with 8 warps Triton computes the 64 x 64 QK tile on both
-# warpgroups). Correct and tested; not yet measured faster anywhere, so no default uses it.
 # SM12X_SPARSE_MLA_CONFIG="BLOCK_H=32,BLOCK_N=16,num_warps=8" overrides the choice (tuning).
 _H16 = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 8, "num_stages": 1}
 _H32 = {"BLOCK_H": 32, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1}
@@ -55,11 +51,10 @@ COMBINE_CONFIG = {"BLOCK_HC": 8, "BLOCK_DC": 128, "num_warps": 4}
 
 
 @triton.jit
-def _gather_dims(cache_ptr, stride0, idx, valid, dv0, PAGE: tl.constexpr,
-                 IS_MODEL1: tl.constexpr, BLOCK_N: tl.constexpr, WIDTH: tl.constexpr):
-    """Gather and dequantise dims [dv0, dv0 + WIDTH) of the 512 value dims of BLOCK_N tokens
-    -> bf16 [BLOCK_N, WIDTH] (MODEL1: 448 FP8 NoPE dims then the 64 bf16 RoPE dims; V3.2: the 512
-    FP8 NoPE dims). Exact for MODEL1: the scales are powers of two."""
+def _load_kv_tile(cache_ptr, stride0, idx, valid, PAGE: tl.constexpr,
+                  IS_MODEL1: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Gather and dequantise BLOCK_N tokens -> (k bf16 [BLOCK_N, 512], rope bf16 [BLOCK_N, 64]).
+    For MODEL1 the RoPE part is already the last 64 dims of k and ``rope`` is unused."""
     safe = tl.where(valid, idx, 0)
     page_base = (safe // PAGE).to(tl.int64) * stride0  # int64: page * stride(0) can exceed 2^31
     off = (safe % PAGE).to(tl.int64)
@@ -67,7 +62,7 @@ def _gather_dims(cache_ptr, stride0, idx, valid, dv0, PAGE: tl.constexpr,
     # telling the compiler lets it gather each row with 16-byte vector loads.
     if IS_MODEL1:
         row = tl.multiple_of(cache_ptr + (page_base + off * 576), 16)
-        c = dv0 // 64 + tl.arange(0, WIDTH // 64)
+        c = tl.arange(0, 8)
         d = tl.arange(0, 64)
         is_nope = (c < 7)[None, :, None]
         v3 = valid[:, None, None]
@@ -80,30 +75,18 @@ def _gather_dims(cache_ptr, stride0, idx, valid, dv0, PAGE: tl.constexpr,
         rope_row = tl.multiple_of((row + 448).to(tl.pointer_type(tl.bfloat16)), 16)
         rope3 = tl.load(rope_row[:, None, None] + d[None, None, :] + (c * 0)[None, :, None],
                         mask=v3 & (c == 7)[None, :, None], other=0.0)
-        return tl.reshape(tl.where(is_nope, nope.to(tl.bfloat16), rope3), (BLOCK_N, WIDTH))
+        k = tl.reshape(tl.where(is_nope, nope.to(tl.bfloat16), rope3), (BLOCK_N, 512))
+        rope = tl.zeros((BLOCK_N, 64), dtype=tl.bfloat16)
     else:
         row = tl.multiple_of(cache_ptr + (page_base + off * 656), 16)
-        c = dv0 // 128 + tl.arange(0, WIDTH // 128)
+        c = tl.arange(0, 4)
         d = tl.arange(0, 128)
         raw = tl.load(row[:, None, None] + (c * 128)[None, :, None] + d[None, None, :],
                       mask=valid[:, None, None], other=0)
         nope = raw.to(tl.float8e4nv, bitcast=True).to(tl.float32)
         sc_row = tl.multiple_of((row + 512).to(tl.pointer_type(tl.float32)), 16)
         scale = tl.load(sc_row[:, None] + c[None, :], mask=valid[:, None], other=0.0)
-        return tl.reshape((nope * scale[:, :, None]).to(tl.bfloat16), (BLOCK_N, WIDTH))
-
-
-@triton.jit
-def _load_kv_tile(cache_ptr, stride0, idx, valid, PAGE: tl.constexpr,
-                  IS_MODEL1: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Gather and dequantise BLOCK_N tokens -> (k bf16 [BLOCK_N, 512], rope bf16 [BLOCK_N, 64]).
-    For MODEL1 the RoPE part is already the last 64 dims of k and ``rope`` is unused."""
-    k = _gather_dims(cache_ptr, stride0, idx, valid, 0, PAGE, IS_MODEL1, BLOCK_N, 512)
-    if IS_MODEL1:
-        rope = tl.zeros((BLOCK_N, 64), dtype=tl.bfloat16)
-    else:
-        safe = tl.where(valid, idx, 0)
-        row = cache_ptr + ((safe // PAGE).to(tl.int64) * stride0 + (safe % PAGE).to(tl.int64) * 656)
+        k = tl.reshape((nope * scale[:, :, None]).to(tl.bfloat16), (BLOCK_N, 512))
         rope_row = tl.multiple_of((row + 528).to(tl.pointer_type(tl.bfloat16)), 16)
         rope = tl.load(rope_row[:, None] + tl.arange(0, 64)[None, :], mask=valid[:, None],
                        other=0.0)
@@ -134,10 +117,9 @@ def _to_bf16(x, INTERPRET: tl.constexpr):
 
 @triton.jit
 def _attend_tile(acc, m_i, l_i, q, q_rope, cache_ptr, stride0, ntok, idx_row_ptr, pos0, length,
-                 qk_scale, dv0, PAGE: tl.constexpr, IS_MODEL1: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_DV: tl.constexpr, INTERPRET: tl.constexpr):
-    """One BLOCK_N tile of candidates [pos0, pos0 + BLOCK_N) -> updated (acc, m_i, l_i); ``acc``
-    holds output dims [dv0, dv0 + BLOCK_DV)."""
+                 qk_scale, PAGE: tl.constexpr, IS_MODEL1: tl.constexpr, BLOCK_N: tl.constexpr,
+                 INTERPRET: tl.constexpr):
+    """One BLOCK_N tile of candidates [pos0, pos0 + BLOCK_N) -> updated (acc, m_i, l_i)."""
     pos = pos0 + tl.arange(0, BLOCK_N)
     in_len = pos < length
     idx = tl.load(idx_row_ptr + pos, mask=in_len, other=-1)
@@ -152,11 +134,7 @@ def _attend_tile(acc, m_i, l_i, q, q_rope, cache_ptr, stride0, ntok, idx_row_ptr
     alpha = tl.exp2(m_i - m_safe)
     p = tl.exp2(s - m_safe[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    if BLOCK_DV == 512:
-        v = k
-    else:
-        v = _gather_dims(cache_ptr, stride0, idx, valid, dv0, PAGE, IS_MODEL1, BLOCK_N, BLOCK_DV)
-    acc = _dot(_to_bf16(p, INTERPRET), v, acc * alpha[:, None], INTERPRET)
+    acc = _dot(_to_bf16(p, INTERPRET), k, acc * alpha[:, None], INTERPRET)
     return acc, m_new, l_i
 
 
@@ -202,10 +180,8 @@ def _sparse_mla_split_kernel(
         PAGE: tl.constexpr, XPAGE: tl.constexpr, IS_MODEL1: tl.constexpr, HAS_LEN: tl.constexpr,
         HAS_EXTRA: tl.constexpr, HAS_XLEN: tl.constexpr, HAS_SINK: tl.constexpr,
         DIRECT: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-        BLOCK_DV: tl.constexpr, INTERPRET: tl.constexpr):
-    DV_BLOCKS: tl.constexpr = 512 // BLOCK_DV
-    pid_h = tl.program_id(0) // DV_BLOCKS
-    dv0 = (tl.program_id(0) % DV_BLOCKS) * BLOCK_DV
+        INTERPRET: tl.constexpr):
+    pid_h = tl.program_id(0)
     pid_sp = tl.program_id(1)
     pid_bs = tl.program_id(2)
     b = pid_bs // S_Q
@@ -222,7 +198,7 @@ def _sparse_mla_split_kernel(
     else:
         q_rope = tl.load(q_row + 512 + tl.arange(0, 64)[None, :], mask=hmask[:, None], other=0.0)
 
-    acc = tl.zeros((BLOCK_H, BLOCK_DV), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_H, 512), dtype=tl.float32)
     m_i = tl.full((BLOCK_H,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((BLOCK_H,), dtype=tl.float32)
 
@@ -235,8 +211,8 @@ def _sparse_mla_split_kernel(
     idx_row = idx_ptr + b.to(tl.int64) * stride_ib + s * stride_is
     for t in range(lo, tl.minimum(hi, tl.cdiv(length, BLOCK_N))):
         acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, q_rope, cache_ptr, cache_stride0,
-                                     cache_ntok, idx_row, t * BLOCK_N, length, qk_scale, dv0,
-                                     PAGE, IS_MODEL1, BLOCK_N, BLOCK_DV, INTERPRET)
+                                     cache_ntok, idx_row, t * BLOCK_N, length, qk_scale,
+                                     PAGE, IS_MODEL1, BLOCK_N, INTERPRET)
     if HAS_EXTRA:
         xlength = XTOPK
         if HAS_XLEN:
@@ -245,20 +221,19 @@ def _sparse_mla_split_kernel(
         for t in range(tl.maximum(lo, n_main), tl.minimum(hi, n_main + tl.cdiv(xlength, BLOCK_N))):
             acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, q_rope, xcache_ptr, xcache_stride0,
                                          xcache_ntok, xidx_row, (t - n_main) * BLOCK_N, xlength,
-                                         qk_scale, dv0, XPAGE, IS_MODEL1, BLOCK_N, BLOCK_DV,
-                                         INTERPRET)
+                                         qk_scale, XPAGE, IS_MODEL1, BLOCK_N, INTERPRET)
 
     has_any = l_i > 0.0
     acc = acc / tl.where(has_any, l_i, 1.0)[:, None]
     lse2 = tl.where(has_any, m_i + tl.log2(tl.where(has_any, l_i, 1.0)), float("-inf"))
     if DIRECT:
         _write_final(out_ptr, lse_ptr, sink_ptr, acc, lse2, heads, hmask, pid_bs, H, stride_ob,
-                     stride_os, stride_oh, S_Q, dv0, HAS_SINK, INTERPRET)
+                     stride_os, stride_oh, S_Q, 0, HAS_SINK, INTERPRET)
     else:
         row = (pid_bs.to(tl.int64) * NUM_SPLITS + pid_sp) * H + heads
-        tl.store(ows_ptr + row[:, None] * 512 + dv0 + tl.arange(0, BLOCK_DV)[None, :], acc,
+        tl.store(ows_ptr + row[:, None] * 512 + tl.arange(0, 512)[None, :], acc,
                  mask=hmask[:, None])
-        tl.store(lsews_ptr + row, lse2, mask=hmask & ((heads * 0 + dv0) == 0))
+        tl.store(lsews_ptr + row, lse2, mask=hmask)
 
 
 @triton.jit(do_not_specialize=["stride_ob", "stride_os", "stride_oh", "S_Q", "H", "NUM_SPLITS"])
@@ -394,7 +369,7 @@ def _env_config():
     cfg = {"num_stages": 1}
     for item in text.split(","):
         key, _, value = item.partition("=")
-        if key.strip() not in ("BLOCK_H", "BLOCK_N", "BLOCK_DV", "num_warps", "num_stages"):
+        if key.strip() not in ("BLOCK_H", "BLOCK_N", "num_warps", "num_stages"):
             raise ValueError(f"SM12X_SPARSE_MLA_CONFIG={text!r}: unknown key {key.strip()!r}")
         cfg[key.strip()] = int(value)
     return cfg
@@ -434,8 +409,7 @@ def _plan(b, s_q, h_q, topk, extra_topk, device, num_splits, cfg):
     n_tiles = triton.cdiv(topk, bn) + triton.cdiv(extra_topk, bn)
     head_blocks = triton.cdiv(h_q, bh)
     if num_splits is None:
-        programs = b * s_q * head_blocks * (D_V // cfg.get("BLOCK_DV", D_V))
-        num_splits = triton.cdiv(configs.sm_count(device), programs)
+        num_splits = triton.cdiv(configs.sm_count(device), b * s_q * head_blocks)
         # Each split writes a BLOCK_H x 512 fp32 partial (128 KiB at BLOCK_H 64, as many bytes as
         # ~220 cache rows): keep at least MIN_SPLIT_TOKENS candidates per split.
         num_splits = min(num_splits, triton.cdiv(n_tiles * bn, MIN_SPLIT_TOKENS))
@@ -492,8 +466,7 @@ def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, ext
     xidx = extra_indices if has_extra else indices
     sink = attn_sink if attn_sink is not None else lse
     dummy_len = indices
-    block_dv = cfg.get("BLOCK_DV", D_V)
-    _sparse_mla_split_kernel[(head_blocks * (D_V // block_dv), nsplit, b * s_q)](
+    _sparse_mla_split_kernel[(head_blocks, nsplit, b * s_q)](
         q, q.stride(0), q.stride(1), q.stride(2),
         cache, cache.stride(0), _ntok(cache), indices, indices.stride(0), indices.stride(1),
         topk_length if topk_length is not None else dummy_len,
@@ -504,8 +477,7 @@ def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, ext
         PAGE=k_cache.shape[1], XPAGE=xcache.shape[1], IS_MODEL1=d_qk == 512,
         HAS_LEN=topk_length is not None, HAS_EXTRA=has_extra,
         HAS_XLEN=has_extra and extra_topk_length is not None, HAS_SINK=attn_sink is not None,
-        DIRECT=direct, BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"], BLOCK_DV=block_dv,
-        INTERPRET=_interpret(),
+        DIRECT=direct, BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"], INTERPRET=_interpret(),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if not direct:
         bhc, bdc = COMBINE_CONFIG["BLOCK_HC"], COMBINE_CONFIG["BLOCK_DC"]
@@ -534,7 +506,6 @@ def _split_signature(cfg, is_model1, page, xpage, direct):
     sig["cache_stride0"] = sig["xcache_stride0"] = "i64"
     const = dict(PAGE=page, XPAGE=xpage, IS_MODEL1=is_model1, HAS_LEN=True, HAS_EXTRA=True,
                  HAS_XLEN=True, HAS_SINK=True, DIRECT=direct, BLOCK_H=cfg["BLOCK_H"],
-                 BLOCK_DV=cfg.get("BLOCK_DV", D_V),
                  BLOCK_N=cfg["BLOCK_N"], INTERPRET=False)
     for k in const:
         sig[k] = "constexpr"
@@ -589,8 +560,7 @@ def _compile_job(job):
     if kind == "split":
         page, xpage = _PAGE_VARIANTS[0]
         sig, const = _split_signature(cfg, fmt == "model1", page, xpage, direct)
-        dv = f" DV{cfg['BLOCK_DV']}" if cfg.get("BLOCK_DV", D_V) != D_V else ""
-        name = (f"{fmt} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']}{dv} w{cfg['num_warps']}"
+        name = (f"{fmt} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']}"
                 f"{' direct' if direct else ''}")
         return compile_kernel(_sparse_mla_split_kernel, sig, const, target=target,
                               num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],

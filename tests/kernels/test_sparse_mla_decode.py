@@ -331,14 +331,3 @@ def test_config_choice_and_env_override(monkeypatch):
     monkeypatch.setenv("SM12X_SPARSE_MLA_CONFIG", "BLOCK_X=1")
     with pytest.raises(ValueError, match="SM12X_SPARSE_MLA_CONFIG"):
         pick_config(64, cpu)
-
-
-@pytest.mark.parametrize("fmt", ["model1", "v32"])
-@pytest.mark.parametrize("block_dv,splits", [(256, 2), (128, 1)])
-def test_output_dims_split_over_programs(monkeypatch, fmt, block_dv, splits):
-    """BLOCK_DV < 512: each program computes the full QK but only its slice of the output dims."""
-    monkeypatch.setenv("SM12X_SPARSE_MLA_CONFIG",
-                       f"BLOCK_H=16,BLOCK_N=16,BLOCK_DV={block_dv},num_warps=4")
-    sink = torch.tensor([float("inf"), float("-inf"), 3.0, -2.0] * 4, dtype=torch.float32)
-    run_case(fmt, b=2, s_q=2, h_q=16, topk=40, extra=(24, 2, 16, [20, 5]), sink=sink,
-             num_splits=splits)
