@@ -42,12 +42,10 @@ class LaunchError(Exception):
 def recipe_args(framework: str, tp: int, port: int, served_name: str, spec: bool = True,
                 recipe: bool = True) -> list[str]:
     """Framework argv after the entrypoint (model path at /model)."""
+    common = ["--host", "0.0.0.0", "--port", str(port), "--served-model-name", served_name,
+              "--tensor-parallel-size", str(tp), "--trust-remote-code"]
     if framework == "vllm":
-        args = [MODEL_MOUNT,                          # `vllm serve MODEL`
-                "--host", "0.0.0.0", "--port", str(port),
-                "--served-model-name", served_name,
-                "--tensor-parallel-size", str(tp),
-                "--trust-remote-code"]
+        args = [MODEL_MOUNT] + common                 # `vllm serve MODEL`
         if not recipe:
             return args
         args += [
@@ -81,11 +79,7 @@ def recipe_args(framework: str, tp: int, port: int, served_name: str, spec: bool
         return args
 
     if framework == "sglang":
-        args = ["--model-path", MODEL_MOUNT,
-                "--host", "0.0.0.0", "--port", str(port),
-                "--served-model-name", served_name,
-                "--tensor-parallel-size", str(tp),
-                "--trust-remote-code"]
+        args = ["--model-path", MODEL_MOUNT] + common
         if not recipe:
             return args
         args += [

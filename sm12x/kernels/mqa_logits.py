@@ -38,7 +38,8 @@ OP = "fp8_mqa_logits"
 # sm_120's mma.sync layout).
 CONFIGS = {
     "sm_120": {
-        "fp8": {"key_rows": True, "rows": 128, "BLOCK_N": 64, "N_ITERS": 8, "num_warps": 8,
+        # 4 warps: with 8 the bf16-output variant spills 16 B at sm_120's 128-register budget
+        "fp8": {"key_rows": True, "rows": 128, "BLOCK_N": 64, "N_ITERS": 8, "num_warps": 4,
                 "num_stages": 2},
         # FP4 decodes both operands per key tile: smaller tiles keep it from spilling
         "fp4": {"rows": 64, "BLOCK_N": 16, "N_ITERS": 32, "num_warps": 4, "num_stages": 2},
@@ -109,9 +110,8 @@ def _fp4_group(q, qs, k_ptr, k_row_off, k_mask, ksf, G: tl.constexpr, KEY_ROWS: 
 @triton.jit
 def qk_scores(q, k_ptr, k_row_off, k_mask, ksf_ptr, k_idx, D: tl.constexpr, IS_FP4: tl.constexpr,
               KEY_ROWS: tl.constexpr):
-    """relu(q . k^T * scale) for one key tile -> [ROWS, BLOCK_N] float32, or its transpose
-    [BLOCK_N, ROWS] with ``KEY_ROWS`` (keys on the MMA's M side: the head sum then runs inside each
-    warp instead of across warps).
+    """relu(q . k^T * scale) for one key tile -> [ROWS, BLOCK_N] float32, or (FP4 only; FP8 with
+    keys on M is handled in ``index_scores``) its transpose [BLOCK_N, ROWS] with ``KEY_ROWS``.
 
     FP8: ``q`` is the preloaded [ROWS, D] tile, k is float8 with float32 scales at ksf_ptr[k_idx].
     FP4: ``q`` is load_q_fp4's tuple; one K=32 dot per ue8m0 group, scaled by the outer product of
@@ -127,10 +127,7 @@ def qk_scores(q, k_ptr, k_row_off, k_mask, ksf_ptr, k_idx, D: tl.constexpr, IS_F
     else:
         kt = tl.load(k_ptr + k_row_off[:, None] + tl.arange(0, D)[None, :], mask=k_mask[:, None], other=0.0)
         ks = tl.load(ksf_ptr + k_idx, mask=k_mask, other=0.0)
-        if KEY_ROWS:
-            return tl.maximum(tl.dot(kt, tl.trans(q)) * ks[:, None], 0.0)
-        else:
-            return tl.maximum(tl.dot(q, tl.trans(kt)) * ks[None, :], 0.0)
+        return tl.maximum(tl.dot(q, tl.trans(kt)) * ks[None, :], 0.0)
 
 
 @triton.jit
@@ -321,7 +318,6 @@ def interpreting() -> bool:
 def reports_in_subprocess(module: str, **kwargs):
     """Under TRITON_INTERPRET kernels cannot be compiled in-process: run ``module.compile_reports``
     in a fresh interpreter without it and return its CompileReports."""
-    import dataclasses  # noqa: F401
     import json
     import subprocess
     import sys

@@ -114,6 +114,12 @@ def _paged_mqa_logits_kernel(
             tl.store(out_ptr + out_row[:, None] + c[None, :], fill, mask=m)
 
 
+def key_rows(cfg: dict, bt: int, h: int) -> bool:
+    """Keys on the MMA's M side only for >= 32 query-head rows: narrower tiles (H=8 with two
+    tokens) gain nothing from it and spill on sm_120 (compile check)."""
+    return bool(cfg.get("key_rows", False)) and bt * h >= 32
+
+
 def block_t(h: int, next_n: int, rows: int) -> int:
     """Query tokens per program: fill ``rows`` MMA rows but at least 16 rows (H=8 -> 2 tokens)."""
     bt = max(1, rows // h)
@@ -158,7 +164,7 @@ def launch(q, q_sf, kv_cache, weights, context_lens, block_table, max_context_le
         next_n, max_context_len, kv_cache.stride(0), block_table.stride(0), weights.stride(0),
         out.stride(0), col_start, num_cols,
         H=h, D=d, BLOCK_T=bt, BLOCK_KV=block_kv, SUB_N=min(cfg["SUB_N"], block_kv), N_ITERS=n_iters, IS_FP4=is_fp4,
-        CTX_2D=context_lens.dim() == 2, CLEAN=clean, KEY_ROWS=cfg.get("key_rows", False),
+        CTX_2D=context_lens.dim() == 2, CLEAN=clean, KEY_ROWS=key_rows(cfg, bt, h),
         OUT_MODE=out_mode,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     return out
@@ -244,7 +250,7 @@ def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 64), dims=(128,), bl
                                 const = dict(H=h, D=d, BLOCK_T=bt, BLOCK_KV=bkv, SUB_N=min(cfg["SUB_N"], bkv),
                                              N_ITERS=cfg["N_ITERS"],
                                              IS_FP4=is_fp4, CTX_2D=ctx2d, CLEAN=clean,
-                                             KEY_ROWS=cfg.get("key_rows", False), OUT_MODE=out_mode)
+                                             KEY_ROWS=key_rows(cfg, bt, h), OUT_MODE=out_mode)
                                 name = (f"{'fp4' if is_fp4 else 'fp8'} H{h} D{d} bkv{bkv} T{bt} out{out_mode}"
                                         f"{' clean' if clean else ''}{' ctx2d' if ctx2d else ' ctx1d'}")
                                 reports.append(compile_kernel(

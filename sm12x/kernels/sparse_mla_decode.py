@@ -272,34 +272,33 @@ def _sparse_mla_combine_kernel(ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, s
 # Launcher
 
 
-# Messages are formatted only on failure: this runs on every decode call.
+# This runs on every decode call: message texts are lambdas, formatted only on failure.
 def _check_cache(op, cache, name, d_qk, q):
     bpt = 584 if d_qk == 512 else 656
     checks.require_dtype(cache, (torch.uint8, torch.int8, torch.float8_e4m3fn), op, name)
     sh, st = cache.shape, cache.stride()
-    if not (len(sh) == 4 and sh[2] == 1 and sh[3] == bpt):
-        raise checks.bad(op, name, f"shape {list(sh)}",
-                         f"[num_blocks, page_block_size, 1, {bpt}] for d_qk {d_qk}")
-    if not (st[1] == bpt and st[3] == 1):
-        raise checks.bad(op, name, f"strides {tuple(st)}",
-                         f"stride(1) == {bpt} (bytes_per_token), stride(3) == 1")
-    if not (sh[0] <= 1 or st[0] >= sh[1] * bpt):
-        raise checks.bad(op, name, f"stride(0) {st[0]}", f">= page_block_size * {bpt}")
+    checks.require(len(sh) == 4 and sh[2] == 1 and sh[3] == bpt, op, name,
+                   lambda: f"shape {list(sh)}",
+                   lambda: f"[num_blocks, page_block_size, 1, {bpt}] for d_qk {d_qk}")
+    checks.require(st[1] == bpt and st[3] == 1, op, name, lambda: f"strides {tuple(st)}",
+                   lambda: f"stride(1) == {bpt} (bytes_per_token), stride(3) == 1")
+    checks.require(sh[0] <= 1 or st[0] >= sh[1] * bpt, op, name, lambda: f"stride(0) {st[0]}",
+                   lambda: f">= page_block_size * {bpt}")
     # The kernel tells the compiler that rows start on 16-byte boundaries (vector loads).
     ptr = cache.data_ptr()
-    if not (ptr % 16 == 0 and (sh[0] <= 1 or st[0] % 16 == 0)):
-        raise checks.bad(op, name, f"data_ptr % 16 = {ptr % 16}, stride(0) {st[0]}",
-                         "a 16-byte aligned start and stride(0) a multiple of 16 bytes")
+    checks.require(ptr % 16 == 0 and (sh[0] <= 1 or st[0] % 16 == 0), op, name,
+                   lambda: f"data_ptr % 16 = {ptr % 16}, stride(0) {st[0]}",
+                   "a 16-byte aligned start and stride(0) a multiple of 16 bytes")
     checks.require_same_device(op, q, **{name: cache})
 
 
 def _check_indices(op, idx, name, b, s_q, q):
     checks.require_dtype(idx, (torch.int32,), op, name)
     sh = idx.shape
-    if not (len(sh) == 3 and sh[0] == b and sh[1] == s_q and sh[2] > 0):
-        raise checks.bad(op, name, f"shape {list(sh)}", f"[{b}, {s_q}, topk > 0]")
-    if idx.stride(2) != 1:
-        raise checks.bad(op, name, f"strides {tuple(idx.stride())}", "a contiguous last dimension")
+    checks.require(len(sh) == 3 and sh[0] == b and sh[1] == s_q and sh[2] > 0, op, name,
+                   lambda: f"shape {list(sh)}", lambda: f"[{b}, {s_q}, topk > 0]")
+    checks.require(idx.stride(2) == 1, op, name, lambda: f"strides {tuple(idx.stride())}",
+                   "a contiguous last dimension")
     checks.require_same_device(op, q, **{name: idx})
 
 
@@ -315,15 +314,15 @@ def validate(op, q, k_cache, indices, topk_length, attn_sink, extra_k_cache, ext
              extra_topk_length, d_v):
     """Raise ValueError naming ``op`` and the argument for anything the kernel does not handle."""
     checks.require_dtype(q, (torch.bfloat16,), op, "q")
-    if not (q.dim() == 4 and q.shape[-1] in (512, 576)):
-        raise checks.bad(op, "q", f"shape {list(q.shape)}",
-                         "[b, s_q, h_q, d_qk] with d_qk 512 (MODEL1) or 576 (V3.2)")
-    if q.stride(-1) != 1:
-        raise checks.bad(op, "q", f"strides {tuple(q.stride())}", "a contiguous last dimension")
+    checks.require(q.dim() == 4 and q.shape[-1] in (512, 576), op, "q",
+                   lambda: f"shape {list(q.shape)}",
+                   "[b, s_q, h_q, d_qk] with d_qk 512 (MODEL1) or 576 (V3.2)")
+    checks.require(q.stride(-1) == 1, op, "q", lambda: f"strides {tuple(q.stride())}",
+                   "a contiguous last dimension")
     checks.require(d_v == D_V, op, "head_dim_v", d_v, "512")
     b, s_q, h_q, d_qk = q.shape
-    if not (b > 0 and s_q > 0 and h_q > 0):
-        raise checks.bad(op, "q", f"shape {list(q.shape)}", "non-empty b, s_q, h_q")
+    checks.require(b > 0 and s_q > 0 and h_q > 0, op, "q", lambda: f"shape {list(q.shape)}",
+                   "non-empty b, s_q, h_q")
     _check_cache(op, k_cache, "k_cache", d_qk, q)
     if indices is None:
         raise checks.bad(op, "indices", None, "an int32 tensor [b, s_q, topk] (sparse decode)")
@@ -520,7 +519,6 @@ def compile_reports(targets=("sm_120", "sm_121")):
     from sm12x.kernels.compile_check import CompileReport
 
     if _interpret():
-        import dataclasses
         import json
         import subprocess
         import sys

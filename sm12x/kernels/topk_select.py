@@ -21,6 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
+from sm12x.kernels.checks import require, require_dtype
+
 OP = "row_topk_keys"
 INT64_MIN = -(1 << 63)
 BLOCK = 1024
@@ -94,20 +96,19 @@ def _row_topk_keys_kernel(x_ptr, stride_x, W, base_ptr, col_start, out_ptr, stri
 def row_topk_keys(x: torch.Tensor, k: int, col_start: int = 0, base: torch.Tensor | None = None,
                   out: torch.Tensor | None = None) -> torch.Tensor:
     """Keys of the k largest entries of each row of ``x`` (see the module docstring)."""
-    from sm12x.kernels.checks import require, require_dtype
-
     require_dtype(x, (torch.float32,), OP, "x")
-    require(x.dim() == 2 and x.stride(1) == 1, OP, "x", f"shape {list(x.shape)} strides "
-            f"{tuple(x.stride())}", "a [R, W] matrix with unit column stride")
-    require(isinstance(k, int) and 1 <= k <= x.shape[1], OP, "k", k, f"1 <= k <= W ({x.shape[1]})")
+    require(x.dim() == 2 and x.stride(1) == 1, OP, "x",
+            lambda: f"shape {list(x.shape)} strides {tuple(x.stride())}",
+            "a [R, W] matrix with unit column stride")
+    require(isinstance(k, int) and 1 <= k <= x.shape[1], OP, "k", k, lambda: f"1 <= k <= W ({x.shape[1]})")
     if base is not None:
         require_dtype(base, (torch.int32,), OP, "base")
         require(base.shape == (x.shape[0],) and base.stride(0) == 1, OP, "base",
-                f"shape {list(base.shape)}", f"contiguous [{x.shape[0]}]")
+                lambda: f"shape {list(base.shape)}", lambda: f"contiguous [{x.shape[0]}]")
     if out is None:
         out = torch.empty((x.shape[0], k), dtype=torch.int64, device=x.device)
     require(out.shape == (x.shape[0], k) and out.dtype == torch.int64 and out.stride(1) == 1, OP,
-            "out", f"{out.dtype} {list(out.shape)}", f"int64 [{x.shape[0]}, {k}]")
+            "out", lambda: f"{out.dtype} {list(out.shape)}", lambda: f"int64 [{x.shape[0]}, {k}]")
     if x.shape[0] == 0:
         return out
     _row_topk_keys_kernel[(x.shape[0],)](

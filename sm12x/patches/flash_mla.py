@@ -65,26 +65,25 @@ def make_flash_mla_with_kvcache(original):
     return flash_mla_with_kvcache
 
 
-def make_get_mla_metadata(original):
-    """sm12x's metadata for both the current (no-argument) and the old tensor API."""
-    api = _api()
+def _forward_to(original, api_name):
+    """A stand-in for ``original`` that calls sm12x's FlashMLA-compatible ``api_name``."""
+    target = getattr(_api(), api_name)
 
     @functools.wraps(original)
-    def get_mla_metadata(*args, **kwargs):
-        return api.get_mla_metadata(*args, **kwargs)
+    def forward(*args, **kwargs):
+        return target(*args, **kwargs)
 
-    return get_mla_metadata
+    return forward
+
+
+def make_get_mla_metadata(original):
+    """sm12x's metadata for both the current (no-argument) and the old tensor API."""
+    return _forward_to(original, "get_mla_metadata")
 
 
 def make_sparse_decode_fwd(original):
     """``flash_mla.cuda.sparse_decode_fwd`` (12 positional arguments, 4 results)."""
-    api = _api()
-
-    @functools.wraps(original)
-    def sparse_decode_fwd(*args, **kwargs):
-        return api.sparse_decode_fwd(*args, **kwargs)
-
-    return sparse_decode_fwd
+    return _forward_to(original, "sparse_decode_fwd")
 
 
 def make_flash_mla_with_kvcache_sm120(original):
