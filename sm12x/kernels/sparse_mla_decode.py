@@ -4,7 +4,8 @@ Split-KV: program (head block, split, query token) handles BLOCK_H heads of one 
 contiguous range of BLOCK_N-token tiles of the candidate list (main top-k tiles, then extra top-k
 tiles). It gathers the rows, dequantises FP8 -> bf16 in registers (exact: the scales are powers of
 two), runs QK^T and PV as bf16 x bf16 -> fp32 dots with an online base-2 softmax, and writes a
-normalised partial output and its log2-sum-exp. A combine kernel merges the splits, applies the
+normalised partial output and its log2-sum-exp. The next tile's indices (PREFETCH 1) or rows
+(PREFETCH 2) are loaded while the current tile computes. A combine kernel merges the splits, applies the
 sink and writes bf16 ``out`` and natural-log ``lse``. With one split the first kernel writes the
 final result itself.
 
@@ -26,35 +27,46 @@ D_V = 512
 LOG2E = 1.4426950408889634
 
 # Per-architecture launch configurations per cache format, by head-block size: a call uses the
-# smallest BLOCK_H that covers h_q, else the largest. The fp32 accumulator is BLOCK_H x 512 and
-# every program dequantises its tokens itself, so a larger BLOCK_H means less repeated
-# dequantisation (h_q = 64 with BLOCK_H 64: each token is dequantised once per query).
+# smallest BLOCK_H that covers h_q, else the largest, and a smaller one when that leaves SMs idle
+# (``pick_config``). The fp32 accumulator is BLOCK_H x 512 and every program dequantises its
+# tokens itself, so a larger BLOCK_H means less repeated dequantisation (h_q = 64 with BLOCK_H 64:
+# each token is dequantised once per query). PREFETCH (default 1) is the depth of the loads issued
+# ahead of the tile being computed (``_scan_list``).
 # sm_120/sm_121 configs must fit 101,376 B of shared memory with no spills (``compile_reports``).
-# BLOCK_H 64 fits on sm_120 for MODEL1 only (V3.2 needs an extra RoPE dot); on sm_90 (wgmma) it
-# spills, so H200 runs h_q 64/128 as 2/4 head blocks.
+# BLOCK_H 64 fits on sm_120 for MODEL1 only (V3.2 needs an extra RoPE dot).
 # SM12X_SPARSE_MLA_CONFIG="BLOCK_H=32,BLOCK_N=16,num_warps=8" overrides the choice (tuning).
 _H16 = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 8, "num_stages": 1}
 _H32 = {"BLOCK_H": 32, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1}
 _H64 = {"BLOCK_H": 64, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1}
-# sm_90 model1: measured on an H200 (scripts/tune_sparse_mla_decode.py, CUDA-graph GPU time,
-# 2026-12-02): 64 tokens per tile wins everywhere; BLOCK_H 64 spills ~400 B there and is still 2.9x
-# (b64 h64: 115 vs 334 us) and 4.3x (b128 h128: 541 vs 2338 us) faster than BLOCK_H 32 x 16 tokens.
+# V3.2's extra RoPE dot: at BLOCK_H 32 only the deeper prefetch compiles without spills (180 regs;
+# 0 and 1 spill 80-170 B).
+_H32_V32 = {**_H32, "PREFETCH": 2}
+# sm_90 model1, measured on an H200 (CUDA-graph GPU time, 2026-12-02; scripts/RESULTS.md):
+# 64 tokens per tile everywhere. BLOCK_H 64 spills ~180 B (wgmma keeps the 64 x 512 fp32
+# accumulator in registers) and is still the fastest for h_q >= 64 from batch 4 up; prefetching
+# whole rows (PREFETCH 2) spills ~1 KB there, but pays at BLOCK_H 16 (b1 h16: 13.8 vs 14.0 us,
+# b2 h64: 14.3 vs 15.5 us, scripts/tune_sparse_mla_decode.py).
 # These wide tiles exceed sm_120's 101,376 B of shared memory, so SM12x keeps the configs above.
-_H16_N64 = {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}
+_H16_N64 = {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1, "PREFETCH": 2}
+_H32_N64 = {"BLOCK_H": 32, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}
 _H64_N64 = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}
 CONFIGS = {
-    "sm_120": {"model1": (_H16, _H32, _H64), "v32": (_H16, _H32)},
-    "sm_90": {"model1": (_H16_N64, _H32, _H64_N64), "v32": (_H16, _H32)},
+    "sm_120": {"model1": (_H16, _H32, _H64), "v32": (_H16, _H32_V32)},
+    "sm_90": {"model1": (_H16_N64, _H32_N64, _H64_N64), "v32": (_H16, _H32_V32)},
 }
-MIN_SPLIT_TOKENS = 64
 COMBINE_CONFIG = {"BLOCK_HC": 8, "BLOCK_DC": 128, "num_warps": 4}
 
 
 @triton.jit
-def _load_kv_tile(cache_ptr, stride0, idx, valid, PAGE: tl.constexpr,
-                  IS_MODEL1: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Gather and dequantise BLOCK_N tokens -> (k bf16 [BLOCK_N, 512], rope bf16 [BLOCK_N, 64]).
-    For MODEL1 the RoPE part is already the last 64 dims of k and ``rope`` is unused."""
+def _gather_tile(cache_ptr, stride0, ntok, idx, in_len, PAGE: tl.constexpr,
+                 IS_MODEL1: tl.constexpr):
+    """Issue the loads of one tile of candidates (cache indices ``idx``, ``in_len``: within the
+    list's length) -> (raw, scale, rope, valid).
+    MODEL1: raw fp8 bytes [BLOCK_N, 8, 64] (chunk 7 is the RoPE slot, not loaded), UE8M0 bytes
+    [BLOCK_N, 8], RoPE bf16 [BLOCK_N, 8, 64] holding chunk 7 only (it drops into k with a select;
+    a 2-D load broadcast into k measured slower and spilled).
+    V3.2: raw [BLOCK_N, 4, 128], fp32 scales [BLOCK_N, 4], RoPE bf16 [BLOCK_N, 64]."""
+    valid = in_len & (idx >= 0) & (idx < ntok)
     safe = tl.where(valid, idx, 0)
     page_base = (safe // PAGE).to(tl.int64) * stride0  # int64: page * stride(0) can exceed 2^31
     off = (safe % PAGE).to(tl.int64)
@@ -69,28 +81,37 @@ def _load_kv_tile(cache_ptr, stride0, idx, valid, PAGE: tl.constexpr,
         raw = tl.load(row[:, None, None] + (c * 64)[None, :, None] + d[None, None, :],
                       mask=v3 & is_nope, other=0)
         sc_row = tl.multiple_of(cache_ptr + (page_base + PAGE * 576 + off * 8), 8)
-        e8 = tl.load(sc_row[:, None] + c[None, :], mask=valid[:, None] & (c < 7)[None, :], other=127)
-        scale = (e8.to(tl.int32) << 23).to(tl.float32, bitcast=True)   # UE8M0 -> 2^(e - 127)
-        nope = (raw.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale[:, :, None])
+        scale = tl.load(sc_row[:, None] + c[None, :], mask=valid[:, None] & (c < 7)[None, :],
+                        other=127)
         rope_row = tl.multiple_of((row + 448).to(tl.pointer_type(tl.bfloat16)), 16)
-        rope3 = tl.load(rope_row[:, None, None] + d[None, None, :] + (c * 0)[None, :, None],
-                        mask=v3 & (c == 7)[None, :, None], other=0.0)
-        k = tl.reshape(tl.where(is_nope, nope.to(tl.bfloat16), rope3), (BLOCK_N, 512))
-        rope = tl.zeros((BLOCK_N, 64), dtype=tl.bfloat16)
+        rope = tl.load(rope_row[:, None, None] + d[None, None, :] + (c * 0)[None, :, None],
+                       mask=v3 & (c == 7)[None, :, None], other=0.0)
     else:
         row = tl.multiple_of(cache_ptr + (page_base + off * 656), 16)
         c = tl.arange(0, 4)
         d = tl.arange(0, 128)
         raw = tl.load(row[:, None, None] + (c * 128)[None, :, None] + d[None, None, :],
                       mask=valid[:, None, None], other=0)
-        nope = raw.to(tl.float8e4nv, bitcast=True).to(tl.float32)
         sc_row = tl.multiple_of((row + 512).to(tl.pointer_type(tl.float32)), 16)
         scale = tl.load(sc_row[:, None] + c[None, :], mask=valid[:, None], other=0.0)
-        k = tl.reshape((nope * scale[:, :, None]).to(tl.bfloat16), (BLOCK_N, 512))
         rope_row = tl.multiple_of((row + 528).to(tl.pointer_type(tl.bfloat16)), 16)
         rope = tl.load(rope_row[:, None] + tl.arange(0, 64)[None, :], mask=valid[:, None],
                        other=0.0)
-    return k, rope
+    return raw, scale, rope, valid
+
+
+@triton.jit
+def _dequant_tile(raw, scale, rope, IS_MODEL1: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Gathered bytes -> k bf16 [BLOCK_N, 512] (exact: the scales are powers of two). For MODEL1
+    the RoPE part is the last 64 dims of k; V3.2 keeps it apart (``rope``, used as is)."""
+    if IS_MODEL1:
+        e = (scale.to(tl.int32) << 23).to(tl.float32, bitcast=True)   # UE8M0 -> 2^(e - 127)
+        nope = raw.to(tl.float8e4nv, bitcast=True).to(tl.float32) * e[:, :, None]
+        is_nope = (tl.arange(0, 8) < 7)[None, :, None]
+        return tl.reshape(tl.where(is_nope, nope.to(tl.bfloat16), rope), (BLOCK_N, 512))
+    else:
+        nope = raw.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        return tl.reshape((nope * scale[:, :, None]).to(tl.bfloat16), (BLOCK_N, 512))
 
 
 @triton.jit
@@ -116,18 +137,18 @@ def _to_bf16(x, INTERPRET: tl.constexpr):
 
 
 @triton.jit
-def _attend_tile(acc, m_i, l_i, q, q_rope, cache_ptr, stride0, ntok, idx_row_ptr, pos0, length,
-                 qk_scale, PAGE: tl.constexpr, IS_MODEL1: tl.constexpr, BLOCK_N: tl.constexpr,
-                 INTERPRET: tl.constexpr):
-    """One BLOCK_N tile of candidates [pos0, pos0 + BLOCK_N) -> updated (acc, m_i, l_i)."""
-    pos = pos0 + tl.arange(0, BLOCK_N)
-    in_len = pos < length
-    idx = tl.load(idx_row_ptr + pos, mask=in_len, other=-1)
-    valid = in_len & (idx >= 0) & (idx < ntok)
-    k, rope = _load_kv_tile(cache_ptr, stride0, idx, valid, PAGE, IS_MODEL1, BLOCK_N)
-    s = _dot(q, tl.trans(k), tl.zeros((q.shape[0], BLOCK_N), dtype=tl.float32), INTERPRET)
-    if not IS_MODEL1:
-        s = _dot(q_rope, tl.trans(rope), s, INTERPRET)
+def _attend_tile(acc, m_i, l_i, q, q_rope, k, rope, valid, qk_scale, one,
+                 IS_MODEL1: tl.constexpr, INTERPRET: tl.constexpr):
+    """One tile of dequantised candidates -> updated (acc, m_i, l_i)."""
+    # QK^T runs inside a loop of ``one`` (== 1, unknown to the compiler) iteration. Triton gives
+    # a dot whose result feeds another dot all warps on the M (head) axis; with 8 warps and 64
+    # heads both warpgroups would compute the whole tile. Behind the loop the QK dot gets its own
+    # layout (the warpgroups split the keys): half the tensor-core and shared-memory work.
+    s = tl.zeros((q.shape[0], k.shape[0]), dtype=tl.float32)
+    for _ in range(0, one):
+        s = _dot(q, tl.trans(k), tl.zeros((q.shape[0], k.shape[0]), dtype=tl.float32), INTERPRET)
+        if not IS_MODEL1:
+            s = _dot(q_rope, tl.trans(rope), s, INTERPRET)
     s = tl.where(valid[None, :], s * qk_scale, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # avoids (-inf) - (-inf) on empty tiles
@@ -136,6 +157,50 @@ def _attend_tile(acc, m_i, l_i, q, q_rope, cache_ptr, stride0, ntok, idx_row_ptr
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = _dot(_to_bf16(p, INTERPRET), k, acc * alpha[:, None], INTERPRET)
     return acc, m_new, l_i
+
+
+@triton.jit
+def _scan_list(acc, m_i, l_i, q, q_rope, cache_ptr, stride0, ntok, idx_row, length, t_lo, t_hi,
+               qk_scale, one, PAGE: tl.constexpr, IS_MODEL1: tl.constexpr, BLOCK_N: tl.constexpr,
+               PREFETCH: tl.constexpr, INTERPRET: tl.constexpr):
+    """Attend to tiles [t_lo, t_hi) of one candidate list (tile t = positions
+    [t * BLOCK_N, (t + 1) * BLOCK_N), masked at ``length``) -> updated (acc, m_i, l_i).
+    PREFETCH 1: each tile's indices are loaded one step ahead, so a step waits for one global
+    round trip (the rows) instead of two. PREFETCH 2: the rows too (costs registers)."""
+    ar = tl.arange(0, BLOCK_N)
+    pos = t_lo * BLOCK_N + ar
+    idx = tl.load(idx_row + pos, mask=pos < tl.where(t_lo < t_hi, length, 0), other=-1)
+    if PREFETCH == 2:
+        raw, scale, rope, valid = _gather_tile(cache_ptr, stride0, ntok, idx, pos < length, PAGE,
+                                               IS_MODEL1)
+        pos = pos + BLOCK_N
+        idx = tl.load(idx_row + pos, mask=pos < tl.where(t_lo + 1 < t_hi, length, 0), other=-1)
+    for t in range(t_lo, t_hi):
+        if PREFETCH == 2:
+            k = _dequant_tile(raw, scale, rope, IS_MODEL1, BLOCK_N)
+            k_rope = rope
+            k_valid = valid
+            pos = (t + 1) * BLOCK_N + ar
+            raw, scale, rope, valid = _gather_tile(cache_ptr, stride0, ntok, idx,
+                                                   pos < tl.where(t + 1 < t_hi, length, 0), PAGE,
+                                                   IS_MODEL1)
+            pos = pos + BLOCK_N
+            idx = tl.load(idx_row + pos, mask=pos < tl.where(t + 2 < t_hi, length, 0), other=-1)
+        else:
+            pos = t * BLOCK_N + ar
+            if PREFETCH == 1:
+                cur = idx
+                nxt = pos + BLOCK_N
+                idx = tl.load(idx_row + nxt, mask=nxt < tl.where(t + 1 < t_hi, length, 0),
+                              other=-1)
+            else:
+                cur = tl.load(idx_row + pos, mask=pos < length, other=-1)
+            raw, scale, k_rope, k_valid = _gather_tile(cache_ptr, stride0, ntok, cur,
+                                                       pos < length, PAGE, IS_MODEL1)
+            k = _dequant_tile(raw, scale, k_rope, IS_MODEL1, BLOCK_N)
+        acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, q_rope, k, k_rope, k_valid, qk_scale, one,
+                                     IS_MODEL1, INTERPRET)
+    return acc, m_i, l_i
 
 
 @triton.jit
@@ -180,7 +245,7 @@ def _sparse_mla_split_kernel(
         PAGE: tl.constexpr, XPAGE: tl.constexpr, IS_MODEL1: tl.constexpr, HAS_LEN: tl.constexpr,
         HAS_EXTRA: tl.constexpr, HAS_XLEN: tl.constexpr, HAS_SINK: tl.constexpr,
         DIRECT: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-        INTERPRET: tl.constexpr):
+        PREFETCH: tl.constexpr, INTERPRET: tl.constexpr):
     pid_h = tl.program_id(0)
     pid_sp = tl.program_id(1)
     pid_bs = tl.program_id(2)
@@ -208,20 +273,20 @@ def _sparse_mla_split_kernel(
     length = TOPK
     if HAS_LEN:
         length = tl.minimum(tl.load(len_ptr + b), TOPK)
+    one = tl.minimum(S_Q, 1)  # == 1 (see _attend_tile)
     idx_row = idx_ptr + b.to(tl.int64) * stride_ib + s * stride_is
-    for t in range(lo, tl.minimum(hi, tl.cdiv(length, BLOCK_N))):
-        acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, q_rope, cache_ptr, cache_stride0,
-                                     cache_ntok, idx_row, t * BLOCK_N, length, qk_scale,
-                                     PAGE, IS_MODEL1, BLOCK_N, INTERPRET)
+    acc, m_i, l_i = _scan_list(acc, m_i, l_i, q, q_rope, cache_ptr, cache_stride0, cache_ntok,
+                               idx_row, length, lo, tl.minimum(hi, tl.cdiv(length, BLOCK_N)),
+                               qk_scale, one, PAGE, IS_MODEL1, BLOCK_N, PREFETCH, INTERPRET)
     if HAS_EXTRA:
         xlength = XTOPK
         if HAS_XLEN:
             xlength = tl.minimum(tl.load(xlen_ptr + b), XTOPK)
         xidx_row = xidx_ptr + b.to(tl.int64) * stride_xb + s * stride_xs
-        for t in range(tl.maximum(lo, n_main), tl.minimum(hi, n_main + tl.cdiv(xlength, BLOCK_N))):
-            acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, q_rope, xcache_ptr, xcache_stride0,
-                                         xcache_ntok, xidx_row, (t - n_main) * BLOCK_N, xlength,
-                                         qk_scale, XPAGE, IS_MODEL1, BLOCK_N, INTERPRET)
+        acc, m_i, l_i = _scan_list(acc, m_i, l_i, q, q_rope, xcache_ptr, xcache_stride0,
+                                   xcache_ntok, xidx_row, xlength, tl.maximum(lo - n_main, 0),
+                                   tl.minimum(hi - n_main, tl.cdiv(xlength, BLOCK_N)), qk_scale,
+                                   one, XPAGE, IS_MODEL1, BLOCK_N, PREFETCH, INTERPRET)
 
     has_any = l_i > 0.0
     acc = acc / tl.where(has_any, l_i, 1.0)[:, None]
@@ -368,34 +433,46 @@ def _env_config():
     cfg = {"num_stages": 1}
     for item in text.split(","):
         key, _, value = item.partition("=")
-        if key.strip() not in ("BLOCK_H", "BLOCK_N", "num_warps", "num_stages"):
+        if key.strip() not in ("BLOCK_H", "BLOCK_N", "num_warps", "num_stages", "PREFETCH"):
             raise ValueError(f"SM12X_SPARSE_MLA_CONFIG={text!r}: unknown key {key.strip()!r}")
         cfg[key.strip()] = int(value)
     return cfg
 
 
-def pick_config(h_q, device, fmt="model1"):
-    """The launch configuration for ``h_q`` heads of cache format ``fmt`` ("model1" or "v32")."""
+def pick_config(h_q, device, fmt="model1", queries=None, topk=0, extra_topk=0):
+    """The launch configuration for ``h_q`` heads of cache format ``fmt`` ("model1" or "v32").
+    Given ``queries`` (b * s_q) and the top-k sizes, a call too small to give every SM a tile
+    even when fully split takes a smaller head block (more programs, each one cheaper)."""
     forced = _env_config()
     if forced is not None:
         return forced
     options = sorted(configs.pick(CONFIGS, device)[fmt], key=lambda c: c["BLOCK_H"])
-    for cfg in options:
-        if cfg["BLOCK_H"] >= h_q:
-            return cfg
-    return options[-1]
+    cfg = next((c for c in options if c["BLOCK_H"] >= h_q), options[-1])
+    if queries is None:
+        return cfg
+    sms = configs.sm_count(device)
+
+    def tiles(c):  # every (query, head block, tile) as its own program
+        return queries * triton.cdiv(h_q, c["BLOCK_H"]) * (
+            triton.cdiv(topk, c["BLOCK_N"]) + triton.cdiv(extra_topk, c["BLOCK_N"]))
+
+    if tiles(cfg) < sms:
+        smaller = [c for c in options if c["BLOCK_H"] < cfg["BLOCK_H"]]
+        filling = [c for c in smaller if tiles(c) >= sms]
+        cfg = filling[-1] if filling else (smaller[0] if smaller else cfg)
+    return cfg
 
 
 def plan(b, s_q, h_q, topk, extra_topk, device, num_splits=None, cfg=None, fmt="model1"):
     """Shapes-only launch plan -> (cfg, head_blocks, num_splits, tiles_per_split). The default
-    split count makes b * s_q * head_blocks * num_splits cover every SM once."""
+    split count comes from a time model (``_best_split_count``)."""
     if cfg is None:  # the common case, memoised: this runs on every decode call
         key = (b, s_q, h_q, topk, extra_topk, configs.arch_key(device), configs.sm_count(device),
                num_splits, fmt, os.environ.get("SM12X_SPARSE_MLA_CONFIG", ""))
         hit = _PLANS.get(key)
         if hit is None:
             hit = _PLANS[key] = _plan(b, s_q, h_q, topk, extra_topk, device, num_splits,
-                                      pick_config(h_q, device, fmt))
+                                      pick_config(h_q, device, fmt, b * s_q, topk, extra_topk))
         return hit
     return _plan(b, s_q, h_q, topk, extra_topk, device, num_splits, cfg)
 
@@ -408,14 +485,36 @@ def _plan(b, s_q, h_q, topk, extra_topk, device, num_splits, cfg):
     n_tiles = triton.cdiv(topk, bn) + triton.cdiv(extra_topk, bn)
     head_blocks = triton.cdiv(h_q, bh)
     if num_splits is None:
-        num_splits = triton.cdiv(configs.sm_count(device), b * s_q * head_blocks)
-        # Each split writes a BLOCK_H x 512 fp32 partial (128 KiB at BLOCK_H 64, as many bytes as
-        # ~220 cache rows): keep at least MIN_SPLIT_TOKENS candidates per split.
-        num_splits = min(num_splits, triton.cdiv(n_tiles * bn, MIN_SPLIT_TOKENS))
+        num_splits = _best_split_count(b * s_q * head_blocks, n_tiles, configs.sm_count(device),
+                                       b * s_q * h_q * D_V * 4 * 2)
     num_splits = max(1, min(int(num_splits), n_tiles))
     tiles_per_split = triton.cdiv(n_tiles, num_splits)
     num_splits = triton.cdiv(n_tiles, tiles_per_split)  # no empty splits
     return cfg, head_blocks, num_splits, tiles_per_split
+
+
+# The split-count model, in units of one program's time for one tile. Measured on the H200
+# (2026-12-02): a BLOCK_H 64 x BLOCK_N 64 tile step takes ~6.5 us per SM; splitting batch 64 in
+# two adds ~17 us for 67 MB of partial outputs (written and read once): ~32 MB per tile step.
+COMBINE_STEPS = 0.5
+BYTES_PER_STEP = 32e6
+
+
+def _best_split_count(programs, n_tiles, sms, partial_bytes):
+    """Split-KV count with the least modelled time: (waves of programs over the SMs) x (tiles
+    per split), plus the combine step and its partial-output traffic when split. One program
+    per SM runs at a time (the big head blocks fill an SM), so a split that does not cut the
+    number of waves x tiles only adds combine work."""
+    best, best_cost = 1, triton.cdiv(programs, sms) * n_tiles
+    for splits in range(2, n_tiles + 1):
+        tps = triton.cdiv(n_tiles, splits)
+        if triton.cdiv(n_tiles, tps) != splits:
+            continue  # same tiling as a smaller count
+        cost = (triton.cdiv(programs * splits, sms) * tps + COMBINE_STEPS
+                + partial_bytes * splits / BYTES_PER_STEP)
+        if cost < 0.95 * best_cost:  # a split must win clearly: the model is rough
+            best, best_cost = splits, cost
+    return best
 
 
 def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, extra_k_cache=None,
@@ -476,7 +575,8 @@ def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, ext
         PAGE=k_cache.shape[1], XPAGE=xcache.shape[1], IS_MODEL1=d_qk == 512,
         HAS_LEN=topk_length is not None, HAS_EXTRA=has_extra,
         HAS_XLEN=has_extra and extra_topk_length is not None, HAS_SINK=attn_sink is not None,
-        DIRECT=direct, BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"], INTERPRET=_interpret(),
+        DIRECT=direct, BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"],
+        PREFETCH=cfg.get("PREFETCH", 1), INTERPRET=_interpret(),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if not direct:
         bhc, bdc = COMBINE_CONFIG["BLOCK_HC"], COMBINE_CONFIG["BLOCK_DC"]
@@ -505,7 +605,7 @@ def _split_signature(cfg, is_model1, page, xpage, direct):
     sig["cache_stride0"] = sig["xcache_stride0"] = "i64"
     const = dict(PAGE=page, XPAGE=xpage, IS_MODEL1=is_model1, HAS_LEN=True, HAS_EXTRA=True,
                  HAS_XLEN=True, HAS_SINK=True, DIRECT=direct, BLOCK_H=cfg["BLOCK_H"],
-                 BLOCK_N=cfg["BLOCK_N"], INTERPRET=False)
+                 BLOCK_N=cfg["BLOCK_N"], PREFETCH=cfg.get("PREFETCH", 1), INTERPRET=False)
     for k in const:
         sig[k] = "constexpr"
     names = _sparse_mla_split_kernel.arg_names

@@ -170,6 +170,41 @@ def test_page_256_and_scale():
     run_case("model1", b=1, s_q=1, h_q=16, topk=64, page=256, num_blocks=2, softmax_scale=0.11)
 
 
+@pytest.mark.cpu_only
+@pytest.mark.parametrize("fmt", ["model1", "v32"])
+@pytest.mark.parametrize("prefetch", [0, 1, 2])
+def test_prefetch_depths(monkeypatch, fmt, prefetch):
+    """Every load-ahead depth, across both lists, split boundaries and short lengths."""
+    monkeypatch.setenv("SM12X_SPARSE_MLA_CONFIG",
+                       f"BLOCK_H=16,BLOCK_N=16,num_warps=4,PREFETCH={prefetch}")
+    run_case(fmt, b=3, s_q=1, h_q=16, topk=80, topk_len=[80, 33, 1], num_splits=3,
+             extra=(48, 2, 40, [48, 0, 17]), sink=0.2)
+
+
+def test_split_count_model():
+    from sm12x.kernels.sparse_mla_decode import _best_split_count
+
+    # One program per SM, 10 tiles each: splitting only adds waves and combine traffic.
+    assert _best_split_count(128, 10, 132, 128 * 64 * 512 * 8) == 1
+    assert _best_split_count(512, 10, 132, 512 * 64 * 512 * 8) == 1
+    # A few programs on a big GPU: one tile per split.
+    assert _best_split_count(4, 10, 132, 4 * 64 * 512 * 8) == 10
+    # 148 programs on 132 SMs: two splits take 3 waves x 5 tiles instead of 2 x 10.
+    assert _best_split_count(148, 10, 132, 148 * 64 * 512 * 8) == 2
+
+
+def test_small_calls_take_smaller_head_blocks(monkeypatch):
+    from sm12x.kernels.sparse_mla_decode import pick_config
+
+    monkeypatch.setenv("SM12X_NUM_SMS", "188")
+    cpu = torch.device("cpu")  # the sm_120 configs: H16 N32, H32 N16, H64 N16
+    # b=2, s_q=2, h_q=64, 128+512: 160 tiles at BLOCK_H 64 leave SMs idle; 320 at BLOCK_H 32.
+    assert pick_config(64, cpu, queries=4, topk=128, extra_topk=512)["BLOCK_H"] == 32
+    assert pick_config(64, cpu, queries=128, topk=128, extra_topk=512)["BLOCK_H"] == 64
+    assert pick_config(64, cpu, queries=1, topk=64)["BLOCK_H"] == 16  # none fills: the smallest
+    assert pick_config(16, cpu, queries=1, topk=64)["BLOCK_H"] == 16
+
+
 def test_auto_splits_fill_gpu(monkeypatch):
     monkeypatch.setenv("SM12X_NUM_SMS", "6")
     _, hb, nsplit, tps = plan(1, 1, 16, 64, 64, torch.device("cpu"))
