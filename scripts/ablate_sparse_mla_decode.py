@@ -20,21 +20,23 @@ from sm12x.kernels.reference.sparse_mla import make_case
 
 LOAD = '''        raw = tl.load(row[:, None, None] + (c * 64)[None, :, None] + d[None, None, :],
                       mask=v3 & is_nope, other=0)'''
-ROPE = '''        rope3 = tl.load(rope_row[:, None, None] + d[None, None, :] + (c * 0)[None, :, None],
-                        mask=v3 & (c == 7)[None, :, None], other=0.0)'''
-SCALE = "nope = (raw.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale[:, :, None])"
-QK = "s = _dot(q, tl.trans(k), tl.zeros((q.shape[0], BLOCK_N), dtype=tl.float32), INTERPRET)"
+ROPE = '''        rope = tl.load(rope_row[:, None, None] + d[None, None, :] + (c * 0)[None, :, None],
+                       mask=v3 & (c == 7)[None, :, None], other=0.0)'''
+SCALE = "nope = raw.to(tl.float8e4nv, bitcast=True).to(tl.float32) * e[:, :, None]"
+QK = "        s = _dot(q, tl.trans(k), tl.zeros((q.shape[0], k.shape[0]), dtype=tl.float32), INTERPRET)"
+QK_LOOP = "    for _ in range(0, one):\n"
 PV = "acc = _dot(_to_bf16(p, INTERPRET), k, acc * alpha[:, None], INTERPRET)"
+PREFETCH = 'PREFETCH=cfg.get("PREFETCH", 1)'
 
 VARIANTS = {
     "baseline": [],
     "no cache loads (synthetic bytes)": [(LOAD, "        raw = ((c[None, :, None] + d[None, None, :] + safe[:, None, None]) & 0x37).to(tl.uint8)")],
-    "no RoPE load": [(ROPE, "        rope3 = tl.zeros((BLOCK_N, 8, 64), dtype=tl.bfloat16)")],
-    "RoPE loaded 2-D, broadcast": [(ROPE, "        rope3 = tl.load(rope_row[:, None] + d[None, :], mask=valid[:, None], other=0.0)[:, None, :]")],
+    "no RoPE load": [(ROPE, "        rope = tl.zeros((idx.shape[0], 8, 64), dtype=tl.bfloat16)")],
     "no scale multiply": [(SCALE, "nope = raw.to(tl.float8e4nv, bitcast=True).to(tl.float32)")],
-    "no QK dot": [(QK, "s = tl.zeros((q.shape[0], BLOCK_N), dtype=tl.float32) + idx[None, :].to(tl.float32) * 1e-3")],
+    "no QK dot": [(QK, "        s = tl.zeros((q.shape[0], k.shape[0]), dtype=tl.float32) + valid[None, :].to(tl.float32) * 1e-3")],
+    "QK dot on both warpgroups (no one-trip loop)": [(QK_LOOP, "    if True:\n")],
     "no PV dot": [(PV, "acc = acc * alpha[:, None] + tl.sum(p, 1)[:, None]")],
-    "no PV dot, no rescale": [(PV, "acc = acc + tl.sum(p, 1)[:, None]")],
+    "no index prefetch (PREFETCH 0)": [(PREFETCH, "PREFETCH=0")],
 }
 
 CASES = [("b64 h64 128+512p64", dict(b=64, s_q=2, h_q=64, topk=128, page=256, extra_topk=512, extra_page=64)),

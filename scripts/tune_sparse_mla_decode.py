@@ -1,8 +1,8 @@
 """Sweep launch configurations of the sparse MLA decode kernel on the local GPU.
 
-For each DeepSeek-V4 decode case, times every (BLOCK_H, BLOCK_N, num_warps, num_stages) config and
-several split-KV counts (GPU time from CUDA-graph replay of 20 calls, L2 not flushed), checks the output against the
-default configuration, and prints the best few per case as a markdown table. Configurations that
+For each DeepSeek-V4 decode case, times every (BLOCK_H, BLOCK_N, num_warps, num_stages, PREFETCH)
+config and several split-KV counts (GPU time from CUDA-graph replay of 20 calls, L2 not flushed),
+checks the output against the default configuration, and prints the best few per case as a markdown table. Configurations that
 fail to compile or run out of resources are listed as such. Usage:
 
     python scripts/tune_sparse_mla_decode.py [--quick] [--top N] [--grid JSON] [--waves auto|all]
@@ -52,9 +52,11 @@ def main():
     if not torch.cuda.is_available():
         raise SystemExit("tune_sparse_mla_decode: needs a CUDA GPU")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    grid = dict(BLOCK_H=(16, 32, 64), BLOCK_N=(16, 32, 64), num_warps=(4, 8), num_stages=(1, 2, 3))
+    grid = dict(BLOCK_H=(16, 32, 64), BLOCK_N=(16, 32, 64), num_warps=(4, 8), num_stages=(1,),
+                PREFETCH=(0, 1, 2))
     if args.quick:
-        grid = dict(BLOCK_H=(16, 32, 64), BLOCK_N=(32, 64), num_warps=(4, 8), num_stages=(1, 2))
+        grid = dict(BLOCK_H=(16, 32, 64), BLOCK_N=(32, 64), num_warps=(4, 8), num_stages=(1,),
+                    PREFETCH=(1, 2))
     if args.grid:
         grid.update({k: tuple(v) for k, v in json.loads(args.grid).items()})
     print(f"# sparse MLA decode tuning, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
@@ -89,10 +91,11 @@ def main():
         os.environ.pop("SM12X_SPARSE_MLA_CONFIG", None)
         rows.sort(key=lambda r: r[0])
         print(f"## {label}: default config {default_us:.1f} us\n")
-        print("| us | BLOCK_H | BLOCK_N | warps | stages | splits | check |\n|---|---|---|---|---|---|---|")
+        print("| us | BLOCK_H | BLOCK_N | warps | stages | PREFETCH | splits | check |\n"
+              "|---|---|---|---|---|---|---|---|")
         for us, cfg, splits, note in rows[: args.top]:
             print(f"| {us:.1f} | {cfg['BLOCK_H']} | {cfg['BLOCK_N']} | {cfg['num_warps']} | "
-                  f"{cfg['num_stages']} | {splits} | {note} |")
+                  f"{cfg['num_stages']} | {cfg.get('PREFETCH', 1)} | {splits} | {note} |")
         failed = [r for r in rows if r[3] not in ("ok",)]
         if failed:
             print(f"\n{len(failed)} failed/mismatched: " + "; ".join(
