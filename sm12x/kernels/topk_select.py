@@ -10,10 +10,16 @@ of each row (equal values: lower column first), the key
 (value desc, index asc), so ``torch.topk`` / ``sort`` of them is a deterministic ordering; the
 keys are returned in no particular order. This is the same key the indexer's top-k merges.
 
-How: one program per row. 32 / RADIX_BITS passes over the row build histograms of successive digits
-of the order-preserving uint32 image of each value, narrowing down to the exact k-th largest
-value T and how many entries equal to T are needed; a fifth pass writes every entry > T and the
-first needed entries == T (by column). Memory: the output only; no host sync (CUDA-graph safe).
+How: 32 / RADIX_BITS passes over the row build histograms of successive digits of the
+order-preserving uint32 image of each value, narrowing down to the exact k-th largest value T and
+how many entries equal to T are needed; a last pass writes every entry > T and the first needed
+entries == T (by column). Rows up to SEGMENT columns: one program per row does it all. Wider rows
+are cut into SEGMENT-column segments, one program each, so a few long rows still fill the GPU:
+each histogram pass is a launch whose programs add their segment's histogram into the row's (int32
+atomics; every program re-derives the digits chosen so far from the earlier passes' histograms), a
+count launch gives each segment its number of entries > T and == T, and the write launch places
+each segment's entries after those of the segments before it. Memory: the output, plus
+(4 + 2 * segments) int32 per row for wide rows; no host sync (CUDA-graph safe).
 """
 from __future__ import annotations
 
@@ -28,6 +34,8 @@ INT64_MIN = -(1 << 63)
 BLOCK = 1024
 NUM_WARPS = 8  # H200, [256, 262144] rows: 2.23 ms vs 2.50 ms with 4 warps (2026-12-02)
 RADIX_BITS = 8  # digit width of each histogram pass (32 / RADIX_BITS passes)
+PASSES = 32 // RADIX_BITS
+SEGMENT = 16384  # columns per program in the segmented path (wider rows are split)
 
 
 @triton.jit
@@ -36,6 +44,27 @@ def _ordered_u32(v):
     b = v.to(tl.int32, bitcast=True)
     b = tl.where(b < 0, ~b, b ^ (-2147483648))
     return b.to(tl.uint32, bitcast=True)
+
+
+@triton.jit
+def _write_keys(v, c, end, t, n_gt, n_eq, need, first_eq, col_start, base, out_row):
+    """Store the keys of the entries of block ``v`` (columns ``c`` < ``end``) that are > T (image
+    ``t``), after the ``n_gt`` already written, and of the entries == T whose rank among them
+    (after ``n_eq`` earlier ones) is below ``need``, from slot ``first_eq`` on
+    -> updated (n_gt, n_eq)."""
+    u = _ordered_u32(v)
+    gt = (c < end) & (u > t)
+    eq = (c < end) & (u == t)
+    pos_gt = n_gt + tl.cumsum(gt.to(tl.int32), 0) - 1
+    rank_eq = n_eq + tl.cumsum(eq.to(tl.int32), 0) - 1
+    b = v.to(tl.int32, bitcast=True)
+    b = tl.where(b < 0, b ^ 0x7FFFFFFF, b)  # signed order of the float
+    idx = col_start + c - base
+    key = (b.to(tl.int64) << 32) | (0x7FFFFFFF - idx).to(tl.int64)
+    key = tl.where(v == float("-inf"), -9223372036854775807 - 1, key)
+    tl.store(out_row + pos_gt, key, mask=gt)
+    tl.store(out_row + first_eq + rank_eq, key, mask=eq & (rank_eq < need))
+    return n_gt + tl.sum(gt.to(tl.int32)), n_eq + tl.sum(eq.to(tl.int32))
 
 
 @triton.jit
@@ -76,21 +105,99 @@ def _row_topk_keys_kernel(x_ptr, stride_x, W, base_ptr, col_start, out_ptr, stri
     for c0 in range(0, W, BLOCK):
         c = c0 + tl.arange(0, BLOCK)
         v = tl.load(row + c, mask=c < W, other=float("-inf"))
-        u = _ordered_u32(v)
-        gt = (c < W) & (u > prefix)
-        eq = (c < W) & (u == prefix)
-        pos_gt = n_gt + tl.cumsum(gt.to(tl.int32), 0) - 1
-        rank_eq = n_eq + tl.cumsum(eq.to(tl.int32), 0) - 1
-        take_eq = eq & (rank_eq < need)
-        b = v.to(tl.int32, bitcast=True)
-        b = tl.where(b < 0, b ^ 0x7FFFFFFF, b)  # signed order of the float
-        idx = col_start + c - base
-        key = (b.to(tl.int64) << 32) | (0x7FFFFFFF - idx).to(tl.int64)
-        key = tl.where(v == float("-inf"), -9223372036854775807 - 1, key)
-        tl.store(out_row + pos_gt, key, mask=gt)
-        tl.store(out_row + first_eq + rank_eq, key, mask=take_eq)
-        n_gt += tl.sum(gt.to(tl.int32))
-        n_eq += tl.sum(eq.to(tl.int32))
+        n_gt, n_eq = _write_keys(v, c, W, prefix, n_gt, n_eq, need, first_eq, col_start, base,
+                                 out_row)
+
+
+@triton.jit
+def _digits_so_far(hist_ptr, r, R, K, P: tl.constexpr, RADIX_BITS: tl.constexpr):
+    """Replay passes 0..P-1 of row r from their histograms -> (prefix, pmask, need)."""
+    NBINS: tl.constexpr = 1 << RADIX_BITS
+    bins = tl.arange(0, NBINS)
+    prefix = tl.zeros((), dtype=tl.uint32)
+    pmask = tl.zeros((), dtype=tl.uint32)
+    need = K
+    for p in tl.static_range(P):
+        shift = 32 - RADIX_BITS * (p + 1)
+        hist = tl.load(hist_ptr + (p * R + r).to(tl.int64) * NBINS + bins)
+        at_or_above = tl.sum(hist) - tl.cumsum(hist, 0) + hist
+        d = tl.sum((at_or_above >= need).to(tl.int32)) - 1
+        need -= tl.sum(tl.where(bins > d, hist, 0))
+        prefix = prefix | (d.to(tl.uint32) << shift)
+        pmask = pmask | (tl.full((), NBINS - 1, tl.uint32) << shift)
+    return prefix, pmask, need
+
+
+@triton.jit
+def _segment_hist_kernel(x_ptr, stride_x, W, hist_ptr, R, K, P: tl.constexpr,
+                         SEGMENT: tl.constexpr, BLOCK: tl.constexpr, RADIX_BITS: tl.constexpr):
+    """Pass P: add the digit histogram of one segment of row r into hist[P, r]."""
+    r = tl.program_id(0)
+    g = tl.program_id(1)
+    row = x_ptr + r.to(tl.int64) * stride_x
+    NBINS: tl.constexpr = 1 << RADIX_BITS
+    bins = tl.arange(0, NBINS)
+    prefix, pmask, need = _digits_so_far(hist_ptr, r, R, K, P, RADIX_BITS)
+    shift: tl.constexpr = 32 - RADIX_BITS * (P + 1)
+    hist = tl.zeros((NBINS,), dtype=tl.int32)
+    end = tl.minimum(W, (g + 1) * SEGMENT)
+    for c0 in range(g * SEGMENT, end, BLOCK):
+        c = c0 + tl.arange(0, BLOCK)
+        u = _ordered_u32(tl.load(row + c, mask=c < end, other=float("-inf")))
+        sel = (c < end) & ((u & pmask) == prefix)
+        digit = ((u >> shift) & (NBINS - 1)).to(tl.int32)
+        hist += tl.histogram(tl.where(sel, digit, 0), NBINS)
+        hist -= tl.where(bins == 0, tl.sum(tl.where(sel, 0, 1)), 0)
+    tl.atomic_add(hist_ptr + (P * R + r).to(tl.int64) * NBINS + bins, hist)
+
+
+@triton.jit
+def _segment_count_kernel(x_ptr, stride_x, W, hist_ptr, R, K, cnt_ptr, G,
+                          PASSES: tl.constexpr, SEGMENT: tl.constexpr, BLOCK: tl.constexpr,
+                          RADIX_BITS: tl.constexpr):
+    """Entries > T and == T in one segment of row r -> cnt[r, g, 0:2]."""
+    r = tl.program_id(0)
+    g = tl.program_id(1)
+    row = x_ptr + r.to(tl.int64) * stride_x
+    t, _, need = _digits_so_far(hist_ptr, r, R, K, PASSES, RADIX_BITS)
+    n_gt = 0
+    n_eq = 0
+    end = tl.minimum(W, (g + 1) * SEGMENT)
+    for c0 in range(g * SEGMENT, end, BLOCK):
+        c = c0 + tl.arange(0, BLOCK)
+        u = _ordered_u32(tl.load(row + c, mask=c < end, other=float("-inf")))
+        n_gt += tl.sum(((c < end) & (u > t)).to(tl.int32))
+        n_eq += tl.sum(((c < end) & (u == t)).to(tl.int32))
+    cnt = cnt_ptr + (r.to(tl.int64) * G + g) * 2
+    tl.store(cnt, n_gt)
+    tl.store(cnt + 1, n_eq)
+
+
+@triton.jit
+def _segment_write_kernel(x_ptr, stride_x, W, hist_ptr, R, K, cnt_ptr, G, base_ptr, col_start,
+                          out_ptr, stride_o, HAS_BASE: tl.constexpr, PASSES: tl.constexpr,
+                          SEGMENT: tl.constexpr, G_POW2: tl.constexpr, BLOCK: tl.constexpr,
+                          RADIX_BITS: tl.constexpr):
+    """Write the keys of one segment's entries > T and of its share of the needed == T ones."""
+    r = tl.program_id(0)
+    g = tl.program_id(1)
+    row = x_ptr + r.to(tl.int64) * stride_x
+    t, _, need = _digits_so_far(hist_ptr, r, R, K, PASSES, RADIX_BITS)
+    before = tl.arange(0, G_POW2)
+    cnt = cnt_ptr + (r.to(tl.int64) * G + before) * 2
+    n_gt = tl.sum(tl.load(cnt, mask=before < g, other=0))      # > T in earlier segments
+    n_eq = tl.sum(tl.load(cnt + 1, mask=before < g, other=0))  # == T in earlier segments
+    base = 0
+    if HAS_BASE:
+        base = tl.load(base_ptr + r)
+    out_row = out_ptr + r.to(tl.int64) * stride_o
+    first_eq = K - need
+    end = tl.minimum(W, (g + 1) * SEGMENT)
+    for c0 in range(g * SEGMENT, end, BLOCK):
+        c = c0 + tl.arange(0, BLOCK)
+        v = tl.load(row + c, mask=c < end, other=float("-inf"))
+        n_gt, n_eq = _write_keys(v, c, end, t, n_gt, n_eq, need, first_eq, col_start, base,
+                                 out_row)
 
 
 def row_topk_keys(x: torch.Tensor, k: int, col_start: int = 0, base: torch.Tensor | None = None,
@@ -109,25 +216,54 @@ def row_topk_keys(x: torch.Tensor, k: int, col_start: int = 0, base: torch.Tenso
         out = torch.empty((x.shape[0], k), dtype=torch.int64, device=x.device)
     require(out.shape == (x.shape[0], k) and out.dtype == torch.int64 and out.stride(1) == 1, OP,
             "out", lambda: f"{out.dtype} {list(out.shape)}", lambda: f"int64 [{x.shape[0]}, {k}]")
-    if x.shape[0] == 0:
+    r, w = x.shape
+    if r == 0:
         return out
-    _row_topk_keys_kernel[(x.shape[0],)](
-        x, x.stride(0), x.shape[1], base if base is not None else x, col_start, out, out.stride(0),
-        k, HAS_BASE=base is not None, BLOCK=BLOCK, RADIX_BITS=RADIX_BITS, num_warps=NUM_WARPS)
+    base_arg = base if base is not None else x
+    g = triton.cdiv(w, SEGMENT)
+    if g == 1:
+        _row_topk_keys_kernel[(r,)](
+            x, x.stride(0), w, base_arg, col_start, out, out.stride(0), k,
+            HAS_BASE=base is not None, BLOCK=BLOCK, RADIX_BITS=RADIX_BITS, num_warps=NUM_WARPS)
+        return out
+    hist = torch.zeros((PASSES, r, 1 << RADIX_BITS), dtype=torch.int32, device=x.device)
+    cnt = torch.empty((r, g, 2), dtype=torch.int32, device=x.device)
+    common = dict(SEGMENT=SEGMENT, BLOCK=BLOCK, RADIX_BITS=RADIX_BITS, num_warps=NUM_WARPS)
+    for p in range(PASSES):
+        _segment_hist_kernel[(r, g)](x, x.stride(0), w, hist, r, k, P=p, **common)
+    _segment_count_kernel[(r, g)](x, x.stride(0), w, hist, r, k, cnt, g, PASSES=PASSES, **common)
+    _segment_write_kernel[(r, g)](
+        x, x.stride(0), w, hist, r, k, cnt, g, base_arg, col_start, out, out.stride(0),
+        HAS_BASE=base is not None, PASSES=PASSES, G_POW2=triton.next_power_of_2(g), **common)
     return out
 
 
 def compile_reports(targets=("sm_120", "sm_121")):
-    """Compile the kernel for ``targets`` -> list of CompileReport."""
+    """Compile the kernels for ``targets`` -> list of CompileReport."""
     from sm12x.kernels.compile_check import compile_kernel
     from sm12x.kernels.mqa_logits import interpreting, reports_in_subprocess
 
     if interpreting():
         return reports_in_subprocess(__name__, targets=tuple(targets))
-    sig = {"x_ptr": "*fp32", "stride_x": "i64", "W": "i32", "base_ptr": "*i32", "col_start": "i32",
-           "out_ptr": "*i64", "stride_o": "i64", "K": "i32", "HAS_BASE": "constexpr",
-           "BLOCK": "constexpr", "RADIX_BITS": "constexpr"}
-    const = {"HAS_BASE": True, "BLOCK": BLOCK, "RADIX_BITS": RADIX_BITS}
-    return [compile_kernel(_row_topk_keys_kernel, sig, const,
-                           target=t, num_warps=NUM_WARPS, num_stages=1, config_name=f"B{BLOCK}")
-            for t in targets]
+    rows = {"x_ptr": "*fp32", "stride_x": "i64", "W": "i32"}
+    seg = {**rows, "hist_ptr": "*i32", "R": "i32", "K": "i32"}
+    consts = {"BLOCK": BLOCK, "RADIX_BITS": RADIX_BITS}
+    kernels = [
+        (_row_topk_keys_kernel, {**rows, "base_ptr": "*i32", "col_start": "i32", "out_ptr": "*i64",
+                                 "stride_o": "i64", "K": "i32"}, {"HAS_BASE": True}, "row"),
+        (_segment_hist_kernel, seg, {"P": PASSES - 1, "SEGMENT": SEGMENT}, "segment histogram"),
+        (_segment_count_kernel, {**seg, "cnt_ptr": "*i32", "G": "i32"},
+         {"PASSES": PASSES, "SEGMENT": SEGMENT}, "segment count"),
+        (_segment_write_kernel, {**seg, "cnt_ptr": "*i32", "G": "i32", "base_ptr": "*i32",
+                                 "col_start": "i32", "out_ptr": "*i64", "stride_o": "i64"},
+         {"HAS_BASE": True, "PASSES": PASSES, "SEGMENT": SEGMENT, "G_POW2": 64}, "segment write"),
+    ]
+    reports = []
+    for fn, sig, const, name in kernels:
+        const = {**const, **consts}
+        full = {**sig, **{k: "constexpr" for k in const}}
+        full = {n: full[n] for n in fn.arg_names}
+        for t in targets:
+            reports.append(compile_kernel(fn, full, const, target=t, num_warps=NUM_WARPS,
+                                          num_stages=1, config_name=f"{name} B{BLOCK}"))
+    return reports

@@ -38,6 +38,22 @@ def test_matches_topk_of_keys(device, r, w, k):
     assert torch.equal(got.sort(dim=1, descending=True).values, ref_keys(x, k, 10, base))
 
 
+@pytest.mark.parametrize("segment", [512, 1024, 2000])
+@pytest.mark.parametrize("r,w,k", [(5, 3000, 64), (4, 2048, 2048), (6, 4100, 300)])
+def test_wide_rows_split_into_segments(device, monkeypatch, segment, r, w, k):
+    """Rows wider than SEGMENT go through the per-segment launches (histogram passes with
+    atomics, counts, ordered writes): the same keys, ties to the lower column."""
+    from sm12x.kernels import topk_select
+
+    monkeypatch.setattr(topk_select, "SEGMENT", segment)
+    x = rows_with_ties(r, w, seed=r * w + segment)
+    base = torch.randint(0, 5, (r,), dtype=torch.int32)
+    got = row_topk_keys(x.to(device), k, col_start=10, base=base.to(device)).cpu()
+    assert torch.equal(got.sort(dim=1, descending=True).values, ref_keys(x, k, 10, base))
+    got = row_topk_keys(x.to(device), k).cpu()  # no base
+    assert torch.equal(got.sort(dim=1, descending=True).values, ref_keys(x, k))
+
+
 def test_no_base_and_strided_rows(device):
     x = rows_with_ties(4, 600, seed=3)
     wide = torch.full((4, 700), 5.0)
