@@ -4,9 +4,10 @@ cache, without materialising the [rows, S_kv] logits.
 How: the MQA-logits kernels fill a float32 workspace of at most ``workspace_bytes`` (default
 256 MiB) with the logits of a block of rows over a window of key columns (-inf where a row cannot
 see the key); ``topk_select.row_topk_keys`` picks each row's best ``topk`` of the window by
-radix select and returns them as int64 sort keys -- the float mapped to an order-preserving int32
-in the high half, (2**31-1 - index) in the low half, INT64_MIN for invisible keys. Windows are
-merged into a running [rows, topk] set. Memory is O(rows x topk) plus the workspace, independent
+radix select (or, once the running set is full, just the keys above its worst) and returns them
+as int64 sort keys -- the float mapped to an order-preserving int32 in the high half,
+(2**31-1 - index) in the low half, INT64_MIN for invisible keys. Windows are merged into a
+running [rows, topk] set. Memory is O(rows x topk) plus the workspace, independent
 of S_kv; with the default budget a 262,144-key row block is 256 rows. No host sync: the loop
 bounds come from shapes and ``max_context_len`` only (CUDA-graph safe).
 
@@ -62,9 +63,13 @@ def _plan(rows: int, cols: int, unit: int, topk: int, budget: int, elem_bytes: i
     return row_block, win
 
 
-def _window_keys(logits, topk, col_start, base):
-    """The best min(topk, width) keys of each row of a logits window (unsorted)."""
-    return row_topk_keys(logits, min(topk, logits.shape[1]), col_start=col_start, base=base)
+def _window_keys(logits, topk, col_start, base, best):
+    """The best min(topk, width) keys of each row of a logits window (unsorted) that can still
+    enter the running ``best`` (sorted, best first): once it holds topk keys, only keys above its
+    last one count, which lets most windows skip the radix passes."""
+    floor = best[:, -1].contiguous() if best is not None and best.shape[1] == topk else None
+    return row_topk_keys(logits, min(topk, logits.shape[1]), col_start=col_start, base=base,
+                         floor=floor)
 
 
 def _split_q(q):
@@ -104,7 +109,7 @@ def mqa_topk_indices(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, topk:
             _mqa.launch(qv[r0:r1], None if qs is None else qs[r0:r1], k, k_sf, weights[r0:r1],
                         cu_seq_len_k_start[r0:r1], cu_seq_len_k_end[r0:r1], w_,
                         clean=True, compressed=False, out_mode=0, col_start=c0, num_cols=n)
-            best = _merge(best, _window_keys(w_, topk, c0, cu_seq_len_k_start[r0:r1]), topk)
+            best = _merge(best, _window_keys(w_, topk, c0, cu_seq_len_k_start[r0:r1], best), topk)
         if best is None:
             best = torch.full((r1 - r0, 0), INT64_MIN, dtype=torch.int64, device=qv.device)
         idx = decode_keys(best, topk)
@@ -148,7 +153,7 @@ def paged_mqa_topk_indices(q, kv_cache, weights, context_lens, block_table, max_
             _paged.launch(qv[b0:b1], None if qs is None else qs[b0:b1], kv_cache, weights[r0:r1],
                           context_lens[b0:b1], block_table[b0:b1], max_context_len, w_,
                           clean=True, out_mode=0, col_start=c0, num_cols=n)
-            best = _merge(best, _window_keys(w_, topk, c0, None), topk)
+            best = _merge(best, _window_keys(w_, topk, c0, None, best), topk)
         if best is None:
             best = torch.full((r1 - r0, 0), INT64_MIN, dtype=torch.int64, device=qv.device)
         result[r0:r1] = decode_keys(best, topk)

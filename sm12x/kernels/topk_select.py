@@ -13,7 +13,9 @@ keys are returned in no particular order. This is the same key the indexer's top
 How: 32 / RADIX_BITS passes over the row build histograms of successive digits of the
 order-preserving uint32 image of each value, narrowing down to the exact k-th largest value T and
 how many entries equal to T are needed; a last pass writes every entry > T and the first needed
-entries == T (by column). Rows up to SEGMENT columns: one program per row does it all. Wider rows
+entries == T (by column). Rows up to SEGMENT columns: one program per row does it all; given a
+``floor`` key per row, it first counts the entries above it and, when there are at most k, writes
+just those (two passes instead of five). Wider rows
 are cut into SEGMENT-column segments, one program each, so a few long rows still fill the GPU:
 each histogram pass is a launch whose programs add their segment's histogram into the row's (int32
 atomics; every program re-derives the digits chosen so far from the earlier passes' histograms), a
@@ -47,6 +49,16 @@ def _ordered_u32(v):
 
 
 @triton.jit
+def _key(v, c, col_start, base):
+    """The int64 sort key of value ``v`` at column ``c`` (see the module docstring)."""
+    b = v.to(tl.int32, bitcast=True)
+    b = tl.where(b < 0, b ^ 0x7FFFFFFF, b)  # signed order of the float
+    idx = col_start + c - base
+    key = (b.to(tl.int64) << 32) | (0x7FFFFFFF - idx).to(tl.int64)
+    return tl.where(v == float("-inf"), -9223372036854775807 - 1, key)
+
+
+@triton.jit
 def _write_keys(v, c, end, t, n_gt, n_eq, need, first_eq, col_start, base, out_row):
     """Store the keys of the entries of block ``v`` (columns ``c`` < ``end``) that are > T (image
     ``t``), after the ``n_gt`` already written, and of the entries == T whose rank among them
@@ -57,21 +69,59 @@ def _write_keys(v, c, end, t, n_gt, n_eq, need, first_eq, col_start, base, out_r
     eq = (c < end) & (u == t)
     pos_gt = n_gt + tl.cumsum(gt.to(tl.int32), 0) - 1
     rank_eq = n_eq + tl.cumsum(eq.to(tl.int32), 0) - 1
-    b = v.to(tl.int32, bitcast=True)
-    b = tl.where(b < 0, b ^ 0x7FFFFFFF, b)  # signed order of the float
-    idx = col_start + c - base
-    key = (b.to(tl.int64) << 32) | (0x7FFFFFFF - idx).to(tl.int64)
-    key = tl.where(v == float("-inf"), -9223372036854775807 - 1, key)
+    key = _key(v, c, col_start, base)
     tl.store(out_row + pos_gt, key, mask=gt)
     tl.store(out_row + first_eq + rank_eq, key, mask=eq & (rank_eq < need))
     return n_gt + tl.sum(gt.to(tl.int32)), n_eq + tl.sum(eq.to(tl.int32))
 
 
 @triton.jit
-def _row_topk_keys_kernel(x_ptr, stride_x, W, base_ptr, col_start, out_ptr, stride_o, K,
-                          HAS_BASE: tl.constexpr, BLOCK: tl.constexpr, RADIX_BITS: tl.constexpr):
+def _row_topk_keys_kernel(x_ptr, stride_x, W, base_ptr, col_start, out_ptr, stride_o, K, floor_ptr,
+                          HAS_BASE: tl.constexpr, HAS_FLOOR: tl.constexpr, BLOCK: tl.constexpr,
+                          RADIX_BITS: tl.constexpr):
     r = tl.program_id(0)
     row = x_ptr + r.to(tl.int64) * stride_x
+    base = 0
+    if HAS_BASE:
+        base = tl.load(base_ptr + r)
+    out_row = out_ptr + r.to(tl.int64) * stride_o
+    # With a floor, first count the entries above it: when they are no more than K, they are the
+    # answer (written in column order, INT64_MIN after them) and the radix passes are skipped.
+    floor = tl.full((), -9223372036854775807 - 1, tl.int64)
+    above = K + 1
+    if HAS_FLOOR:
+        floor = tl.load(floor_ptr + r)
+        above = 0
+        for c0 in range(0, W, BLOCK):
+            c = c0 + tl.arange(0, BLOCK)
+            v = tl.load(row + c, mask=c < W, other=float("-inf"))
+            above += tl.sum(((c < W) & (_key(v, c, col_start, base) > floor)).to(tl.int32))
+    if above <= K:
+        _write_above_floor(row, W, floor, above, K, col_start, base, out_row, BLOCK)
+    else:
+        _radix_select_row(row, W, K, col_start, base, out_row, BLOCK, RADIX_BITS)
+
+
+@triton.jit
+def _write_above_floor(row, W, floor, above, K, col_start, base, out_row, BLOCK: tl.constexpr):
+    """Write the keys > ``floor`` of a row in column order, then INT64_MIN up to K."""
+    n = 0
+    for c0 in range(0, W, BLOCK):
+        c = c0 + tl.arange(0, BLOCK)
+        v = tl.load(row + c, mask=c < W, other=float("-inf"))
+        key = _key(v, c, col_start, base)
+        take = (c < W) & (key > floor)
+        tl.store(out_row + n + tl.cumsum(take.to(tl.int32), 0) - 1, key, mask=take)
+        n += tl.sum(take.to(tl.int32))
+    for c0 in range(above, K, BLOCK):
+        c = c0 + tl.arange(0, BLOCK)
+        tl.store(out_row + c, tl.full((BLOCK,), -9223372036854775807 - 1, tl.int64), mask=c < K)
+
+
+@triton.jit
+def _radix_select_row(row, W, K, col_start, base, out_row, BLOCK: tl.constexpr,
+                      RADIX_BITS: tl.constexpr):
+    """The K best keys of one row by radix select (see the module docstring)."""
     NBINS: tl.constexpr = 1 << RADIX_BITS
     bins = tl.arange(0, NBINS)
     prefix = tl.zeros((), dtype=tl.uint32)
@@ -95,10 +145,6 @@ def _row_topk_keys_kernel(x_ptr, stride_x, W, base_ptr, col_start, out_ptr, stri
         prefix = prefix | (d.to(tl.uint32) << shift)
         pmask = pmask | (tl.full((), NBINS - 1, tl.uint32) << shift)
     # prefix is now the k-th largest value's image; take all above it and `need` equal ones
-    base = 0
-    if HAS_BASE:
-        base = tl.load(base_ptr + r)
-    out_row = out_ptr + r.to(tl.int64) * stride_o
     n_gt = 0
     n_eq = 0
     first_eq = K - need
@@ -201,8 +247,11 @@ def _segment_write_kernel(x_ptr, stride_x, W, hist_ptr, R, K, cnt_ptr, G, base_p
 
 
 def row_topk_keys(x: torch.Tensor, k: int, col_start: int = 0, base: torch.Tensor | None = None,
-                  out: torch.Tensor | None = None) -> torch.Tensor:
-    """Keys of the k largest entries of each row of ``x`` (see the module docstring)."""
+                  out: torch.Tensor | None = None, floor: torch.Tensor | None = None) -> torch.Tensor:
+    """Keys of the k largest entries of each row of ``x`` (see the module docstring).
+    ``floor`` (int64 [R], optional): only entries whose key is > floor[r] count; rows with fewer
+    than k of them are padded with INT64_MIN. A running top-k passes its k-th best key here:
+    then most windows skip the radix passes (one counting pass and one writing pass instead)."""
     require_dtype(x, (torch.float32,), OP, "x")
     require(x.dim() == 2 and x.stride(1) == 1, OP, "x",
             lambda: f"shape {list(x.shape)} strides {tuple(x.stride())}",
@@ -212,6 +261,10 @@ def row_topk_keys(x: torch.Tensor, k: int, col_start: int = 0, base: torch.Tenso
         require_dtype(base, (torch.int32,), OP, "base")
         require(base.shape == (x.shape[0],) and base.stride(0) == 1, OP, "base",
                 lambda: f"shape {list(base.shape)}", lambda: f"contiguous [{x.shape[0]}]")
+    if floor is not None:
+        require_dtype(floor, (torch.int64,), OP, "floor")
+        require(floor.shape == (x.shape[0],) and floor.stride(0) == 1, OP, "floor",
+                lambda: f"shape {list(floor.shape)}", lambda: f"contiguous [{x.shape[0]}]")
     if out is None:
         out = torch.empty((x.shape[0], k), dtype=torch.int64, device=x.device)
     require(out.shape == (x.shape[0], k) and out.dtype == torch.int64 and out.stride(1) == 1, OP,
@@ -224,8 +277,11 @@ def row_topk_keys(x: torch.Tensor, k: int, col_start: int = 0, base: torch.Tenso
     if g == 1:
         _row_topk_keys_kernel[(r,)](
             x, x.stride(0), w, base_arg, col_start, out, out.stride(0), k,
-            HAS_BASE=base is not None, BLOCK=BLOCK, RADIX_BITS=RADIX_BITS, num_warps=NUM_WARPS)
+            floor if floor is not None else out, HAS_BASE=base is not None,
+            HAS_FLOOR=floor is not None, BLOCK=BLOCK, RADIX_BITS=RADIX_BITS, num_warps=NUM_WARPS)
         return out
+    # Wide rows: the floor is only a shortcut, and this path does not take it (the keys <= floor
+    # it may return lose to the running top-k that set the floor anyway).
     hist = torch.zeros((PASSES, r, 1 << RADIX_BITS), dtype=torch.int32, device=x.device)
     cnt = torch.empty((r, g, 2), dtype=torch.int32, device=x.device)
     common = dict(SEGMENT=SEGMENT, BLOCK=BLOCK, RADIX_BITS=RADIX_BITS, num_warps=NUM_WARPS)
@@ -250,7 +306,8 @@ def compile_reports(targets=("sm_120", "sm_121")):
     consts = {"BLOCK": BLOCK, "RADIX_BITS": RADIX_BITS}
     kernels = [
         (_row_topk_keys_kernel, {**rows, "base_ptr": "*i32", "col_start": "i32", "out_ptr": "*i64",
-                                 "stride_o": "i64", "K": "i32"}, {"HAS_BASE": True}, "row"),
+                                 "stride_o": "i64", "K": "i32", "floor_ptr": "*i64"},
+         {"HAS_BASE": True, "HAS_FLOOR": True}, "row"),
         (_segment_hist_kernel, seg, {"P": PASSES - 1, "SEGMENT": SEGMENT}, "segment histogram"),
         (_segment_count_kernel, {**seg, "cnt_ptr": "*i32", "G": "i32"},
          {"PASSES": PASSES, "SEGMENT": SEGMENT}, "segment count"),

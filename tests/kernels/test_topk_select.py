@@ -54,6 +54,22 @@ def test_wide_rows_split_into_segments(device, monkeypatch, segment, r, w, k):
     assert torch.equal(got.sort(dim=1, descending=True).values, ref_keys(x, k))
 
 
+def test_floor_keeps_only_keys_above_it(device):
+    """With a floor, the k best keys among those > floor[r]; INT64_MIN pads rows that have fewer.
+    Rows: few entries above the floor (shortcut), many above it (radix passes), none above."""
+    r, w, k = 5, 3000, 64
+    x = rows_with_ties(r, w, seed=11)
+    base = torch.randint(0, 5, (r,), dtype=torch.int32)
+    all_keys = ref_keys(x, w, 10, base)  # every key of each row, best first
+    floor = torch.stack([all_keys[0, 20], all_keys[1, 500], all_keys[2, 63], all_keys[3, 0],
+                         torch.tensor(INT64_MIN)])
+    got = row_topk_keys(x.to(device), k, col_start=10, base=base.to(device),
+                        floor=floor.to(device)).cpu().sort(dim=1, descending=True).values
+    want = torch.where(all_keys[:, :k] > floor[:, None], all_keys[:, :k],
+                       torch.full_like(all_keys[:, :k], INT64_MIN))
+    assert torch.equal(got, want)
+
+
 def test_no_base_and_strided_rows(device):
     x = rows_with_ties(4, 600, seed=3)
     wide = torch.full((4, 700), 5.0)
@@ -70,3 +86,5 @@ def test_bad_arguments_name_the_op_and_argument():
         row_topk_keys(x.double(), 3)
     with pytest.raises(ValueError, match="row_topk_keys.*base"):
         row_topk_keys(x, 3, base=torch.zeros(3, dtype=torch.int32))
+    with pytest.raises(ValueError, match="row_topk_keys.*floor"):
+        row_topk_keys(x, 3, floor=torch.zeros(2, dtype=torch.int32))
