@@ -43,9 +43,10 @@ _H64 = {"BLOCK_H": 64, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1}
 _H32_V32 = {**_H32, "PREFETCH": 2}
 # sm_90 model1, measured on an H200 (CUDA-graph GPU time, 2026-12-02; scripts/RESULTS.md):
 # 64 tokens per tile everywhere. BLOCK_H 64 spills ~180 B (wgmma keeps the 64 x 512 fp32
-# accumulator in registers) and is still the fastest for h_q >= 64 from batch 4 up; prefetching
-# whole rows (PREFETCH 2) spills ~1 KB there, but pays at BLOCK_H 16 (b1 h16: 13.8 vs 14.0 us,
-# b2 h64: 14.3 vs 15.5 us, scripts/tune_sparse_mla_decode.py).
+# accumulator in registers) and is still the fastest for h_q >= 64 once a call fills the GPU (b64
+# h64: 59.9 us vs 120.4 at BLOCK_H 32; b2 h64 takes BLOCK_H 16, see pick_config); prefetching whole
+# rows (PREFETCH 2) spills ~1 KB there, but pays at BLOCK_H 16 (b1 h16: 13.8 vs 14.0 us, b2 h64:
+# 14.3 vs 15.5 us, scripts/tune_sparse_mla_decode.py).
 # These wide tiles exceed sm_120's 101,376 B of shared memory, so SM12x keeps the configs above.
 _H16_N64 = {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1, "PREFETCH": 2}
 _H32_N64 = {"BLOCK_H": 32, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}
