@@ -7,9 +7,9 @@ see the key); ``topk_select.row_topk_keys`` picks each row's best ``topk`` of th
 radix select (or, once the running set is full, just the keys above its worst) and returns them
 as int64 sort keys -- the float mapped to an order-preserving int32 in the high half,
 (2**31-1 - index) in the low half, INT64_MIN for invisible keys. Windows are merged into a
-running [rows, topk] set. Memory is O(rows x topk) plus the workspace, independent
-of S_kv; with the default budget a 262,144-key row block is 256 rows. No host sync: the loop
-bounds come from shapes and ``max_context_len`` only (CUDA-graph safe).
+running [rows, topk] set. Memory is O(rows x topk) plus the workspace, independent of S_kv
+(the default budget holds e.g. 256 rows x 262,144 keys or 4096 rows x 16,384). No host sync: the
+loop bounds come from shapes and ``max_context_len`` only (CUDA-graph safe).
 
 Index conventions (int32 output, -1 padded at the end when a row sees fewer than topk keys):
 
