@@ -47,6 +47,19 @@ def _resource_usage(cubin: bytes) -> tuple[int, int]:
     return regs, spill
 
 
+def launch_hints(signature: dict) -> dict:
+    """The divisibility facts Triton's launcher gives a production call: every pointer 16-byte
+    aligned (torch allocations are) and every ``stride*`` integer a multiple of 16. Without them
+    the compiler does not vectorise or software-pipeline the loads (the sm_90 prefill logits kernel
+    compiles to 32 KB without, 66 KB with), so the check would under-report shared memory and
+    registers."""
+    names = list(signature)
+    hinted = [n for n, t in signature.items()
+              if t.startswith("*") or (t in ("i32", "i64") and n.split("_")[-1].startswith("stride")
+                                       or n.startswith("stride"))]
+    return {(names.index(n),): [["tt.divisibility", 16]] for n in hinted}
+
+
 def compile_kernel(fn, signature: dict, constexprs: dict, *, target: str, num_warps: int,
                    num_stages: int, config_name: str = "") -> CompileReport:
     """Compile ``fn`` (a ``@triton.jit`` function) for ``target`` and check the SM12x limits.
@@ -59,7 +72,8 @@ def compile_kernel(fn, signature: dict, constexprs: dict, *, target: str, num_wa
     from triton.compiler import ASTSource
 
     cap = TARGETS[target]
-    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
+    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs,
+                    attrs=launch_hints(signature))
     compiled = triton.compile(src, target=GPUTarget("cuda", cap, 32),
                               options={"num_warps": num_warps, "num_stages": num_stages})
     shared = int(compiled.metadata.shared)
