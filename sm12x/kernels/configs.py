@@ -70,3 +70,13 @@ def sm_count(device) -> int:
 
     index = device.index if device.index is not None else torch.cuda.current_device()
     return _cuda_sm_count(index)
+
+
+def fit_iters(n_iters: int, tiles: int, row_programs: int, device, waves: int = 4) -> int:
+    """Tiles per program for a grid of ``row_programs`` x cdiv(tiles, n_iters): ``n_iters``
+    halved until the grid holds ``waves`` programs per SM (or one tile per program), so long
+    chunks (which amortise each program's set-up) do not leave SMs idle on small calls."""
+    sms = sm_count(device)
+    while n_iters > 1 and row_programs * -(-tiles // n_iters) < waves * sms:
+        n_iters //= 2
+    return n_iters

@@ -28,19 +28,21 @@ from sm12x.kernels.mqa_logits import LOGITS_ALIGN_BYTES, index_scores, load_q_fp
 OP = "fp8_paged_mqa_logits"
 SPLIT_ALIGN = 256  # DeepGEMM rounds the logits row to a multiple of 256 before the 1024-B alignment
 
-# rows = BLOCK_T * H (query tokens x heads) per program; blocks of the cache per program = N_ITERS;
+# rows = BLOCK_T * H (query tokens x heads) per program; blocks of the cache per program = N_ITERS
+# at most (``configs.fit_iters`` shortens it when the grid would leave SMs idle, e.g. batch 1);
 # key_rows as in mqa_logits (H200, B=256, ctx <= 8192: next_n 1 111 -> 72 us, next_n 2 173 -> 104 us).
 CONFIGS = {
     "sm_120": {
-        "fp8": {"key_rows": True, "rows": 64, "SUB_N": 64, "N_ITERS": 16, "num_warps": 4,
+        "fp8": {"key_rows": True, "rows": 64, "SUB_N": 64, "N_ITERS": 32, "num_warps": 4,
                 "num_stages": 2},
         # FP4 decodes k in registers: 16-token slices and one query token x 64 heads avoid spills
         "fp4": {"rows": 64, "SUB_N": 16, "N_ITERS": 16, "num_warps": 4, "num_stages": 2},
     },
     "sm_90": {
-        # H200 sweep (scripts/tune_indexer.py, 2026-12-02)
-        "fp8": {"key_rows": True, "rows": 64, "SUB_N": 64, "N_ITERS": 16, "num_warps": 4,
-                "num_stages": 2},
+        # H200 sweeps (2026-12-02, scripts/RESULTS.md): B=256 x 64K context, next_n 1:
+        # 3775 -> 3826 GB/s with 32 blocks per program and 3 stages
+        "fp8": {"key_rows": True, "rows": 64, "SUB_N": 64, "N_ITERS": 32, "num_warps": 4,
+                "num_stages": 3},
         "fp4": {"rows": 64, "SUB_N": 16, "N_ITERS": 16, "num_warps": 4, "num_stages": 2},
     },
 }
@@ -99,7 +101,7 @@ def _paged_mqa_logits_kernel(
             m = t_ok[:, None] & ((c < num_cols) & (p < max_context_len))[None, :]
             tok_off = phys * stride_kv + i * DB
             sf_idx = (phys * stride_kv + BLOCK_KV * DB) // 4 + i
-            v = index_scores(q, w, kv_ptr, tok_off, i < BLOCK_KV, kvf_ptr, sf_idx, BLOCK_T, H, D,
+            v = index_scores(q, w, kv_ptr, tok_off, None, kvf_ptr, sf_idx, BLOCK_T, H, D,
                              IS_FP4, KEY_ROWS)
             visible = p[None, :] < end[:, None]
             if CLEAN:
@@ -154,7 +156,8 @@ def launch(q, q_sf, kv_cache, weights, context_lens, block_table, max_context_le
         num_cols = max_context_len
     cfg = config or configs.pick(CONFIGS, q.device)["fp4" if is_fp4 else "fp8"]
     bt = block_t(h, next_n, cfg["rows"])
-    n_iters = cfg["N_ITERS"]
+    n_iters = configs.fit_iters(cfg["N_ITERS"], triton.cdiv(num_cols, block_kv),
+                                bsz * triton.cdiv(next_n, bt), q.device)
     grid = (bsz * triton.cdiv(next_n, bt), triton.cdiv(triton.cdiv(num_cols, block_kv), n_iters))
     if bsz == 0 or num_cols <= 0:
         return out

@@ -94,6 +94,46 @@ def test_both_mma_layouts(device, fp4, key_rows):
     check_against_reference(out, inp, ks, ke, fp4)
 
 
+@pytest.mark.parametrize("fp4", [False, True])
+def test_multi_tile_programs(device, monkeypatch, fp4):
+    """Programs that own several key tiles, as in production (``configs.fit_iters`` gives these
+    small grids one tile per program): tiles no row sees are skipped, the last chunk's loads are
+    clamped, and clean / unclean / compressed outputs stay right."""
+    from sm12x.kernels import configs
+
+    monkeypatch.setenv("SM12X_NUM_SMS", "1")
+    s, s_kv, h, d = 7, 300, 16, 64
+    inp = make_inputs(s, s_kv, h, d, fp4, device, seed=4)
+    ks, ke = ragged_ranges(s, s_kv, device)
+    cfg = dict(configs.pick(mq.CONFIGS, torch.device(device))["fp4" if fp4 else "fp8"], N_ITERS=3)
+    assert configs.fit_iters(3, 20, 1, torch.device(device)) == 3
+    (qv, qs), (k, k_sf) = inp["q"], inp["kv"]
+    for clean in (True, False):
+        out = mq.alloc_logits(s, s_kv, h, torch.float32, torch.device(device))
+        mq.launch(qv, qs, k, k_sf, inp["weights"], ks, ke, out, clean=clean, compressed=False,
+                  out_mode=0, config=cfg)
+        check_against_reference(out, inp, ks, ke, fp4, clean=clean)
+    width = int((ke - ks).max())
+    comp = mq.alloc_logits(s, width, h, torch.float32, torch.device(device), extra=0)
+    mq.launch(qv, qs, k, k_sf, inp["weights"], ks, ke, comp, clean=False, compressed=True,
+              out_mode=0, config=cfg)
+    check_against_reference(comp, inp, ks, ke, fp4, clean=False, max_seqlen_k=width)
+
+
+def test_fit_iters(monkeypatch):
+    """Tiles per program: halved until the grid has 4 programs per SM, never below 1."""
+    from sm12x.kernels import configs
+
+    cpu = torch.device("cpu")
+    monkeypatch.setenv("SM12X_NUM_SMS", "132")
+    assert configs.fit_iters(64, 64, 1024, cpu) == 64  # 1024 programs >= 528
+    assert configs.fit_iters(32, 1024, 1, cpu) == 1  # one request: one block per program
+    assert configs.fit_iters(32, 1024, 2, cpu) == 2  # 2 x 512 programs
+    assert configs.fit_iters(64, 128, 8, cpu) == 1
+    monkeypatch.setenv("SM12X_NUM_SMS", "1")
+    assert configs.fit_iters(64, 64, 4, cpu) == 64
+
+
 @pytest.mark.parametrize("fp4,h,d", [CASES[1], CASES[4]])
 def test_unclean_and_compressed(device, fp4, h, d):
     s, s_kv = 6, 260
