@@ -166,6 +166,14 @@ def test_head_counts(fmt, h_q):
     run_case(fmt, b=1, s_q=2, h_q=h_q, topk=64, num_splits=2, sink=-1.0)
 
 
+@pytest.mark.parametrize("fmt", ["model1", "v32"])
+def test_large_logits_move_the_running_max(fmt):
+    """Logits spread over ~2^20 (softmax_scale 12): the running max keeps growing in later tiles,
+    so acc and l are rescaled by large factors mid-list."""
+    run_case(fmt, b=2, s_q=1, h_q=16, topk=256, page=64, num_blocks=8, softmax_scale=12.0,
+             num_splits=1)
+
+
 def test_page_256_and_scale():
     run_case("model1", b=1, s_q=1, h_q=16, topk=64, page=256, num_blocks=2, softmax_scale=0.11)
 
