@@ -72,11 +72,12 @@ def sm_count(device) -> int:
     return _cuda_sm_count(index)
 
 
-def fit_iters(n_iters: int, tiles: int, row_programs: int, device, waves: int = 4) -> int:
+def fit_iters(n_iters: int, tiles: int, row_programs: int, device, per_sm: int = 4,
+              min_iters: int = 1) -> int:
     """Tiles per program for a grid of ``row_programs`` x cdiv(tiles, n_iters): ``n_iters``
-    halved until the grid holds ``waves`` programs per SM (or one tile per program), so long
-    chunks (which amortise each program's set-up) do not leave SMs idle on small calls."""
+    halved until the grid holds ``per_sm`` programs per SM (or it reaches ``min_iters``), so long
+    chunks (which amortise each program's set-up) do not leave SMs idle or a long tail."""
     sms = sm_count(device)
-    while n_iters > 1 and row_programs * -(-tiles // n_iters) < waves * sms:
+    while n_iters > min_iters and row_programs * -(-tiles // n_iters) < per_sm * sms:
         n_iters //= 2
-    return n_iters
+    return max(n_iters, 1)

@@ -26,21 +26,26 @@ from sm12x.kernels import configs
 from sm12x.kernels.mqa_logits import LOGITS_ALIGN_BYTES, index_scores, load_q_fp4, row_offsets
 
 OP = "fp8_paged_mqa_logits"
+PROGRAMS_PER_SM = 40
+MIN_ITERS = 4
 SPLIT_ALIGN = 256  # DeepGEMM rounds the logits row to a multiple of 256 before the 1024-B alignment
 
 # rows = BLOCK_T * H (query tokens x heads) per program; blocks of the cache per program = N_ITERS
-# at most (``configs.fit_iters`` shortens it when the grid would leave SMs idle, e.g. batch 1);
+# at most. ``configs.fit_iters`` shortens it until the grid has PROGRAMS_PER_SM programs per SM:
+# this memory-bound kernel keeps ~8 programs resident per SM, and programs of ragged requests
+# need many waves to even out (H200, batch 256, next_n 1: 8K context 2766 -> 3433 GB/s at 8
+# blocks per program, 64K 3794 GB/s at 32), but not below MIN_ITERS blocks (each program loads
+# its q tile; batch 1 at 256K context: 18.2 us with 32, 8.6 us with 4).
 # key_rows as in mqa_logits (H200, B=256, ctx <= 8192: next_n 1 111 -> 72 us, next_n 2 173 -> 104 us).
 CONFIGS = {
     "sm_120": {
-        "fp8": {"key_rows": True, "rows": 64, "SUB_N": 64, "N_ITERS": 32, "num_warps": 4,
+        "fp8": {"key_rows": True, "rows": 64, "SUB_N": 64, "N_ITERS": 16, "num_warps": 4,
                 "num_stages": 2},
         # FP4 decodes k in registers: 16-token slices and one query token x 64 heads avoid spills
         "fp4": {"rows": 64, "SUB_N": 16, "N_ITERS": 16, "num_warps": 4, "num_stages": 2},
     },
     "sm_90": {
-        # H200 sweeps (2026-12-02, scripts/RESULTS.md): B=256 x 64K context, next_n 1:
-        # 3775 -> 3826 GB/s with 32 blocks per program and 3 stages
+        # H200 sweeps (2026-12-02, scripts/RESULTS.md): up to 32 blocks per program, 3 stages
         "fp8": {"key_rows": True, "rows": 64, "SUB_N": 64, "N_ITERS": 32, "num_warps": 4,
                 "num_stages": 3},
         "fp4": {"rows": 64, "SUB_N": 16, "N_ITERS": 16, "num_warps": 4, "num_stages": 2},
@@ -157,7 +162,8 @@ def launch(q, q_sf, kv_cache, weights, context_lens, block_table, max_context_le
     cfg = config or configs.pick(CONFIGS, q.device)["fp4" if is_fp4 else "fp8"]
     bt = block_t(h, next_n, cfg["rows"])
     n_iters = configs.fit_iters(cfg["N_ITERS"], triton.cdiv(num_cols, block_kv),
-                                bsz * triton.cdiv(next_n, bt), q.device)
+                                bsz * triton.cdiv(next_n, bt), q.device, per_sm=PROGRAMS_PER_SM,
+                                min_iters=MIN_ITERS)
     grid = (bsz * triton.cdiv(next_n, bt), triton.cdiv(triton.cdiv(num_cols, block_kv), n_iters))
     if bsz == 0 or num_cols <= 0:
         return out
