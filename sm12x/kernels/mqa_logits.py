@@ -266,7 +266,8 @@ def alloc_logits(s: int, width: int, h: int, dtype, device, extra: int = BLOCK_K
 def launch(q, q_sf, k, k_sf, weights, ks, ke, out, *, clean, compressed, out_mode,
            col_start=0, num_cols=None, config=None):
     """Run the kernel into ``out`` (a [S, *] view with unit column stride). ``col_start``/``num_cols``
-    restrict the computed key window (columns of ``out`` are then j - col_start)."""
+    restrict the computed key window (columns of ``out`` are then j - col_start). An explicit
+    ``config`` (tuning, tests) is used as given, N_ITERS included."""
     s, h = q.shape[0], q.shape[1]
     is_fp4 = q_sf is not None
     d = q.shape[2] * 2 if is_fp4 else q.shape[2]
@@ -277,8 +278,8 @@ def launch(q, q_sf, k, k_sf, weights, ks, ke, out, *, clean, compressed, out_mod
     block_q = _block_q(h, cfg["rows"])
     if compressed:
         num_cols = s_kv
-    n_iters = configs.fit_iters(cfg["N_ITERS"], triton.cdiv(num_cols, cfg["BLOCK_N"]),
-                                triton.cdiv(s, block_q), q.device)
+    n_iters = cfg["N_ITERS"] if config else configs.fit_iters(
+        cfg["N_ITERS"], triton.cdiv(num_cols, cfg["BLOCK_N"]), triton.cdiv(s, block_q), q.device)
     grid = (triton.cdiv(s, block_q), max(triton.cdiv(num_cols, cfg["BLOCK_N"] * n_iters), 1))
     if s == 0 or num_cols == 0:
         return out

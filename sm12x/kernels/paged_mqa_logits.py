@@ -152,7 +152,8 @@ def cache_pointers(kv_cache: torch.Tensor, fp4: bool):
 def launch(q, q_sf, kv_cache, weights, context_lens, block_table, max_context_len, out, *,
            clean, out_mode, col_start=0, num_cols=None, config=None):
     """Run the kernel into ``out`` ([B*next_n, *] view, unit column stride); ``col_start`` (a multiple
-    of block_kv) / ``num_cols`` restrict the positions computed (out column = p - col_start)."""
+    of block_kv) / ``num_cols`` restrict the positions computed (out column = p - col_start).
+    An explicit ``config`` (tuning, tests) is used as given, N_ITERS included."""
     bsz, next_n, h = q.shape[0], q.shape[1], q.shape[2]
     is_fp4 = q_sf is not None
     d = q.shape[3] * 2 if is_fp4 else q.shape[3]
@@ -161,9 +162,9 @@ def launch(q, q_sf, kv_cache, weights, context_lens, block_table, max_context_le
         num_cols = max_context_len
     cfg = config or configs.pick(CONFIGS, q.device)["fp4" if is_fp4 else "fp8"]
     bt = block_t(h, next_n, cfg["rows"])
-    n_iters = configs.fit_iters(cfg["N_ITERS"], triton.cdiv(num_cols, block_kv),
-                                bsz * triton.cdiv(next_n, bt), q.device, per_sm=PROGRAMS_PER_SM,
-                                min_iters=MIN_ITERS)
+    n_iters = cfg["N_ITERS"] if config else configs.fit_iters(
+        cfg["N_ITERS"], triton.cdiv(num_cols, block_kv), bsz * triton.cdiv(next_n, bt), q.device,
+        per_sm=PROGRAMS_PER_SM, min_iters=MIN_ITERS)
     grid = (bsz * triton.cdiv(next_n, bt), triton.cdiv(triton.cdiv(num_cols, block_kv), n_iters))
     if bsz == 0 or num_cols <= 0:
         return out

@@ -95,18 +95,17 @@ def test_both_mma_layouts(device, fp4, key_rows):
 
 
 @pytest.mark.parametrize("fp4", [False, True])
-def test_multi_tile_programs(device, monkeypatch, fp4):
+def test_multi_tile_programs(device, fp4):
     """Programs that own several key tiles, as in production (``configs.fit_iters`` gives these
-    small grids one tile per program): tiles no row sees are skipped, the last chunk's loads are
-    clamped, and clean / unclean / compressed outputs stay right."""
+    small grids one tile per program; an explicit config is used as given): tiles no row sees
+    are skipped, the last chunk's loads are clamped, and clean / unclean / compressed outputs
+    stay right."""
     from sm12x.kernels import configs
 
-    monkeypatch.setenv("SM12X_NUM_SMS", "1")
     s, s_kv, h, d = 7, 300, 16, 64
     inp = make_inputs(s, s_kv, h, d, fp4, device, seed=4)
     ks, ke = ragged_ranges(s, s_kv, device)
     cfg = dict(configs.pick(mq.CONFIGS, torch.device(device))["fp4" if fp4 else "fp8"], N_ITERS=3)
-    assert configs.fit_iters(3, 20, 1, torch.device(device)) == 3
     (qv, qs), (k, k_sf) = inp["q"], inp["kv"]
     for clean in (True, False):
         out = mq.alloc_logits(s, s_kv, h, torch.float32, torch.device(device))
@@ -121,7 +120,8 @@ def test_multi_tile_programs(device, monkeypatch, fp4):
 
 
 def test_fit_iters(monkeypatch):
-    """Tiles per program: halved until the grid has 4 programs per SM, never below 1."""
+    """Tiles per program: halved until the grid has ``per_sm`` programs per SM (4 by default),
+    never below ``min_iters``."""
     from sm12x.kernels import configs
 
     cpu = torch.device("cpu")
@@ -130,6 +130,10 @@ def test_fit_iters(monkeypatch):
     assert configs.fit_iters(32, 1024, 1, cpu) == 1  # one request: one block per program
     assert configs.fit_iters(32, 1024, 2, cpu) == 2  # 2 x 512 programs
     assert configs.fit_iters(64, 128, 8, cpu) == 1
+    # the paged kernel's rule: 40 programs per SM, at least 4 blocks per program
+    assert configs.fit_iters(32, 167, 256, cpu, per_sm=40, min_iters=4) == 8
+    assert configs.fit_iters(32, 1331, 256, cpu, per_sm=40, min_iters=4) == 32
+    assert configs.fit_iters(32, 4096, 1, cpu, per_sm=40, min_iters=4) == 4
     monkeypatch.setenv("SM12X_NUM_SMS", "1")
     assert configs.fit_iters(64, 64, 4, cpu) == 64
 

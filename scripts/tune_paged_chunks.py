@@ -1,0 +1,60 @@
+"""Blocks per program (N_ITERS) and pipeline depth of the paged decode logits kernel on the
+benchmark's inputs (``bench_indexer.py``: per-request context uniform in 0.7-1.3 x the average,
+random block tables). Prints GB/s (bytes of KV read once + logits written + q + weights) per
+configuration as markdown. The chunk is fixed here: ``configs.fit_iters`` does not apply.
+
+    python scripts/tune_paged_chunks.py
+"""
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+import torch
+import triton
+
+from bench_indexer import BLOCK_KV, D, H, make_cache, make_q
+from gpu_timing import time_us
+from sm12x.kernels import paged_mqa_logits as paged
+
+BASE = dict(key_rows=True, rows=64, SUB_N=64, num_warps=4)
+CONFIGS = [dict(BASE, N_ITERS=n, num_stages=st) for n, st in ((16, 2), (16, 3), (8, 2), (8, 3), (32, 3), (32, 2))]
+SHAPES = ((256, 8192), (256, 16384), (256, 32768), (256, 65536), (1024, 8192), (1024, 16384),
+          (1024, 32768), (4096, 8192))
+
+
+def main():
+    if not torch.cuda.is_available():
+        raise SystemExit("tune_paged_chunks: needs a CUDA GPU")
+    print(f"# paged logits chunks, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+          f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}\n")
+    print("| B | ctx | next_n | " + " | ".join(f"{c['N_ITERS']} blocks, {c['num_stages']} stages" for c in CONFIGS) + " |")
+    print("|---|---|---|" + "---:|" * len(CONFIGS))
+    for b, ctx_avg in SHAPES:
+        for next_n in (1, 2):
+            torch.manual_seed(0)
+            ctx = torch.randint(int(0.7 * ctx_avg), int(1.3 * ctx_avg), (b,), dtype=torch.int32, device="cuda")
+            max_blocks = int((int(ctx.max()) + BLOCK_KV - 1) // BLOCK_KV)
+            cache = make_cache(b * max_blocks, False)
+            bt = torch.randperm(b * max_blocks, device="cuda", dtype=torch.int32).view(b, max_blocks)
+            cl = (ctx[:, None] - next_n + 1 + torch.arange(next_n, device="cuda", dtype=torch.int32)).contiguous()
+            q = make_q((b, next_n, H), False)[0]
+            w = torch.randn(b * next_n, H, device="cuda")
+            mcl = max_blocks * BLOCK_KV
+            out = paged.alloc_logits(b * next_n, mcl, torch.float32, q.device)
+            nbytes = int(ctx.long().sum()) * (D + 4) + int(cl.long().sum()) * 4 + q.numel() + w.numel() * 4
+            rates = []
+            for cfg in CONFIGS:
+                us = time_us(lambda: paged.launch(q, None, cache, w, cl, bt, mcl, out, clean=False,
+                                                  out_mode=0, config=cfg), iters=10)
+                rates.append(f"{nbytes / us / 1e3:.0f}")
+            print(f"| {b} | {ctx_avg} | {next_n} | " + " | ".join(rates) + " |", flush=True)
+            del cache, bt, q, w, out
+            torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
