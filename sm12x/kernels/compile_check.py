@@ -61,11 +61,12 @@ def launch_hints(signature: dict) -> dict:
 
 
 def compile_kernel(fn, signature: dict, constexprs: dict, *, target: str, num_warps: int,
-                   num_stages: int, config_name: str = "") -> CompileReport:
+                   num_stages: int, config_name: str = "", maxnreg: int | None = None) -> CompileReport:
     """Compile ``fn`` (a ``@triton.jit`` function) for ``target`` and check the SM12x limits.
 
     ``signature`` maps every argument name to a Triton type string ("*fp32", "i32", "constexpr");
-    ``constexprs`` gives the values of the constexpr arguments.
+    ``constexprs`` gives the values of the constexpr arguments; ``maxnreg`` is the launch option
+    of the same name (a register budget per thread), when the configuration sets one.
     """
     import triton
     from triton.backends.compiler import GPUTarget
@@ -74,8 +75,10 @@ def compile_kernel(fn, signature: dict, constexprs: dict, *, target: str, num_wa
     cap = TARGETS[target]
     src = ASTSource(fn=fn, signature=signature, constexprs=constexprs,
                     attrs=launch_hints(signature))
-    compiled = triton.compile(src, target=GPUTarget("cuda", cap, 32),
-                              options={"num_warps": num_warps, "num_stages": num_stages})
+    options = {"num_warps": num_warps, "num_stages": num_stages}
+    if maxnreg is not None:
+        options["maxnreg"] = maxnreg
+    compiled = triton.compile(src, target=GPUTarget("cuda", cap, 32), options=options)
     shared = int(compiled.metadata.shared)
     regs, spill = _resource_usage(compiled.asm["cubin"])
     problems = []
