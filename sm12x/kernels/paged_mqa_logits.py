@@ -106,7 +106,7 @@ def _paged_mqa_logits_kernel(
             m = t_ok[:, None] & ((c < num_cols) & (p < max_context_len))[None, :]
             tok_off = phys * stride_kv + i * DB
             sf_idx = (phys * stride_kv + BLOCK_KV * DB) // 4 + i
-            v = index_scores(q, w, kv_ptr, tok_off, None, kvf_ptr, sf_idx, BLOCK_T, H, D,
+            v = index_scores(q, w, kv_ptr, tok_off, i < BLOCK_KV, kvf_ptr, sf_idx, BLOCK_T, H, D,
                              IS_FP4, KEY_ROWS)
             visible = p[None, :] < end[:, None]
             if CLEAN:
