@@ -112,6 +112,19 @@ def prefill_cases(quick: bool, fp4: bool, out: list):
         torch.cuda.empty_cache()
 
 
+def paged_case(b: int, ctx_avg: int, next_n: int, fp4: bool):
+    """A decode batch: request lengths uniform in 0.7-1.3 x ``ctx_avg``, a random block table,
+    2-D context lengths -> (ctx, cache, block_table, context_lens, q, weights, max_context_len)."""
+    ctx = torch.randint(int(0.7 * ctx_avg), int(1.3 * ctx_avg), (b,), dtype=torch.int32, device="cuda")
+    max_blocks = int((int(ctx.max()) + BLOCK_KV - 1) // BLOCK_KV)
+    cache = make_cache(b * max_blocks, fp4)
+    bt = torch.randperm(b * max_blocks, device="cuda", dtype=torch.int32).view(b, max_blocks)
+    cl = (ctx[:, None] - next_n + 1 + torch.arange(next_n, device="cuda", dtype=torch.int32)).contiguous()
+    q = make_q((b, next_n, H), fp4)
+    w = torch.randn(b * next_n, H, device="cuda")
+    return ctx, cache, bt, cl, q, w, max_blocks * BLOCK_KV
+
+
 def decode_cases(quick: bool, fp4: bool, out: list):
     from sm12x.kernels.deep_gemm_api import fp8_fp4_paged_mqa_logits, get_num_sms, get_paged_mqa_logits_metadata
 
@@ -122,15 +135,8 @@ def decode_cases(quick: bool, fp4: bool, out: list):
             if b * ctx_avg > 32 * 1024 * 1024:
                 continue
             for next_n in (1, 2):
-                ctx = torch.randint(int(0.7 * ctx_avg), int(1.3 * ctx_avg), (b,), dtype=torch.int32, device="cuda")
-                max_blocks = int((int(ctx.max()) + BLOCK_KV - 1) // BLOCK_KV)
-                cache = make_cache(b * max_blocks, fp4)
-                bt = torch.randperm(b * max_blocks, device="cuda", dtype=torch.int32).view(b, max_blocks)
-                cl = (ctx[:, None] - next_n + 1 + torch.arange(next_n, device="cuda", dtype=torch.int32)).contiguous()
-                q = make_q((b, next_n, H), fp4)
-                w = torch.randn(b * next_n, H, device="cuda")
+                ctx, cache, bt, cl, q, w, mcl = paged_case(b, ctx_avg, next_n, fp4)
                 meta = get_paged_mqa_logits_metadata(cl, BLOCK_KV, get_num_sms())
-                mcl = max_blocks * BLOCK_KV
                 ms = bench_graph(lambda: fp8_fp4_paged_mqa_logits(q, cache, w, cl, bt, meta, mcl))
                 tok_bytes = (D // 2 if fp4 else D) + 4
                 kv_bytes = int(ctx.long().sum()) * tok_bytes

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import torch
 import triton
 
-from bench_indexer import BLOCK_KV, D, H, make_cache, make_q
+from bench_indexer import D, paged_case
 from gpu_timing import time_us
 from sm12x.kernels import paged_mqa_logits as paged
 
@@ -36,14 +36,7 @@ def main():
     for b, ctx_avg in SHAPES:
         for next_n in (1, 2):
             torch.manual_seed(0)
-            ctx = torch.randint(int(0.7 * ctx_avg), int(1.3 * ctx_avg), (b,), dtype=torch.int32, device="cuda")
-            max_blocks = int((int(ctx.max()) + BLOCK_KV - 1) // BLOCK_KV)
-            cache = make_cache(b * max_blocks, False)
-            bt = torch.randperm(b * max_blocks, device="cuda", dtype=torch.int32).view(b, max_blocks)
-            cl = (ctx[:, None] - next_n + 1 + torch.arange(next_n, device="cuda", dtype=torch.int32)).contiguous()
-            q = make_q((b, next_n, H), False)[0]
-            w = torch.randn(b * next_n, H, device="cuda")
-            mcl = max_blocks * BLOCK_KV
+            ctx, cache, bt, cl, (q, _), w, mcl = paged_case(b, ctx_avg, next_n, False)
             out = paged.alloc_logits(b * next_n, mcl, torch.float32, q.device)
             nbytes = int(ctx.long().sum()) * (D + 4) + int(cl.long().sum()) * 4 + q.numel() + w.numel() * 4
             rates = []
