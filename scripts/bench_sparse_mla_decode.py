@@ -147,15 +147,17 @@ def main():
           f"{'L2 flushed before each call' if flush else 'warm L2 (no flush)'}; the PyTorch "
           f"reference is timed eagerly")
     print(f"- GB/s: FlashMLA's count (Q + O bytes + 576 B per unique MODEL1 token)\n")
-    print("| case | b | s_q | h_q | config | splits | µs | GB/s | TFLOPS | ref µs | speed-up | "
-          "matches ref |")
+    print("| case | b | s_q | h_q | config | programs/rows | µs | GB/s | TFLOPS | ref µs | "
+          "speed-up | matches ref |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     failed = False
     for name, kw in cases(args.quick):
         case = make_case("model1", device="cuda", seed=1, **kw)
         b, s_q, h_q, _ = case["q"].shape
         xtopk = case["extra_indices"].shape[-1] if "extra_indices" in case else 0
-        cfg, _, nsplit, _ = plan(b, s_q, h_q, case["indices"].shape[-1], xtopk, dev)
+        ragged = any(case.get(k) is not None for k in ("topk_length", "extra_topk_length"))
+        p = plan(b, s_q, h_q, case["indices"].shape[-1], xtopk, dev, ragged=ragged)
+        cfg = p.cfg
         us = time_fn(lambda: sparse_mla_decode(**case), iters, flush, graph=True)
         mem, flops = bytes_and_flops(case)
         ref_us, ok = float("nan"), "-"
@@ -170,7 +172,8 @@ def main():
                 bad = v_out if not v_out.ok else v_lse
                 ok, failed = f"NO ({'out' if bad is v_out else 'lse'}: {bad.detail})", True
         cfg_s = f"H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']}"
-        print(f"| {name} | {b} | {s_q} | {h_q} | {cfg_s} | {nsplit} | {us:.1f} | "
+        rows = b * s_q * p.head_blocks
+        print(f"| {name} | {b} | {s_q} | {h_q} | {cfg_s} | {p.programs}/{rows} | {us:.1f} | "
               f"{mem / us / 1e3:.0f} | {flops / us / 1e6:.1f} | {ref_us:.0f} | "
               f"{ref_us / us:.1f}x | {ok} |", flush=True)
         del case

@@ -1,20 +1,22 @@
 """Sparse MLA decode on FP8 KV caches (FlashMLA ``sparse_decode_fwd`` semantics) in Triton.
 
-Split-KV: program (head block, split, query token) handles BLOCK_H heads of one query token over a
-contiguous range of BLOCK_N-token tiles of the candidate list (main top-k tiles, then extra top-k
-tiles). It gathers the rows, dequantises FP8 -> bf16 in registers (exact: the scales are powers of
-two), runs QK^T and PV as bf16 x bf16 -> fp32 dots with an online base-2 softmax, and writes a
-normalised partial output and its log2-sum-exp. The next tile's indices (PREFETCH 1) or rows
-(PREFETCH 2) are loaded while the current tile computes. A combine kernel merges the splits, applies the
-sink and writes bf16 ``out`` and natural-log ``lse``. With one split the first kernel writes the
-final result itself.
+Work: a row is BLOCK_H heads of one query token over its candidate list (main top-k tiles, then
+extra top-k tiles, BLOCK_N tokens each); a unit is one tile of one row. Each program takes a
+contiguous, near-equal range of units (``plan``: whole rows, rows cut into equal parts, or, to
+fill every SM, units dealt out evenly with rows cut anywhere). Per tile it gathers the rows,
+dequantises FP8 -> bf16 in registers (exact: the scales are powers of two), runs QK^T and PV as
+bf16 x bf16 -> fp32 dots with an online base-2 softmax. The next tile's indices (PREFETCH 1) or
+rows (PREFETCH 2) are loaded while the current tile computes. A whole row is written out (sink
+applied, bf16 ``out``, natural-log ``lse``); the parts of a row split between programs go to a
+workspace that a combine kernel merges.
 
-The number of splits and the workspace depend on shapes only (CUDA-graph capturable).
+The plan and the workspace depend on shapes only (CUDA-graph capturable).
 Formats: see ``mla_kv_cache``. The public entry point is :func:`sparse_mla_decode`.
 """
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import torch
 import triton
@@ -56,6 +58,7 @@ CONFIGS = {
     "sm_90": {"model1": (_H16_N64, _H32_N64, _H64_N64), "v32": (_H16, _H32_V32)},
 }
 COMBINE_CONFIG = {"BLOCK_HC": 8, "BLOCK_DC": 128, "num_warps": 4}
+WIDE_PRODUCT = 2**31  # units x programs from here on: the unit arithmetic runs in int64
 
 
 @triton.jit
@@ -227,34 +230,18 @@ def _write_final(out_ptr, lse_ptr, sink_ptr, acc, lse2, heads, hmask, pid_bs, H,
     tl.store(lse_ptr + pid_bs.to(tl.int64) * H + heads, lse, mask=hmask & ((heads * 0 + d0) == 0))
 
 
-# Integer arguments are not specialised on their values (== 1, % 16): a serving process would
-# otherwise compile a new variant for many batch sizes / split counts during CUDA-graph capture.
-# The alignment facts the kernel needs are stated in-kernel with tl.multiple_of instead.
-_RUNTIME_INTS = ["stride_qb", "stride_qs", "stride_qh", "cache_stride0", "cache_ntok", "stride_ib",
-                 "stride_is", "xcache_stride0", "xcache_ntok", "stride_xb", "stride_xs",
-                 "stride_ob", "stride_os", "stride_oh", "S_Q", "H", "TOPK", "XTOPK", "NUM_SPLITS",
-                 "TILES_PER_SPLIT"]
-
-
-@triton.jit(do_not_specialize=_RUNTIME_INTS)
-def _sparse_mla_split_kernel(
-        q_ptr, stride_qb, stride_qs, stride_qh,
-        cache_ptr, cache_stride0, cache_ntok, idx_ptr, stride_ib, stride_is, len_ptr,
-        xcache_ptr, xcache_stride0, xcache_ntok, xidx_ptr, stride_xb, stride_xs, xlen_ptr,
-        ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, stride_ob, stride_os, stride_oh,
-        S_Q, H, TOPK, XTOPK, NUM_SPLITS, TILES_PER_SPLIT, qk_scale,
-        PAGE: tl.constexpr, XPAGE: tl.constexpr, IS_MODEL1: tl.constexpr, HAS_LEN: tl.constexpr,
-        HAS_EXTRA: tl.constexpr, HAS_XLEN: tl.constexpr, HAS_SINK: tl.constexpr,
-        DIRECT: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-        PREFETCH: tl.constexpr, INTERPRET: tl.constexpr):
-    pid_h = tl.program_id(0)
-    pid_sp = tl.program_id(1)
-    pid_bs = tl.program_id(2)
-    b = pid_bs // S_Q
-    s = pid_bs % S_Q
-    heads = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
-    hmask = heads < H
-
+@triton.jit
+def _attend_row(q_ptr, stride_qb, stride_qs, stride_qh,
+                cache_ptr, cache_stride0, cache_ntok, idx_ptr, stride_ib, stride_is, len_ptr,
+                xcache_ptr, xcache_stride0, xcache_ntok, xidx_ptr, stride_xb, stride_xs, xlen_ptr,
+                b, s, heads, hmask, S_Q, TOPK, XTOPK, lo, hi, qk_scale,
+                PAGE: tl.constexpr, XPAGE: tl.constexpr, IS_MODEL1: tl.constexpr,
+                HAS_LEN: tl.constexpr, HAS_EXTRA: tl.constexpr, HAS_XLEN: tl.constexpr,
+                BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr,
+                INTERPRET: tl.constexpr):
+    """Heads ``heads`` of query token (b, s) over candidate tiles [lo, hi) (main list tiles,
+    then extra list tiles) -> (normalised output fp32 [BLOCK_H, 512], log2-sum-exp; -inf when
+    no valid key)."""
     # Rows are 16-byte aligned (the launcher guarantees it): vector loads.
     q_row = tl.multiple_of(q_ptr + b.to(tl.int64) * stride_qb + s * stride_qs + heads * stride_qh,
                            16)[:, None]
@@ -268,8 +255,6 @@ def _sparse_mla_split_kernel(
     m_i = tl.full((BLOCK_H,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((BLOCK_H,), dtype=tl.float32)
 
-    lo = pid_sp * TILES_PER_SPLIT
-    hi = lo + TILES_PER_SPLIT
     n_main = tl.cdiv(TOPK, BLOCK_N)
     length = TOPK
     if HAS_LEN:
@@ -292,46 +277,199 @@ def _sparse_mla_split_kernel(
     has_any = l_i > 0.0
     acc = acc / tl.where(has_any, l_i, 1.0)[:, None]
     lse2 = tl.where(has_any, m_i + tl.log2(tl.where(has_any, l_i, 1.0)), float("-inf"))
-    if DIRECT:
-        _write_final(out_ptr, lse_ptr, sink_ptr, acc, lse2, heads, hmask, pid_bs, H, stride_ob,
-                     stride_os, stride_oh, S_Q, 0, HAS_SINK, INTERPRET)
+    return acc, lse2
+
+
+@triton.jit
+def _wide(x, WIDE: tl.constexpr):
+    """``x`` in int64 when units x programs can reach 2^31 (WIDE), else as is: 64-bit division is
+    a long instruction sequence, on the critical path of every program."""
+    if WIDE:
+        return tl.cast(x, tl.int64)
     else:
-        row = (pid_bs.to(tl.int64) * NUM_SPLITS + pid_sp) * H + heads
-        tl.store(ows_ptr + row[:, None] * 512 + tl.arange(0, 512)[None, :], acc,
-                 mask=hmask[:, None])
-        tl.store(lsews_ptr + row, lse2, mask=hmask)
+        return x
 
 
-@triton.jit(do_not_specialize=["stride_ob", "stride_os", "stride_oh", "S_Q", "H", "NUM_SPLITS"])
+@triton.jit
+def _first_unit(p, UNITS, PROGRAMS, WIDE: tl.constexpr):
+    """The first work unit of dealt-out program ``p`` (contiguous, near-equal unit ranges)."""
+    return (_wide(p, WIDE) * UNITS // PROGRAMS).to(tl.int32)
+
+
+# Integer arguments are not specialised on their values (== 1, % 16): a serving process would
+# otherwise compile a new variant for many batch sizes / split counts during CUDA-graph capture.
+# The alignment facts the kernel needs are stated in-kernel with tl.multiple_of instead.
+_RUNTIME_INTS = ["stride_qb", "stride_qs", "stride_qh", "cache_stride0", "cache_ntok", "stride_ib",
+                 "stride_is", "xcache_stride0", "xcache_ntok", "stride_xb", "stride_xs",
+                 "stride_ob", "stride_os", "stride_oh", "S_Q", "H", "TOPK", "XTOPK", "QUERIES",
+                 "HEAD_BLOCKS", "HEAD_MAJOR", "TILES", "SPLITS", "TILES_PER_SPLIT", "PROGRAMS"]
+
+
+@triton.jit
+def _row_coords(r, QUERIES, HEAD_BLOCKS, HEAD_MAJOR):
+    """Row -> (query token, head block); rows are numbered query first (r = query * HEAD_BLOCKS
+    + hb) or, with HEAD_MAJOR, head block first (r = hb * QUERIES + query)."""
+    by_query = r // HEAD_BLOCKS
+    by_head = r // QUERIES
+    query = tl.where(HEAD_MAJOR != 0, r - by_head * QUERIES, by_query)
+    return query, tl.where(HEAD_MAJOR != 0, by_head, r - by_query * HEAD_BLOCKS)
+
+
+@triton.jit
+def _segment(q_ptr, stride_qb, stride_qs, stride_qh,
+             cache_ptr, cache_stride0, cache_ntok, idx_ptr, stride_ib, stride_is, len_ptr,
+             xcache_ptr, xcache_stride0, xcache_ntok, xidx_ptr, stride_xb, stride_xs, xlen_ptr,
+             ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, stride_ob, stride_os, stride_oh,
+             S_Q, H, TOPK, XTOPK, TILES, query, hb, t0, t1, slot, qk_scale,
+             PAGE: tl.constexpr, XPAGE: tl.constexpr, IS_MODEL1: tl.constexpr,
+             HAS_LEN: tl.constexpr, HAS_EXTRA: tl.constexpr, HAS_XLEN: tl.constexpr,
+             HAS_SINK: tl.constexpr, DIRECT: tl.constexpr, BLOCK_H: tl.constexpr,
+             BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr, INTERPRET: tl.constexpr):
+    """Tiles [t0, t1) of row (query, hb): written out when that is the whole row, else left in
+    workspace ``slot`` for the combine kernel."""
+    heads = hb * BLOCK_H + tl.arange(0, BLOCK_H)
+    hmask = heads < H
+    acc, lse2 = _attend_row(
+        q_ptr, stride_qb, stride_qs, stride_qh, cache_ptr, cache_stride0, cache_ntok,
+        idx_ptr, stride_ib, stride_is, len_ptr, xcache_ptr, xcache_stride0, xcache_ntok,
+        xidx_ptr, stride_xb, stride_xs, xlen_ptr, query // S_Q, query % S_Q, heads, hmask,
+        S_Q, TOPK, XTOPK, t0, t1, qk_scale, PAGE, XPAGE, IS_MODEL1, HAS_LEN, HAS_EXTRA,
+        HAS_XLEN, BLOCK_H, BLOCK_N, PREFETCH, INTERPRET)
+    if DIRECT:
+        _write_final(out_ptr, lse_ptr, sink_ptr, acc, lse2, heads, hmask, query, H,
+                     stride_ob, stride_os, stride_oh, S_Q, 0, HAS_SINK, INTERPRET)
+    else:
+        if (t0 == 0) & (t1 == TILES):
+            _write_final(out_ptr, lse_ptr, sink_ptr, acc, lse2, heads, hmask, query, H,
+                         stride_ob, stride_os, stride_oh, S_Q, 0, HAS_SINK, INTERPRET)
+        else:
+            part = tl.cast(slot, tl.int64) * BLOCK_H + tl.arange(0, BLOCK_H)
+            tl.store(ows_ptr + part[:, None] * 512 + tl.arange(0, 512)[None, :], acc)
+            tl.store(lsews_ptr + part, lse2)
+
+
+@triton.jit(do_not_specialize=_RUNTIME_INTS)
+def _sparse_mla_split_kernel(
+        q_ptr, stride_qb, stride_qs, stride_qh,
+        cache_ptr, cache_stride0, cache_ntok, idx_ptr, stride_ib, stride_is, len_ptr,
+        xcache_ptr, xcache_stride0, xcache_ntok, xidx_ptr, stride_xb, stride_xs, xlen_ptr,
+        ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, stride_ob, stride_os, stride_oh,
+        S_Q, H, TOPK, XTOPK, QUERIES, HEAD_BLOCKS, HEAD_MAJOR, TILES, SPLITS, TILES_PER_SPLIT,
+        PROGRAMS, qk_scale,
+        PAGE: tl.constexpr, XPAGE: tl.constexpr, IS_MODEL1: tl.constexpr, HAS_LEN: tl.constexpr,
+        HAS_EXTRA: tl.constexpr, HAS_XLEN: tl.constexpr, HAS_SINK: tl.constexpr,
+        DIRECT: tl.constexpr, DEALT: tl.constexpr, WIDE: tl.constexpr, BLOCK_H: tl.constexpr,
+        BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr, INTERPRET: tl.constexpr):
+    """A row is (query token, head block); a unit, one tile of a row (TILES per row).
+    DEALT (grid (PROGRAMS,)): program p takes units [_first_unit(p), _first_unit(p + 1)) of the
+    rows in ``_row_coords`` order, row segment by row segment; a part of a row goes to workspace
+    slot 2p (the program's first segment) or 2p + 1 (its last). Else (grid (HEAD_BLOCKS,
+    SPLITS, QUERIES)): program (hb, k, query) takes tiles [k * TILES_PER_SPLIT, ...) of one row
+    (slot: its program number). DIRECT: no row is split. WIDE: see ``_wide``."""
+    if DEALT:
+        # Everything a segment needs is derived from u inside the loop: with the row's
+        # coordinates computed once outside, the BLOCK_H 64 variants spilled 300-550 B (sm_90).
+        pid = tl.program_id(0)
+        start = _first_unit(pid, QUERIES * HEAD_BLOCKS * TILES, PROGRAMS, WIDE)
+        end = _first_unit(pid + 1, QUERIES * HEAD_BLOCKS * TILES, PROGRAMS, WIDE)
+        u = start
+        while u < end:
+            r = u // TILES
+            t0 = u - r * TILES
+            t1 = tl.minimum(TILES, t0 + (end - u))
+            query, hb = _row_coords(r, QUERIES, HEAD_BLOCKS, HEAD_MAJOR)
+            _segment(q_ptr, stride_qb, stride_qs, stride_qh, cache_ptr, cache_stride0,
+                     cache_ntok, idx_ptr, stride_ib, stride_is, len_ptr, xcache_ptr,
+                     xcache_stride0, xcache_ntok, xidx_ptr, stride_xb, stride_xs, xlen_ptr,
+                     ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, stride_ob, stride_os,
+                     stride_oh, S_Q, H, TOPK, XTOPK, TILES, query, hb, t0, t1,
+                     pid * 2 + (u != start).to(tl.int32), qk_scale, PAGE, XPAGE, IS_MODEL1,
+                     HAS_LEN, HAS_EXTRA, HAS_XLEN, HAS_SINK, DIRECT, BLOCK_H, BLOCK_N,
+                     PREFETCH, INTERPRET)
+            u += t1 - t0
+    else:  # no integer division on the way to the first load
+        # Inside a loop of one trip (S_Q >= 1), like the dealt case's: the compiler then
+        # schedules the segment as it does there (sm_90 BLOCK_H 64 spill 168 -> 16 B).
+        for _ in range(0, tl.minimum(S_Q, 1)):
+            hb = tl.program_id(0)
+            part = tl.program_id(1)
+            query = tl.program_id(2)
+            t0 = part * TILES_PER_SPLIT
+            _segment(q_ptr, stride_qb, stride_qs, stride_qh, cache_ptr, cache_stride0,
+                     cache_ntok, idx_ptr, stride_ib, stride_is, len_ptr, xcache_ptr,
+                     xcache_stride0, xcache_ntok, xidx_ptr, stride_xb, stride_xs, xlen_ptr,
+                     ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, stride_ob, stride_os,
+                     stride_oh, S_Q, H, TOPK, XTOPK, TILES, query, hb, t0,
+                     tl.minimum(t0 + TILES_PER_SPLIT, TILES),
+                     (query * HEAD_BLOCKS + hb) * SPLITS + part, qk_scale, PAGE, XPAGE,
+                     IS_MODEL1, HAS_LEN, HAS_EXTRA, HAS_XLEN, HAS_SINK, DIRECT, BLOCK_H,
+                     BLOCK_N, PREFETCH, INTERPRET)
+
+
+@triton.jit(do_not_specialize=["stride_ob", "stride_os", "stride_oh", "S_Q", "H", "QUERIES",
+                               "HEAD_BLOCKS", "HEAD_MAJOR", "TILES", "SPLITS", "PROGRAMS"])
 def _sparse_mla_combine_kernel(ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, stride_ob,
-                               stride_os, stride_oh, S_Q, H, NUM_SPLITS,
-                               HAS_SINK: tl.constexpr, BLOCK_HC: tl.constexpr,
-                               BLOCK_DC: tl.constexpr, INTERPRET: tl.constexpr):
-    """Merge the splits of BLOCK_HC heads x BLOCK_DC output dims of one query token."""
+                               stride_os, stride_oh, S_Q, H, QUERIES, HEAD_BLOCKS, HEAD_MAJOR,
+                               TILES, SPLITS, PROGRAMS, HAS_SINK: tl.constexpr, DEALT: tl.constexpr,
+                               WIDE: tl.constexpr, BLOCK_H: tl.constexpr,
+                               BLOCK_HC: tl.constexpr, BLOCK_DC: tl.constexpr,
+                               INTERPRET: tl.constexpr):
+    """Merge the parts of a split row for BLOCK_HC heads x BLOCK_DC output dims of one query
+    token (BLOCK_HC divides BLOCK_H). Rows that no program split were written by the split
+    kernel and are left alone."""
     pid_h = tl.program_id(0)
     d0 = tl.program_id(1) * BLOCK_DC
-    pid_bs = tl.program_id(2)
-    heads = pid_h * BLOCK_HC + tl.arange(0, BLOCK_HC)
+    query = tl.program_id(2)
+    h0 = pid_h * BLOCK_HC
+    hb = h0 // BLOCK_H
+    if DEALT:
+        units = QUERIES * HEAD_BLOCKS * TILES
+        row = tl.where(HEAD_MAJOR != 0, hb * QUERIES + query, query * HEAD_BLOCKS + hb)
+        first = _wide(row, WIDE) * TILES
+        # The programs holding the row's first and last unit (inverse of _first_unit) ...
+        p_first = (((first + 1) * PROGRAMS - 1) // units).to(tl.int32)
+        p_last = (((first + TILES) * PROGRAMS - 1) // units).to(tl.int32)
+        # ... and the slot of the first one's part: its last segment if it started earlier.
+        started_before = _first_unit(p_first, units, PROGRAMS, WIDE) < first
+        first_slot = 2 * p_first + started_before.to(tl.int32)
+    else:
+        p_first = (query * HEAD_BLOCKS + hb) * SPLITS
+        p_last = p_first + SPLITS - 1
+        first_slot = p_first
+    p_end = tl.where(p_last > p_first, p_last + 1, p_first)  # empty: the row is not split
+    heads = h0 + tl.arange(0, BLOCK_HC)
     hmask = heads < H
-    base = pid_bs.to(tl.int64) * NUM_SPLITS * H + heads
+    in_block = heads - hb * BLOCK_H
     gmax = tl.full((BLOCK_HC,), float("-inf"), dtype=tl.float32)
-    for sp in range(NUM_SPLITS):
-        gmax = tl.maximum(gmax, tl.load(lsews_ptr + base + sp * H, mask=hmask, other=float("-inf")))
+    for p in range(p_first, p_end):
+        part = _part_row(p, p_first, first_slot, DEALT, BLOCK_H) + in_block
+        gmax = tl.maximum(gmax, tl.load(lsews_ptr + part, mask=hmask, other=float("-inf")))
     gsafe = tl.where(gmax == float("-inf"), 0.0, gmax)
     total = tl.zeros((BLOCK_HC,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_HC, BLOCK_DC), dtype=tl.float32)
-    for sp in range(NUM_SPLITS):
-        row = base + sp * H
-        w = tl.exp2(tl.load(lsews_ptr + row, mask=hmask, other=float("-inf")) - gsafe)
-        o_row = tl.multiple_of(ows_ptr + row * 512 + d0, 16)
+    for p in range(p_first, p_end):
+        part = _part_row(p, p_first, first_slot, DEALT, BLOCK_H) + in_block
+        w = tl.exp2(tl.load(lsews_ptr + part, mask=hmask, other=float("-inf")) - gsafe)
+        o_row = tl.multiple_of(ows_ptr + part * 512 + d0, 16)
         o = tl.load(o_row[:, None] + tl.arange(0, BLOCK_DC)[None, :],
                     mask=hmask[:, None] & (w > 0.0)[:, None], other=0.0)
         total += w
         acc += w[:, None] * o
     lse2 = tl.where(total > 0.0, gsafe + tl.log2(tl.where(total > 0.0, total, 1.0)), float("-inf"))
     acc = acc / tl.where(total > 0.0, total, 1.0)[:, None]
-    _write_final(out_ptr, lse_ptr, sink_ptr, acc, lse2, heads, hmask, pid_bs, H, stride_ob,
+    split = (heads * 0 + p_end) > p_first  # a vector: the interpreter cannot `and` a scalar in
+    _write_final(out_ptr, lse_ptr, sink_ptr, acc, lse2, heads, hmask & split, query, H, stride_ob,
                  stride_os, stride_oh, S_Q, d0, HAS_SINK, INTERPRET)
+
+
+@triton.jit
+def _part_row(p, p_first, first_slot, DEALT: tl.constexpr, BLOCK_H: tl.constexpr):
+    """First workspace row of program ``p``'s part (``first_slot``: the slot of p_first's)."""
+    if DEALT:  # a later program's part is its first segment: slot 2p
+        slot = tl.where(p == p_first, first_slot, 2 * p)
+    else:
+        slot = p
+    return tl.cast(slot, tl.int64) * BLOCK_H
 
 
 # ----------------------------------------------------------------------------------------------
@@ -464,57 +602,112 @@ def pick_config(h_q, device, fmt="model1", queries=None, topk=0, extra_topk=0):
     return cfg
 
 
-def plan(b, s_q, h_q, topk, extra_topk, device, num_splits=None, cfg=None, fmt="model1"):
-    """Shapes-only launch plan -> (cfg, head_blocks, num_splits, tiles_per_split). The default
-    split count comes from a time model (``_best_split_count``)."""
+class Plan(NamedTuple):
+    """A shapes-only launch plan. A row is one query token's head block; it has ``tiles``
+    candidate tiles (units). Dealt (``dealt``): the units dealt out evenly to ``programs``
+    programs, rows numbered query first or head block first (``head_major``); one row per
+    program is the direct case. Else every row is cut into ``splits`` > 1 parts of
+    ``tiles_per_split`` tiles, one program each."""
+    cfg: dict
+    head_blocks: int
+    tiles: int
+    splits: int
+    tiles_per_split: int
+    programs: int
+    dealt: bool
+    head_major: bool
+    direct: bool        # no row is split between programs: no combine step
+
+
+def plan(b, s_q, h_q, topk, extra_topk, device, num_splits=None, cfg=None, fmt="model1",
+         ragged=False):
+    """The launch plan of a call. ``num_splits`` forces every row into that many parts; by
+    default the program count comes from a time model (``_best_program_count``; ``ragged``: the
+    call has per-request top-k lengths)."""
     if cfg is None:  # the common case, memoised: this runs on every decode call
         key = (b, s_q, h_q, topk, extra_topk, configs.arch_key(device), configs.sm_count(device),
-               num_splits, fmt, os.environ.get("SM12X_SPARSE_MLA_CONFIG", ""))
+               num_splits, fmt, ragged, os.environ.get("SM12X_SPARSE_MLA_CONFIG", ""))
         hit = _PLANS.get(key)
         if hit is None:
             hit = _PLANS[key] = _plan(b, s_q, h_q, topk, extra_topk, device, num_splits,
-                                      pick_config(h_q, device, fmt, b * s_q, topk, extra_topk))
+                                      pick_config(h_q, device, fmt, b * s_q, topk, extra_topk),
+                                      ragged)
         return hit
-    return _plan(b, s_q, h_q, topk, extra_topk, device, num_splits, cfg)
+    return _plan(b, s_q, h_q, topk, extra_topk, device, num_splits, cfg, ragged)
 
 
 _PLANS: dict = {}
 
 
-def _plan(b, s_q, h_q, topk, extra_topk, device, num_splits, cfg):
+def _plan(b, s_q, h_q, topk, extra_topk, device, num_splits, cfg, ragged):
     bn, bh = cfg["BLOCK_N"], cfg["BLOCK_H"]
-    n_tiles = triton.cdiv(topk, bn) + triton.cdiv(extra_topk, bn)
+    tiles = triton.cdiv(topk, bn) + triton.cdiv(extra_topk, bn)
     head_blocks = triton.cdiv(h_q, bh)
+    rows = b * s_q * head_blocks
     if num_splits is None:
-        num_splits = _best_split_count(b * s_q * head_blocks, n_tiles, configs.sm_count(device),
-                                       b * s_q * h_q * D_V * 4 * 2)
-    num_splits = max(1, min(int(num_splits), n_tiles))
-    tiles_per_split = triton.cdiv(n_tiles, num_splits)
-    num_splits = triton.cdiv(n_tiles, tiles_per_split)  # no empty splits
-    return cfg, head_blocks, num_splits, tiles_per_split
+        programs, head_major = _best_program_count(rows, tiles, configs.sm_count(device),
+                                                   bh * D_V * 4 * 2, head_blocks, ragged)
+    else:
+        programs, head_major = rows * max(1, min(int(num_splits), tiles)), False
+    if head_major or programs % rows or programs == rows:  # dealt (one row each: direct)
+        return Plan(cfg, head_blocks, tiles, 1, tiles, programs, True, head_major,
+                    split_rows(rows, tiles, programs)[0] == 0)
+    tiles_per_split = triton.cdiv(tiles, programs // rows)
+    splits = triton.cdiv(tiles, tiles_per_split)  # no empty parts
+    if splits == 1:
+        return Plan(cfg, head_blocks, tiles, 1, tiles, rows, True, False, True)
+    return Plan(cfg, head_blocks, tiles, splits, tiles_per_split, rows * splits, False, False,
+                False)
 
 
-# The split-count model, in units of one program's time for one tile. Measured on the H200
+def split_rows(rows, tiles, programs):
+    """(rows cut between programs, row parts the programs write to the workspace)."""
+    if programs % rows == 0:  # every row cut into k equal parts
+        k = programs // rows
+        return (rows, programs) if k > 1 else (0, 0)
+    units = rows * tiles
+    cuts = {p * units // programs for p in range(1, programs)}
+    split = {c // tiles for c in cuts if c % tiles}
+    parts = 0
+    for r in split:  # a split row has one part per program that touches it
+        first, last = r * tiles, r * tiles + tiles - 1
+        parts += ((last + 1) * programs - 1) // units - ((first + 1) * programs - 1) // units + 1
+    return len(split), parts
+
+
+# The cost model, in units of one program's time for one tile. Measured on the H200
 # (2026-12-02): a BLOCK_H 64 x BLOCK_N 64 tile step takes ~6.5 us per SM; splitting batch 64 in
 # two adds ~17 us for 67 MB of partial outputs (written and read once): ~32 MB per tile step.
 COMBINE_STEPS = 0.5
 BYTES_PER_STEP = 32e6
 
 
-def _best_split_count(programs, n_tiles, sms, partial_bytes):
-    """Split-KV count with the least modelled time: (waves of programs over the SMs) x (tiles
-    per split), plus the combine step and its partial-output traffic when split. One program
-    per SM runs at a time (the big head blocks fill an SM), so a split that does not cut the
-    number of waves x tiles only adds combine work."""
-    best, best_cost = 1, triton.cdiv(programs, sms) * n_tiles
-    for splits in range(2, n_tiles + 1):
-        tps = triton.cdiv(n_tiles, splits)
-        if triton.cdiv(n_tiles, tps) != splits:
-            continue  # same tiling as a smaller count
-        cost = (triton.cdiv(programs * splits, sms) * tps + COMBINE_STEPS
-                + partial_bytes * splits / BYTES_PER_STEP)
-        if cost < 0.95 * best_cost:  # a split must win clearly: the model is rough
-            best, best_cost = splits, cost
+def _best_program_count(rows, tiles, sms, part_bytes, head_blocks=1, ragged=False):
+    """-> (program count, head_major) with the least modelled time: (waves of programs over the
+    SMs) x (most tiles per program), plus the combine step and the traffic of the parts it
+    merges (``part_bytes`` each, written and read) when a row is split. One program per SM runs
+    at a time (the big head blocks fill an SM).
+    Candidates: every row cut into k equal parts (query-major: the head blocks of a query token
+    run side by side and share its rows in L2), and, unless ``ragged``, one to four programs per
+    SM with the units dealt out evenly, rows cut anywhere (head-major with a multiple of
+    ``head_blocks`` programs, so that the programs at the same place in each head block's share
+    also run side by side). Ragged calls (per-request lengths) keep one program per row part:
+    the hardware then balances the uneven rows, which dealt-out units cannot."""
+    units = rows * tiles
+    candidates = {(rows * k, False) for k in range(1, tiles + 1)}
+    if not ragged:
+        for w in range(1, 5):
+            programs = sms * w // head_blocks * head_blocks
+            if head_blocks <= programs <= units and programs % rows:
+                candidates.add((programs, True))
+    best, best_cost = (rows, False), triton.cdiv(rows, sms) * tiles
+    for programs, head_major in sorted(candidates):
+        n_split, parts = split_rows(rows, tiles, programs)
+        cost = triton.cdiv(programs, sms) * triton.cdiv(units, programs)
+        if n_split:
+            cost += COMBINE_STEPS + parts * part_bytes / BYTES_PER_STEP
+        if cost < 0.95 * best_cost:  # another count must win clearly: the model is rough
+            best, best_cost = (programs, head_major), cost
     return best
 
 
@@ -525,7 +718,7 @@ def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, ext
     [num_blocks, page, 1, 584 | 656]; indices int32 [b, s_q, topk] (-1 = invalid);
     topk_length / extra_topk_length int32 [b]; attn_sink fp32 [h_q].
     -> (out bf16 [b, s_q, h_q, 512], lse fp32 [b, h_q, s_q], a transposed view of [b, s_q, h_q]).
-    ``num_splits`` forces the split-KV count (default: from shapes and the SM count)."""
+    ``num_splits`` cuts every row into that many parts (default: ``plan`` from shapes and SMs)."""
     if validate_inputs:
         validate(op, q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices,
                  extra_topk_length, d_v)
@@ -536,7 +729,10 @@ def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, ext
     has_extra = extra_k_cache is not None
     xtopk = extra_indices.shape[-1] if has_extra else 0
     fmt = "model1" if d_qk == 512 else "v32"
-    cfg, head_blocks, nsplit, tps = plan(b, s_q, h_q, topk, xtopk, q.device, num_splits, fmt=fmt)
+    ragged = topk_length is not None or (has_extra and extra_topk_length is not None)
+    pl = plan(b, s_q, h_q, topk, xtopk, q.device, num_splits, fmt=fmt, ragged=ragged)
+    cfg, head_blocks, tiles, programs = pl.cfg, pl.head_blocks, pl.tiles, pl.programs
+    direct = pl.direct
     if not _rows_aligned(q):
         q = q.clone(memory_format=torch.contiguous_format)
     if out is None:
@@ -550,12 +746,13 @@ def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, ext
     checks.require(lse.shape == (b, s_q, h_q) and lse.dtype == torch.float32
                    and lse.is_contiguous(), op, "lse", f"{lse.dtype} {list(lse.shape)}",
                    f"contiguous fp32 [{b}, {s_q}, {h_q}]")
-    direct = nsplit == 1
+    wide = b * s_q * head_blocks * tiles * (programs + 1) >= WIDE_PRODUCT
     if direct:
         ows = lsews = lse  # unused
-    else:
-        ows = torch.empty((b * s_q, nsplit, h_q, D_V), dtype=torch.float32, device=q.device)
-        lsews = torch.empty((b * s_q, nsplit, h_q), dtype=torch.float32, device=q.device)
+    else:  # a dealt-out program leaves up to two parts (its first and last row segments)
+        slots = programs * (2 if pl.dealt else 1)
+        ows = torch.empty((slots, cfg["BLOCK_H"], D_V), dtype=torch.float32, device=q.device)
+        lsews = torch.empty((slots, cfg["BLOCK_H"]), dtype=torch.float32, device=q.device)
     # [b] / [h_q] vectors: the kernel indexes them densely (a no-op unless strided).
     topk_length = topk_length.contiguous() if topk_length is not None else None
     extra_topk_length = extra_topk_length.contiguous() if extra_topk_length is not None else None
@@ -565,26 +762,30 @@ def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, ext
     xidx = extra_indices if has_extra else indices
     sink = attn_sink if attn_sink is not None else lse
     dummy_len = indices
-    _sparse_mla_split_kernel[(head_blocks, nsplit, b * s_q)](
+    grid = (programs,) if pl.dealt else (head_blocks, pl.splits, b * s_q)
+    _sparse_mla_split_kernel[grid](
         q, q.stride(0), q.stride(1), q.stride(2),
         cache, cache.stride(0), _ntok(cache), indices, indices.stride(0), indices.stride(1),
         topk_length if topk_length is not None else dummy_len,
         xcache, xcache.stride(0), _ntok(xcache), xidx, xidx.stride(0), xidx.stride(1),
         extra_topk_length if extra_topk_length is not None else dummy_len,
         ows, lsews, out, lse, sink, out.stride(0), out.stride(1), out.stride(2),
-        s_q, h_q, topk, xtopk, nsplit, tps, float(softmax_scale) * LOG2E,
+        s_q, h_q, topk, xtopk, b * s_q, head_blocks, int(pl.head_major), tiles, pl.splits,
+        pl.tiles_per_split, programs, float(softmax_scale) * LOG2E,
         PAGE=k_cache.shape[1], XPAGE=xcache.shape[1], IS_MODEL1=d_qk == 512,
         HAS_LEN=topk_length is not None, HAS_EXTRA=has_extra,
         HAS_XLEN=has_extra and extra_topk_length is not None, HAS_SINK=attn_sink is not None,
-        DIRECT=direct, BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"],
+        DIRECT=direct, DEALT=pl.dealt, WIDE=wide, BLOCK_H=cfg["BLOCK_H"],
+        BLOCK_N=cfg["BLOCK_N"],
         PREFETCH=cfg.get("PREFETCH", 1), INTERPRET=_interpret(),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if not direct:
         bhc, bdc = COMBINE_CONFIG["BLOCK_HC"], COMBINE_CONFIG["BLOCK_DC"]
         _sparse_mla_combine_kernel[(triton.cdiv(h_q, bhc), D_V // bdc, b * s_q)](
             ows, lsews, out, lse, sink, out.stride(0), out.stride(1), out.stride(2), s_q, h_q,
-            nsplit, HAS_SINK=attn_sink is not None, BLOCK_HC=bhc, BLOCK_DC=bdc,
-            INTERPRET=_interpret(), num_warps=COMBINE_CONFIG["num_warps"])
+            b * s_q, head_blocks, int(pl.head_major), tiles, pl.splits, programs,
+            HAS_SINK=attn_sink is not None,
+            DEALT=pl.dealt, WIDE=wide, BLOCK_H=cfg["BLOCK_H"], BLOCK_HC=bhc, BLOCK_DC=bdc, INTERPRET=_interpret(), num_warps=COMBINE_CONFIG["num_warps"])
     return out, lse.transpose(1, 2)
 
 
@@ -594,19 +795,21 @@ def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, ext
 _PAGE_VARIANTS = ((256, 64), (64, 2))
 
 
-def _split_signature(cfg, is_model1, page, xpage, direct):
+def _split_signature(cfg, is_model1, page, xpage, direct, dealt=False):
     sig = {n: "*u8" for n in ("cache_ptr", "xcache_ptr")}
     sig.update({n: "*i32" for n in ("idx_ptr", "len_ptr", "xidx_ptr", "xlen_ptr")})
     sig.update({"q_ptr": "*bf16", "ows_ptr": "*fp32", "lsews_ptr": "*fp32", "out_ptr": "*bf16",
                 "lse_ptr": "*fp32", "sink_ptr": "*fp32", "qk_scale": "fp32"})
     for n in ("stride_qb", "stride_qs", "stride_qh", "cache_ntok", "stride_ib", "stride_is",
               "xcache_ntok", "stride_xb", "stride_xs", "stride_ob", "stride_os", "stride_oh", "S_Q",
-              "H", "TOPK", "XTOPK", "NUM_SPLITS", "TILES_PER_SPLIT"):
+              "H", "TOPK", "XTOPK", "QUERIES", "HEAD_BLOCKS", "HEAD_MAJOR", "TILES", "SPLITS",
+              "TILES_PER_SPLIT", "PROGRAMS"):
         sig[n] = "i32"
     sig["cache_stride0"] = sig["xcache_stride0"] = "i64"
     const = dict(PAGE=page, XPAGE=xpage, IS_MODEL1=is_model1, HAS_LEN=True, HAS_EXTRA=True,
-                 HAS_XLEN=True, HAS_SINK=True, DIRECT=direct, BLOCK_H=cfg["BLOCK_H"],
-                 BLOCK_N=cfg["BLOCK_N"], PREFETCH=cfg.get("PREFETCH", 1), INTERPRET=False)
+                 HAS_XLEN=True, HAS_SINK=True, DIRECT=direct, DEALT=dealt, WIDE=False,
+                 BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"], PREFETCH=cfg.get("PREFETCH", 1),
+                 INTERPRET=False)
     for k in const:
         sig[k] = "constexpr"
     names = _sparse_mla_split_kernel.arg_names
@@ -639,9 +842,11 @@ def compile_reports(targets=("sm_120", "sm_121")):
         key = target if target in CONFIGS else "sm_120"
         for fmt, options in CONFIGS[key].items():
             for cfg in options:
-                for direct in (False, True):
-                    jobs.append(("split", target, fmt, cfg, direct))
-        jobs.append(("combine", target, None, COMBINE_CONFIG, None))
+                for direct, dealt in ((False, False), (False, True), (True, True)):  # as planned
+                    jobs.append(("split", target, fmt, cfg, (direct, dealt)))
+        for block_h in sorted({c["BLOCK_H"] for opts in CONFIGS[key].values() for c in opts}):
+            for dealt in (False, True):
+                jobs.append(("combine", target, None, COMBINE_CONFIG, (block_h, dealt)))
     if len(jobs) > 2 and (os.cpu_count() or 1) > 1:
         import concurrent.futures
         import multiprocessing
@@ -655,24 +860,29 @@ def compile_reports(targets=("sm_120", "sm_121")):
 def _compile_job(job):
     from sm12x.kernels.compile_check import compile_kernel
 
-    kind, target, fmt, cfg, direct = job
+    kind, target, fmt, cfg, variant = job
     if kind == "split":
+        direct, dealt = variant
         page, xpage = _PAGE_VARIANTS[0]
-        sig, const = _split_signature(cfg, fmt == "model1", page, xpage, direct)
+        sig, const = _split_signature(cfg, fmt == "model1", page, xpage, direct, dealt)
         name = (f"{fmt} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']}"
-                f"{' direct' if direct else ''}")
+                f"{' direct' if direct else ''}{' dealt' if dealt else ''}")
         return compile_kernel(_sparse_mla_split_kernel, sig, const, target=target,
                               num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
                               config_name=name)
     sig = {"ows_ptr": "*fp32", "lsews_ptr": "*fp32", "out_ptr": "*bf16", "lse_ptr": "*fp32",
            "sink_ptr": "*fp32", "stride_ob": "i32", "stride_os": "i32", "stride_oh": "i32",
-           "S_Q": "i32", "H": "i32", "NUM_SPLITS": "i32", "HAS_SINK": "constexpr",
-           "BLOCK_HC": "constexpr", "BLOCK_DC": "constexpr", "INTERPRET": "constexpr"}
-    const = {"HAS_SINK": True, "BLOCK_HC": cfg["BLOCK_HC"], "BLOCK_DC": cfg["BLOCK_DC"],
-             "INTERPRET": False}
+           "S_Q": "i32", "H": "i32", "QUERIES": "i32", "HEAD_BLOCKS": "i32", "HEAD_MAJOR": "i32",
+           "TILES": "i32", "SPLITS": "i32", "PROGRAMS": "i32", "HAS_SINK": "constexpr", "DEALT": "constexpr",
+           "WIDE": "constexpr", "BLOCK_H": "constexpr", "BLOCK_HC": "constexpr",
+           "BLOCK_DC": "constexpr", "INTERPRET": "constexpr"}
+    block_h, dealt = variant
+    const = {"HAS_SINK": True, "DEALT": dealt, "WIDE": False, "BLOCK_H": block_h,
+             "BLOCK_HC": cfg["BLOCK_HC"], "BLOCK_DC": cfg["BLOCK_DC"], "INTERPRET": False}
     return compile_kernel(_sparse_mla_combine_kernel, sig, const, target=target,
                           num_warps=cfg["num_warps"], num_stages=1,
-                          config_name=f"HC{cfg['BLOCK_HC']} DC{cfg['BLOCK_DC']}")
+                          config_name=f"H{block_h} HC{cfg['BLOCK_HC']} DC{cfg['BLOCK_DC']}"
+                                      f"{' dealt' if dealt else ''}")
 
 
 if __name__ == "__main__":

@@ -189,16 +189,54 @@ def test_prefetch_depths(monkeypatch, fmt, prefetch):
              extra=(48, 2, 40, [48, 0, 17]), sink=0.2)
 
 
-def test_split_count_model():
-    from sm12x.kernels.sparse_mla_decode import _best_split_count
+def test_program_count_model():
+    from sm12x.kernels.sparse_mla_decode import _best_program_count
 
+    part = 64 * 512 * 8
     # One program per SM, 10 tiles each: splitting only adds waves and combine traffic.
-    assert _best_split_count(128, 10, 132, 128 * 64 * 512 * 8) == 1
-    assert _best_split_count(512, 10, 132, 512 * 64 * 512 * 8) == 1
-    # A few programs on a big GPU: one tile per split.
-    assert _best_split_count(4, 10, 132, 4 * 64 * 512 * 8) == 10
-    # 148 programs on 132 SMs: two splits take 3 waves x 5 tiles instead of 2 x 10.
-    assert _best_split_count(148, 10, 132, 148 * 64 * 512 * 8) == 2
+    assert _best_program_count(128, 10, 132, part) == (128, False)
+    assert _best_program_count(512, 10, 132, part) == (512, False)
+    # A few rows on a big GPU: one tile per program.
+    assert _best_program_count(4, 10, 132, part) == (40, False)
+    # 148 rows on 132 SMs: one program per SM with the 1,480 tiles dealt out evenly (12 tiles
+    # each) beats 2 waves x 10 tiles and 3 waves x 5 tiles (two parts per row) ...
+    assert _best_program_count(148, 10, 132, part) == (132, True)
+    # ... a multiple of the head blocks, rows numbered head block first ...
+    assert _best_program_count(296, 10, 133, part, head_blocks=2) == (132, True)
+    # ... unless the rows are ragged: then the hardware balances them, 3 waves x 5 tiles.
+    assert _best_program_count(148, 10, 132, part, ragged=True) == (296, False)
+
+
+def test_split_rows():
+    from sm12x.kernels.sparse_mla_decode import split_rows
+
+    assert split_rows(4, 10, 4) == (0, 0)            # one row per program
+    assert split_rows(4, 10, 2) == (0, 0)            # two whole rows per program
+    assert split_rows(4, 10, 12) == (4, 12)          # every row in three parts
+    assert split_rows(3, 5, 4) == (3, 6)             # units 0-2 | 3-6 | 7-10 | 11-14
+    assert split_rows(2, 3, 6) == (2, 6)             # one unit per program
+
+
+@pytest.mark.parametrize("programs, head_major, wide", [
+    (1, True, False), (2, True, False), (4, True, True), (5, False, False), (7, False, True),
+    (30, True, True), (6, False, False), (12, False, False), (24, False, False)])
+def test_rows_cut_anywhere(monkeypatch, programs, head_major, wide):
+    """Dealt-out program counts that put several rows, part rows and many-part rows on one
+    program, in both row orders, with 32- and 64-bit unit arithmetic; one row per program; and
+    rows cut in 2 and 4 equal parts (6 rows here)."""
+    from sm12x.kernels import sparse_mla_decode as sd
+
+    if wide:
+        monkeypatch.setattr(sd, "WIDE_PRODUCT", 0)
+    monkeypatch.setattr(sd, "_best_program_count", lambda *a: (programs, head_major))
+    monkeypatch.setattr(sd, "_PLANS", {})
+    monkeypatch.setenv("SM12X_SPARSE_MLA_CONFIG", "BLOCK_H=16,BLOCK_N=16,num_warps=4")
+    # rows: 3 queries x 2 head blocks; tiles: 5 main + 3 extra -> 48 units
+    run_case("model1", b=3, s_q=1, h_q=24, topk=80, topk_len=[80, 33, 1],
+             extra=(48, 2, 40, [48, 0, 17]), sink=0.2)
+    p = sd.plan(3, 1, 24, 80, 48, torch.device("cpu"), ragged=True)
+    assert p.programs == programs
+    assert p.dealt == (head_major or programs % 6 != 0 or programs == 6)
 
 
 def test_small_calls_take_smaller_head_blocks(monkeypatch):
@@ -215,10 +253,11 @@ def test_small_calls_take_smaller_head_blocks(monkeypatch):
 
 def test_auto_splits_fill_gpu(monkeypatch):
     monkeypatch.setenv("SM12X_NUM_SMS", "6")
-    _, hb, nsplit, tps = plan(1, 1, 16, 64, 64, torch.device("cpu"))
-    assert nsplit > 1 and nsplit * tps >= 4
+    p = plan(1, 1, 16, 64, 64, torch.device("cpu"))
+    assert p.programs >= 4 and not p.direct
     run_case("model1", b=1, s_q=1, h_q=16, topk=64, extra=(64, 64, 2, None))
-    assert plan(256, 2, 64, 128, 512, torch.device("cpu"))[2] == 1
+    p = plan(256, 2, 64, 128, 512, torch.device("cpu"))
+    assert p.programs == 256 * 2 * p.head_blocks and p.direct
 
 
 def test_quantiser_round_trip():
