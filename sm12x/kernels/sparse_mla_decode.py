@@ -792,10 +792,13 @@ def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, ext
 # ----------------------------------------------------------------------------------------------
 # Compile checks (no GPU needed)
 
-_PAGE_VARIANTS = ((256, 64), (64, 2))
+_PAGE_VARIANTS = ((256, 64), (64, 2))  # (main, extra) page sizes of V4's CSA and HCA layers
+# (HAS_LEN, HAS_EXTRA, HAS_XLEN): all inputs, main list only, extra list without its lengths
+_INPUT_VARIANTS = ((True, True, True), (False, False, False), (False, True, False))
 
 
-def _split_signature(cfg, is_model1, page, xpage, direct, dealt=False):
+def _split_signature(cfg, is_model1, page, xpage, direct, dealt=False,
+                     inputs=_INPUT_VARIANTS[0]):
     sig = {n: "*u8" for n in ("cache_ptr", "xcache_ptr")}
     sig.update({n: "*i32" for n in ("idx_ptr", "len_ptr", "xidx_ptr", "xlen_ptr")})
     sig.update({"q_ptr": "*bf16", "ows_ptr": "*fp32", "lsews_ptr": "*fp32", "out_ptr": "*bf16",
@@ -806,8 +809,10 @@ def _split_signature(cfg, is_model1, page, xpage, direct, dealt=False):
               "TILES_PER_SPLIT", "PROGRAMS"):
         sig[n] = "i32"
     sig["cache_stride0"] = sig["xcache_stride0"] = "i64"
-    const = dict(PAGE=page, XPAGE=xpage, IS_MODEL1=is_model1, HAS_LEN=True, HAS_EXTRA=True,
-                 HAS_XLEN=True, HAS_SINK=True, DIRECT=direct, DEALT=dealt, WIDE=False,
+    has_len, has_extra, has_xlen = inputs
+    const = dict(PAGE=page, XPAGE=xpage, IS_MODEL1=is_model1, HAS_LEN=has_len,
+                 HAS_EXTRA=has_extra, HAS_XLEN=has_xlen, HAS_SINK=True, DIRECT=direct,
+                 DEALT=dealt, WIDE=False,
                  BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"], PREFETCH=cfg.get("PREFETCH", 1),
                  INTERPRET=False)
     for k in const:
@@ -816,8 +821,10 @@ def _split_signature(cfg, is_model1, page, xpage, direct, dealt=False):
     return {n: sig[n] for n in names}, const
 
 
-def compile_reports(targets=("sm_120", "sm_121")):
-    """Compile every configuration of both kernels for ``targets`` -> list of CompileReport.
+def compile_reports(targets=("sm_120", "sm_121"), full=False):
+    """Compile every configuration of both kernels for ``targets`` -> list of CompileReport, with
+    the V4 CSA page sizes and every optional input; ``full``: also the HCA page sizes and the
+    calls without per-request lengths or without the extra list.
     Under the Triton interpreter the kernels cannot be compiled in-process, so this re-runs
     itself in a subprocess without TRITON_INTERPRET."""
     from sm12x.kernels.compile_check import CompileReport
@@ -832,7 +839,7 @@ def compile_reports(targets=("sm_120", "sm_121")):
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         code = ("import dataclasses, json; from sm12x.kernels.sparse_mla_decode import "
                 f"compile_reports as c; print(json.dumps([dataclasses.asdict(r) for r in "
-                f"c({tuple(targets)!r})]))")
+                f"c({tuple(targets)!r}, {full!r})]))")
         res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                              text=True, check=True)
         return [CompileReport(**d) for d in json.loads(res.stdout.strip().splitlines()[-1])]
@@ -842,8 +849,11 @@ def compile_reports(targets=("sm_120", "sm_121")):
         key = target if target in CONFIGS else "sm_120"
         for fmt, options in CONFIGS[key].items():
             for cfg in options:
-                for direct, dealt in ((False, False), (False, True), (True, True)):  # as planned
-                    jobs.append(("split", target, fmt, cfg, (direct, dealt)))
+                for pages in (_PAGE_VARIANTS if full else _PAGE_VARIANTS[:1]):
+                    for inputs in (_INPUT_VARIANTS if full else _INPUT_VARIANTS[:1]):
+                        for direct, dealt in ((False, False), (False, True), (True, True)):
+                            jobs.append(("split", target, fmt, cfg,
+                                         (direct, dealt, pages, inputs)))
         for block_h in sorted({c["BLOCK_H"] for opts in CONFIGS[key].values() for c in opts}):
             for dealt in (False, True):
                 jobs.append(("combine", target, None, COMBINE_CONFIG, (block_h, dealt)))
@@ -862,11 +872,11 @@ def _compile_job(job):
 
     kind, target, fmt, cfg, variant = job
     if kind == "split":
-        direct, dealt = variant
-        page, xpage = _PAGE_VARIANTS[0]
-        sig, const = _split_signature(cfg, fmt == "model1", page, xpage, direct, dealt)
-        name = (f"{fmt} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']}"
-                f"{' direct' if direct else ''}{' dealt' if dealt else ''}")
+        direct, dealt, (page, xpage), inputs = variant
+        sig, const = _split_signature(cfg, fmt == "model1", page, xpage, direct, dealt, inputs)
+        flags = "".join(f for f, on in zip(("L", "X", "XL"), inputs) if on)
+        name = (f"{fmt} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']} p{page}/{xpage}"
+                f" {flags or '-'}{' direct' if direct else ''}{' dealt' if dealt else ''}")
         return compile_kernel(_sparse_mla_split_kernel, sig, const, target=target,
                               num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
                               config_name=name)
