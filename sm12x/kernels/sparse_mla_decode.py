@@ -410,8 +410,8 @@ def _sparse_mla_split_kernel(
                                "HEAD_BLOCKS", "HEAD_MAJOR", "TILES", "SPLITS", "PROGRAMS"])
 def _sparse_mla_combine_kernel(ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, stride_ob,
                                stride_os, stride_oh, S_Q, H, QUERIES, HEAD_BLOCKS, HEAD_MAJOR,
-                               TILES, SPLITS, PROGRAMS, HAS_SINK: tl.constexpr, DEALT: tl.constexpr,
-                               WIDE: tl.constexpr, BLOCK_H: tl.constexpr,
+                               TILES, SPLITS, PROGRAMS, HAS_SINK: tl.constexpr,
+                               DEALT: tl.constexpr, WIDE: tl.constexpr, BLOCK_H: tl.constexpr,
                                BLOCK_HC: tl.constexpr, BLOCK_DC: tl.constexpr,
                                INTERPRET: tl.constexpr):
     """Merge the parts of a split row for BLOCK_HC heads x BLOCK_DC output dims of one query
@@ -776,16 +776,16 @@ def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, ext
         HAS_LEN=topk_length is not None, HAS_EXTRA=has_extra,
         HAS_XLEN=has_extra and extra_topk_length is not None, HAS_SINK=attn_sink is not None,
         DIRECT=direct, DEALT=pl.dealt, WIDE=wide, BLOCK_H=cfg["BLOCK_H"],
-        BLOCK_N=cfg["BLOCK_N"],
-        PREFETCH=cfg.get("PREFETCH", 1), INTERPRET=_interpret(),
+        BLOCK_N=cfg["BLOCK_N"], PREFETCH=cfg.get("PREFETCH", 1), INTERPRET=_interpret(),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if not direct:
         bhc, bdc = COMBINE_CONFIG["BLOCK_HC"], COMBINE_CONFIG["BLOCK_DC"]
         _sparse_mla_combine_kernel[(triton.cdiv(h_q, bhc), D_V // bdc, b * s_q)](
             ows, lsews, out, lse, sink, out.stride(0), out.stride(1), out.stride(2), s_q, h_q,
             b * s_q, head_blocks, int(pl.head_major), tiles, pl.splits, programs,
-            HAS_SINK=attn_sink is not None,
-            DEALT=pl.dealt, WIDE=wide, BLOCK_H=cfg["BLOCK_H"], BLOCK_HC=bhc, BLOCK_DC=bdc, INTERPRET=_interpret(), num_warps=COMBINE_CONFIG["num_warps"])
+            HAS_SINK=attn_sink is not None, DEALT=pl.dealt, WIDE=wide, BLOCK_H=cfg["BLOCK_H"],
+            BLOCK_HC=bhc, BLOCK_DC=bdc, INTERPRET=_interpret(),
+            num_warps=COMBINE_CONFIG["num_warps"])
     return out, lse.transpose(1, 2)
 
 
@@ -812,9 +812,8 @@ def _split_signature(cfg, is_model1, page, xpage, direct, dealt=False,
     has_len, has_extra, has_xlen = inputs
     const = dict(PAGE=page, XPAGE=xpage, IS_MODEL1=is_model1, HAS_LEN=has_len,
                  HAS_EXTRA=has_extra, HAS_XLEN=has_xlen, HAS_SINK=True, DIRECT=direct,
-                 DEALT=dealt, WIDE=False,
-                 BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"], PREFETCH=cfg.get("PREFETCH", 1),
-                 INTERPRET=False)
+                 DEALT=dealt, WIDE=False, BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"],
+                 PREFETCH=cfg.get("PREFETCH", 1), INTERPRET=False)
     for k in const:
         sig[k] = "constexpr"
     names = _sparse_mla_split_kernel.arg_names
@@ -883,9 +882,9 @@ def _compile_job(job):
     sig = {"ows_ptr": "*fp32", "lsews_ptr": "*fp32", "out_ptr": "*bf16", "lse_ptr": "*fp32",
            "sink_ptr": "*fp32", "stride_ob": "i32", "stride_os": "i32", "stride_oh": "i32",
            "S_Q": "i32", "H": "i32", "QUERIES": "i32", "HEAD_BLOCKS": "i32", "HEAD_MAJOR": "i32",
-           "TILES": "i32", "SPLITS": "i32", "PROGRAMS": "i32", "HAS_SINK": "constexpr", "DEALT": "constexpr",
-           "WIDE": "constexpr", "BLOCK_H": "constexpr", "BLOCK_HC": "constexpr",
-           "BLOCK_DC": "constexpr", "INTERPRET": "constexpr"}
+           "TILES": "i32", "SPLITS": "i32", "PROGRAMS": "i32", "HAS_SINK": "constexpr",
+           "DEALT": "constexpr", "WIDE": "constexpr", "BLOCK_H": "constexpr",
+           "BLOCK_HC": "constexpr", "BLOCK_DC": "constexpr", "INTERPRET": "constexpr"}
     block_h, dealt = variant
     const = {"HAS_SINK": True, "DEALT": dealt, "WIDE": False, "BLOCK_H": block_h,
              "BLOCK_HC": cfg["BLOCK_HC"], "BLOCK_DC": cfg["BLOCK_DC"], "INTERPRET": False}
