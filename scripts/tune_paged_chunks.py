@@ -2,8 +2,10 @@
 benchmark's inputs (``bench_indexer.py``: per-request context uniform in 0.7-1.3 x the average,
 random block tables). Prints GB/s (bytes of KV read once + logits written + q + weights) per
 configuration as markdown. The chunk is fixed here: ``configs.fit_iters`` does not apply.
+``--tokens`` sweeps how next_n > 1 query tokens share programs instead (one token per program,
+token pairs sharing each key tile, or two tokens in one 128-row dot).
 
-    python scripts/tune_paged_chunks.py
+    python scripts/tune_paged_chunks.py [--tokens]
 """
 import os
 import sys
@@ -21,7 +23,16 @@ from gpu_timing import time_us
 from sm12x.kernels import paged_mqa_logits as paged
 
 BASE = dict(key_rows=True, rows=64, SUB_N=64, num_warps=4)
-CONFIGS = [dict(BASE, N_ITERS=n, num_stages=st) for n, st in ((16, 2), (16, 3), (8, 2), (8, 3), (32, 3), (32, 2))]
+CHUNKS = [(f"{n} blocks, {st} stages", dict(BASE, N_ITERS=n, num_stages=st))
+          for n, st in ((16, 2), (16, 3), (8, 2), (8, 3), (32, 3), (32, 2))]
+TOKENS = [("1 token, 32, 3", dict(BASE, N_ITERS=32, num_stages=3)),
+          ("pair, 32, 3", dict(BASE, pair=True, N_ITERS=32, num_stages=3)),
+          ("pair, 16, 3", dict(BASE, pair=True, N_ITERS=16, num_stages=3)),
+          ("pair, 32, 2", dict(BASE, pair=True, N_ITERS=32, num_stages=2)),
+          ("pair, 16, 2", dict(BASE, pair=True, N_ITERS=16, num_stages=2)),
+          ("pair, 32, 3, maxnreg 80", dict(BASE, pair=True, N_ITERS=32, num_stages=3, maxnreg=80)),
+          ("1 token, 32, 3, maxnreg 64", dict(BASE, N_ITERS=32, num_stages=3, maxnreg=64)),
+          ("rows 128, 32, 3", dict(BASE, rows=128, N_ITERS=32, num_stages=3))]
 SHAPES = ((256, 8192), (256, 16384), (256, 32768), (256, 65536), (1024, 8192), (1024, 16384),
           (1024, 32768), (4096, 8192))
 
@@ -31,16 +42,18 @@ def main():
         raise SystemExit("tune_paged_chunks: needs a CUDA GPU")
     print(f"# paged logits chunks, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}\n")
-    print("| B | ctx | next_n | " + " | ".join(f"{c['N_ITERS']} blocks, {c['num_stages']} stages" for c in CONFIGS) + " |")
-    print("|---|---|---|" + "---:|" * len(CONFIGS))
+    tokens = "--tokens" in sys.argv[1:]
+    configs = TOKENS if tokens else CHUNKS
+    print("| B | ctx | next_n | " + " | ".join(label for label, _ in configs) + " |")
+    print("|---|---|---|" + "---:|" * len(configs))
     for b, ctx_avg in SHAPES:
-        for next_n in (1, 2):
+        for next_n in ((1, 2, 4) if tokens else (1, 2)):
             torch.manual_seed(0)
             ctx, cache, bt, cl, (q, _), w, mcl = paged_case(b, ctx_avg, next_n, False)
             out = paged.alloc_logits(b * next_n, mcl, torch.float32, q.device)
             nbytes = int(ctx.long().sum()) * (D + 4) + int(cl.long().sum()) * 4 + q.numel() + w.numel() * 4
             rates = []
-            for cfg in CONFIGS:
+            for _, cfg in configs:
                 us = time_us(lambda: paged.launch(q, None, cache, w, cl, bt, mcl, out, clean=False,
                                                   out_mode=0, config=cfg), iters=10)
                 rates.append(f"{nbytes / us / 1e3:.0f}")

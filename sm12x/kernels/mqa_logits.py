@@ -159,6 +159,16 @@ def head_reduce(s, w, BLOCK_Q: tl.constexpr, H: tl.constexpr, KEY_ROWS: tl.const
 
 
 @triton.jit
+def key_tile_scores(kt, ks, q, w, BLOCK_Q: tl.constexpr, H: tl.constexpr):
+    """FP8, keys on the MMA's M side: loaded key tile kt [N, D] with scales ks [N], q [BLOCK_Q*H, D],
+    weights [BLOCK_Q*H] -> [BLOCK_Q, N] = sum_h w * relu(q_h . k) * k_scale (the scale after the
+    head sum: relu(x * s) = s * relu(x) for the non-negative FP8 scales)."""
+    sw = tl.maximum(tl.dot(kt, tl.trans(q)), 0.0) * w[None, :]
+    v = tl.sum(tl.reshape(sw, (kt.shape[0], BLOCK_Q, H)), axis=2) * ks[:, None]
+    return tl.trans(v)
+
+
+@triton.jit
 def index_scores(q, w, k_ptr, k_row_off, k_mask, ksf_ptr, k_idx, BLOCK_Q: tl.constexpr,
                  H: tl.constexpr, D: tl.constexpr, IS_FP4: tl.constexpr, KEY_ROWS: tl.constexpr):
     """sum_h w[h] * relu(q_h . k * k_scale) for one key tile -> [BLOCK_Q, BLOCK_N] float32.
@@ -169,9 +179,7 @@ def index_scores(q, w, k_ptr, k_row_off, k_mask, ksf_ptr, k_idx, BLOCK_Q: tl.con
     if KEY_ROWS and not IS_FP4:
         kt = load_rows(k_ptr + k_row_off[:, None] + tl.arange(0, D)[None, :], k_mask, 0.0)
         ks = load_rows(ksf_ptr + k_idx, k_mask, 0.0)
-        sw = tl.maximum(tl.dot(kt, tl.trans(q)), 0.0) * w[None, :]
-        v = tl.sum(tl.reshape(sw, (kt.shape[0], BLOCK_Q, H)), axis=2) * ks[:, None]
-        return tl.trans(v)
+        return key_tile_scores(kt, ks, q, w, BLOCK_Q, H)
     else:
         s = qk_scores(q, k_ptr, k_row_off, k_mask, ksf_ptr, k_idx, D, IS_FP4, KEY_ROWS)
         return head_reduce(s, w, BLOCK_Q, H, KEY_ROWS)

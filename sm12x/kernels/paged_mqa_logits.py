@@ -23,7 +23,8 @@ import triton
 import triton.language as tl
 
 from sm12x.kernels import configs
-from sm12x.kernels.mqa_logits import LOGITS_ALIGN_BYTES, index_scores, load_q_fp4, row_offsets
+from sm12x.kernels.mqa_logits import (LOGITS_ALIGN_BYTES, _register_budget, index_scores, key_tile_scores,
+                                      load_q_fp4, row_offsets)
 
 OP = "fp8_paged_mqa_logits"
 PROGRAMS_PER_SM = 40
@@ -37,16 +38,18 @@ SPLIT_ALIGN = 256  # DeepGEMM rounds the logits row to a multiple of 256 before 
 # blocks per program, 64K 3794 GB/s at 32), but not below MIN_ITERS blocks (each program loads
 # its q tile; batch 1 at 256K context: 18.2 us with 32, 8.6 us with 4).
 # key_rows as in mqa_logits (H200, B=256, ctx <= 8192: next_n 1 111 -> 72 us, next_n 2 173 -> 104 us).
+# pair: with next_n > BLOCK_T, two token groups per program share each key tile (``pair_tokens``);
+# with the k-scale prefetch it took H200 next_n 2 from 2.41-2.55 to 2.63-2.96 TB/s (RESULTS.md).
 CONFIGS = {
     "sm_120": {
-        "fp8": {"key_rows": True, "rows": 64, "SUB_N": 64, "N_ITERS": 16, "num_warps": 4,
+        "fp8": {"key_rows": True, "pair": True, "rows": 64, "SUB_N": 64, "N_ITERS": 16, "num_warps": 4,
                 "num_stages": 2},
         # FP4 decodes k in registers: 16-token slices and one query token x 64 heads avoid spills
         "fp4": {"rows": 64, "SUB_N": 16, "N_ITERS": 16, "num_warps": 4, "num_stages": 2},
     },
     "sm_90": {
         # H200 sweeps (2026-12-02, scripts/RESULTS.md): up to 32 blocks per program, 3 stages
-        "fp8": {"key_rows": True, "rows": 64, "SUB_N": 64, "N_ITERS": 32, "num_warps": 4,
+        "fp8": {"key_rows": True, "pair": True, "rows": 64, "SUB_N": 64, "N_ITERS": 32, "num_warps": 4,
                 "num_stages": 3},
         "fp4": {"rows": 64, "SUB_N": 16, "N_ITERS": 16, "num_warps": 4, "num_stages": 2},
     },
@@ -54,22 +57,13 @@ CONFIGS = {
 
 
 @triton.jit
-def _paged_mqa_logits_kernel(
-    q_ptr, qsf_ptr, kv_ptr, kvf_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr,
-    next_n, max_context_len, stride_kv, stride_bt, stride_w, stride_out, col_start, num_cols,
-    H: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_KV: tl.constexpr, SUB_N: tl.constexpr,
-    N_ITERS: tl.constexpr, IS_FP4: tl.constexpr, CTX_2D: tl.constexpr, CLEAN: tl.constexpr,
-    KEY_ROWS: tl.constexpr, OUT_MODE: tl.constexpr,  # 0: float32, 1: bfloat16
-):
-    pid_r = tl.program_id(0)  # (request, group of BLOCK_T query tokens)
-    pid_n = tl.program_id(1)  # chunk of N_ITERS cache blocks
-    t_groups = tl.cdiv(next_n, BLOCK_T)
-    b = pid_r // t_groups
-    t0 = (pid_r % t_groups) * BLOCK_T
-    ROWS: tl.constexpr = BLOCK_T * H
+def _token_group(q_ptr, qsf_ptr, w_ptr, ctx_ptr, b, t0, next_n, max_context_len, stride_w, stride_out,
+                 H: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, IS_FP4: tl.constexpr,
+                 CTX_2D: tl.constexpr):
+    """Query tokens t0 .. t0+BLOCK_T-1 of request b: (q tile, weights, token in range, visible end,
+    logits row offset). Rows of the q tile are (token, head), token-major."""
     DB: tl.constexpr = D // 2 if IS_FP4 else D  # bytes per token row
-
-    r = tl.arange(0, ROWS)
+    r = tl.arange(0, BLOCK_T * H)
     tok = t0 + r // H
     row_ok = tok < next_n
     qrow = b.to(tl.int64) * next_n + tok  # logits row of each q row
@@ -80,7 +74,6 @@ def _paged_mqa_logits_kernel(
         q = load_q_fp4(q_ptr, q_row, row_ok, qsf, D)
     else:
         q = tl.load(q_ptr + q_row[:, None] + tl.arange(0, D)[None, :], mask=row_ok[:, None], other=0.0)
-
     t = t0 + tl.arange(0, BLOCK_T)
     t_ok = t < next_n
     if CTX_2D:
@@ -88,8 +81,44 @@ def _paged_mqa_logits_kernel(
     else:
         end = tl.load(ctx_ptr + b) - next_n + t + 1
     end = tl.where(t_ok, tl.minimum(end, max_context_len), 0)
+    return q, w, t_ok, end, row_offsets(b.to(tl.int64) * next_n + t, stride_out)
+
+
+@triton.jit
+def _store_scores(out_ptr, out_row, v, p, c, t_ok, end, num_cols, max_context_len, CLEAN: tl.constexpr):
+    """Store one token group's scores for positions p (out columns c)."""
+    m = t_ok[:, None] & ((c < num_cols) & (p < max_context_len))[None, :]
+    if CLEAN:
+        v = tl.where(p[None, :] < end[:, None], v, float("-inf"))
+    tl.store(out_ptr + out_row[:, None] + c[None, :], v.to(out_ptr.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _paged_mqa_logits_kernel(
+    q_ptr, qsf_ptr, kv_ptr, kvf_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr,
+    next_n, max_context_len, stride_kv, stride_bt, stride_w, stride_out, col_start, num_cols,
+    H: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_KV: tl.constexpr, SUB_N: tl.constexpr,
+    N_ITERS: tl.constexpr, IS_FP4: tl.constexpr, CTX_2D: tl.constexpr, CLEAN: tl.constexpr,
+    KEY_ROWS: tl.constexpr, PAIR: tl.constexpr,
+    OUT_MODE: tl.constexpr,  # 0: float32, 1: bfloat16
+):
+    pid_r = tl.program_id(0)  # (request, group of query tokens)
+    pid_n = tl.program_id(1)  # chunk of N_ITERS cache blocks
+    # PAIR: a second group of BLOCK_T tokens shares every key tile (its own dot, same k in smem)
+    TOKENS: tl.constexpr = 2 * BLOCK_T if PAIR else BLOCK_T
+    t_groups = tl.cdiv(next_n, TOKENS)
+    b = pid_r // t_groups
+    t0 = (pid_r % t_groups) * TOKENS
+    DB: tl.constexpr = D // 2 if IS_FP4 else D  # bytes per token row
+
+    q, w, t_ok, end, out_row = _token_group(q_ptr, qsf_ptr, w_ptr, ctx_ptr, b, t0, next_n, max_context_len,
+                                            stride_w, stride_out, H, D, BLOCK_T, IS_FP4, CTX_2D)
     span = tl.max(end)
-    out_row = row_offsets(b.to(tl.int64) * next_n + t, stride_out)
+    if PAIR:
+        q2, w2, t_ok2, end2, out_row2 = _token_group(q_ptr, qsf_ptr, w_ptr, ctx_ptr, b, t0 + BLOCK_T, next_n,
+                                                     max_context_len, stride_w, stride_out, H, D, BLOCK_T,
+                                                     IS_FP4, CTX_2D)
+        span = tl.maximum(span, tl.max(end2))
 
     # values of block n start at n*stride_kv bytes; scales (4 B each) after BLOCK_KV*DB value bytes.
     # Blocks [blk0, blk0 + n_live) hold visible positions for some row; the rest of the chunk only
@@ -97,34 +126,63 @@ def _paged_mqa_logits_kernel(
     blk0 = col_start // BLOCK_KV + pid_n * N_ITERS
     n_live = tl.minimum(tl.maximum(tl.cdiv(span - blk0 * BLOCK_KV, BLOCK_KV), 0), N_ITERS)
     bt_row = bt_ptr + b.to(tl.int64) * stride_bt
-    for it in range(0, n_live):
-        phys = tl.load(bt_row + blk0 + it).to(tl.int64)
-        for sub in tl.static_range(BLOCK_KV // SUB_N):  # SUB_N-token slices bound register use (FP4)
-            i = sub * SUB_N + tl.arange(0, SUB_N)  # token in the block
+    if KEY_ROWS and not IS_FP4:  # FP8, keys on M: whole blocks (SUB_N only slices the other path)
+        i = tl.arange(0, BLOCK_KV)
+        # The k scales are loaded one block ahead (and their block-table entry two ahead): Triton
+        # pipelines the key tile but not these, and a load right before its use stalled every
+        # block on memory latency.
+        first = tl.load(bt_row + blk0, mask=n_live > 0, other=0).to(tl.int64)
+        ks_next = tl.load(kvf_ptr + (first * stride_kv + BLOCK_KV * DB) // 4 + i, mask=i < n_live * BLOCK_KV,
+                          other=0.0)
+        nxt = tl.load(bt_row + blk0 + 1, mask=n_live > 1, other=0).to(tl.int64)
+        for it in range(0, n_live):
+            phys = tl.load(bt_row + blk0 + it).to(tl.int64)
+            ks = ks_next
+            ks_next = tl.load(kvf_ptr + (nxt * stride_kv + BLOCK_KV * DB) // 4 + i,
+                              mask=i < (n_live - 1 - it) * BLOCK_KV, other=0.0)
+            nxt = tl.load(bt_row + blk0 + it + 2, mask=it + 2 < n_live, other=0).to(tl.int64)
             p = (blk0 + it) * BLOCK_KV + i  # positions
             c = p - col_start
-            m = t_ok[:, None] & ((c < num_cols) & (p < max_context_len))[None, :]
-            tok_off = phys * stride_kv + i * DB
-            sf_idx = (phys * stride_kv + BLOCK_KV * DB) // 4 + i
-            v = index_scores(q, w, kv_ptr, tok_off, i < BLOCK_KV, kvf_ptr, sf_idx, BLOCK_T, H, D,
-                             IS_FP4, KEY_ROWS)
-            visible = p[None, :] < end[:, None]
-            if CLEAN:
-                v = tl.where(visible, v, float("-inf"))
-            tl.store(out_ptr + out_row[:, None] + c[None, :], v.to(out_ptr.dtype.element_ty), mask=m)
+            kt = tl.load(kv_ptr + (phys * stride_kv + i * DB)[:, None] + tl.arange(0, D)[None, :])
+            v = key_tile_scores(kt, ks, q, w, BLOCK_T, H)
+            _store_scores(out_ptr, out_row, v, p, c, t_ok, end, num_cols, max_context_len, CLEAN)
+            if PAIR:
+                v2 = key_tile_scores(kt, ks, q2, w2, BLOCK_T, H)
+                _store_scores(out_ptr, out_row2, v2, p, c, t_ok2, end2, num_cols, max_context_len, CLEAN)
+    else:
+        for it in range(0, n_live):
+            phys = tl.load(bt_row + blk0 + it).to(tl.int64)
+            for sub in tl.static_range(BLOCK_KV // SUB_N):  # SUB_N-token slices bound register use (FP4)
+                i = sub * SUB_N + tl.arange(0, SUB_N)  # token in the block
+                p = (blk0 + it) * BLOCK_KV + i  # positions
+                c = p - col_start
+                tok_off = phys * stride_kv + i * DB
+                sf_idx = (phys * stride_kv + BLOCK_KV * DB) // 4 + i
+                v = index_scores(q, w, kv_ptr, tok_off, i < BLOCK_KV, kvf_ptr, sf_idx, BLOCK_T, H, D,
+                                 IS_FP4, KEY_ROWS)
+                _store_scores(out_ptr, out_row, v, p, c, t_ok, end, num_cols, max_context_len, CLEAN)
     if CLEAN:
         fill = tl.full((BLOCK_T, BLOCK_KV), float("-inf"), dtype=out_ptr.dtype.element_ty)
         for it in range(n_live, N_ITERS):
             p = (blk0 + it) * BLOCK_KV + tl.arange(0, BLOCK_KV)
             c = p - col_start
-            m = t_ok[:, None] & ((c < num_cols) & (p < max_context_len))[None, :]
-            tl.store(out_ptr + out_row[:, None] + c[None, :], fill, mask=m)
+            m = ((c < num_cols) & (p < max_context_len))[None, :]
+            tl.store(out_ptr + out_row[:, None] + c[None, :], fill, mask=t_ok[:, None] & m)
+            if PAIR:
+                tl.store(out_ptr + out_row2[:, None] + c[None, :], fill, mask=t_ok2[:, None] & m)
 
 
 def key_rows(cfg: dict, bt: int, h: int) -> bool:
     """Keys on the MMA's M side only for >= 32 query-head rows: narrower tiles (H=8 with two
     tokens) gain nothing from it and spill on sm_120 (compile check)."""
     return bool(cfg.get("key_rows", False)) and bt * h >= 32
+
+
+def pair_tokens(cfg: dict, bt: int, h: int, next_n: int, is_fp4: bool) -> bool:
+    """Two groups of ``bt`` query tokens per program sharing each key tile (FP8 with keys on M,
+    when next_n has more than one group): the k tile is loaded once for both dots."""
+    return (bool(cfg.get("pair", False)) and not is_fp4 and key_rows(cfg, bt, h)
+            and next_n > bt)
 
 
 def block_t(h: int, next_n: int, rows: int) -> int:
@@ -162,10 +220,12 @@ def launch(q, q_sf, kv_cache, weights, context_lens, block_table, max_context_le
         num_cols = max_context_len
     cfg = config or configs.pick(CONFIGS, q.device)["fp4" if is_fp4 else "fp8"]
     bt = block_t(h, next_n, cfg["rows"])
+    pair = pair_tokens(cfg, bt, h, next_n, is_fp4)
+    row_programs = bsz * triton.cdiv(next_n, 2 * bt if pair else bt)
     n_iters = cfg["N_ITERS"] if config else configs.fit_iters(
-        cfg["N_ITERS"], triton.cdiv(num_cols, block_kv), bsz * triton.cdiv(next_n, bt), q.device,
+        cfg["N_ITERS"], triton.cdiv(num_cols, block_kv), row_programs, q.device,
         per_sm=PROGRAMS_PER_SM, min_iters=MIN_ITERS)
-    grid = (bsz * triton.cdiv(next_n, bt), triton.cdiv(triton.cdiv(num_cols, block_kv), n_iters))
+    grid = (row_programs, triton.cdiv(triton.cdiv(num_cols, block_kv), n_iters))
     if bsz == 0 or num_cols <= 0:
         return out
     vals, words = cache_pointers(kv_cache, is_fp4)
@@ -174,9 +234,9 @@ def launch(q, q_sf, kv_cache, weights, context_lens, block_table, max_context_le
         next_n, max_context_len, kv_cache.stride(0), block_table.stride(0), weights.stride(0),
         out.stride(0), col_start, num_cols,
         H=h, D=d, BLOCK_T=bt, BLOCK_KV=block_kv, SUB_N=min(cfg["SUB_N"], block_kv), N_ITERS=n_iters, IS_FP4=is_fp4,
-        CTX_2D=context_lens.dim() == 2, CLEAN=clean, KEY_ROWS=key_rows(cfg, bt, h),
+        CTX_2D=context_lens.dim() == 2, CLEAN=clean, KEY_ROWS=key_rows(cfg, bt, h), PAIR=pair,
         OUT_MODE=out_mode,
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **_register_budget(cfg))
     return out
 
 
@@ -221,7 +281,7 @@ def _signature(is_fp4: bool, out_mode: int):
         "stride_w": "i32", "stride_out": "i64", "col_start": "i32", "num_cols": "i32",
     }
     for name in ("H", "D", "BLOCK_T", "BLOCK_KV", "SUB_N", "N_ITERS", "IS_FP4", "CTX_2D", "CLEAN", "KEY_ROWS",
-                 "OUT_MODE"):
+                 "PAIR", "OUT_MODE"):
         sig[name] = "constexpr"
     return sig
 
@@ -252,19 +312,21 @@ def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 64), dims=(128,), bl
                     for bkv in block_kvs:
                         for nn in next_ns:
                             bt = block_t(h, nn, cfg["rows"])
+                            pair = pair_tokens(cfg, bt, h, nn, is_fp4)
                             for out_mode, clean, ctx2d in variants:
-                                key = (target, is_fp4, h, d, bkv, bt, out_mode, clean, ctx2d)
+                                key = (target, is_fp4, h, d, bkv, bt, pair, out_mode, clean, ctx2d)
                                 if key in seen:
                                     continue
                                 seen.add(key)
                                 const = dict(H=h, D=d, BLOCK_T=bt, BLOCK_KV=bkv, SUB_N=min(cfg["SUB_N"], bkv),
                                              N_ITERS=cfg["N_ITERS"],
                                              IS_FP4=is_fp4, CTX_2D=ctx2d, CLEAN=clean,
-                                             KEY_ROWS=key_rows(cfg, bt, h), OUT_MODE=out_mode)
-                                name = (f"{'fp4' if is_fp4 else 'fp8'} H{h} D{d} bkv{bkv} T{bt} out{out_mode}"
+                                             KEY_ROWS=key_rows(cfg, bt, h), PAIR=pair, OUT_MODE=out_mode)
+                                name = (f"{'fp4' if is_fp4 else 'fp8'} H{h} D{d} bkv{bkv} T{bt}"
+                                        f"{'x2' if pair else ''} out{out_mode}"
                                         f"{' clean' if clean else ''}{' ctx2d' if ctx2d else ' ctx1d'}")
                                 reports.append(compile_kernel(
                                     _paged_mqa_logits_kernel, _signature(is_fp4, out_mode), const,
                                     target=target, num_warps=cfg["num_warps"],
-                                    num_stages=cfg["num_stages"], config_name=name))
+                                    num_stages=cfg["num_stages"], config_name=name, maxnreg=cfg.get("maxnreg")))
     return reports

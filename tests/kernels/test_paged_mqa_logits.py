@@ -70,7 +70,8 @@ CASES = [  # (fp4, H, D, block_kv, next_n, ctx2d, pad)
     (False, 64, 128, 64, 1, True, 0),
     (False, 8, 64, 32, 3, True, 128),
     (False, 16, 32, 32, 2, False, 0),
-    (False, 32, 128, 64, 8, True, 64),
+    (False, 32, 128, 64, 8, True, 64),  # two 2-token groups per program (pair_tokens)
+    (False, 64, 64, 32, 3, False, 0),  # token pairs, the second program's second token past next_n
     (True, 64, 128, 64, 2, True, 0),
     (True, 8, 64, 32, 1, False, 64),
 ]
