@@ -11,11 +11,12 @@ as [S, S_kv] (float32 or bf16), -inf elsewhere when ``clean_logits`` (undefined 
 (columns >= ke[i]-ks[i] undefined). Like DeepGEMM the result is a view of a buffer whose rows are
 padded to a 1024-byte aligned stride (and the row count to a multiple of 128/H).
 
-Tiling: one program owns BLOCK_Q queries x all H heads (a [BLOCK_Q*H, D] q tile: 128 rows FP8,
-64 FP4) and a chunk of N_ITERS*BLOCK_N keys; q.k^T is one tl.dot per key tile (fp8 operands;
-FP4 is decoded to e4m3, which holds every e2m1 value exactly, and done as one K=32 dot per ue8m0
-group, scaled by the q x k group scales). With ``key_rows`` (the FP8 configs) the dot is k.q^T, keys
-on the MMA's M side, so the weighted sum over heads runs inside each warp, and the per-key scale
+Tiling: one program owns BLOCK_Q queries x all H heads (a [BLOCK_Q*H, D] q tile, 128 rows) and a
+chunk of N_ITERS*BLOCK_N keys; q.k^T is one tl.dot per key tile (fp8 operands; FP4 with
+``fp4_mma``, as configured, is one ``tl.dot_scaled`` of the packed e2m1 tiles with their ue8m0
+group scales, a block-scaled MMA in sm_120 hardware; without it FP4 is decoded to e4m3, which
+holds every e2m1 value exactly, and done as one K=32 dot per group). With ``key_rows`` the dot is
+k.q^T, keys on the MMA's M side, so the weighted sum over heads runs inside each warp, and the per-key scale
 is applied once after that sum (relu(x * s) = s * relu(x) for the non-negative FP8 scales).
 Tiles no row of the block can see are skipped (only -inf is written when cleaning). All row
 offsets are int64, so S x S_kv >= 2**31 is fine.
@@ -43,15 +44,20 @@ CONFIGS = {
         # some variants (H16 D64 clean) at 128 registers and spills 8 B; with 192 they take 140-188.
         "fp8": {"key_rows": True, "rows": 128, "BLOCK_N": 64, "N_ITERS": 64, "num_warps": 4,
                 "num_stages": 2, "maxnreg": 192},
-        # FP4 decodes both operands per key tile: smaller tiles keep it from spilling
-        "fp4": {"rows": 64, "BLOCK_N": 16, "N_ITERS": 32, "num_warps": 4, "num_stages": 2},
+        # FP4: one block-scaled e2m1 MMA per key tile (tl.dot_scaled; sm_120 has it in hardware).
+        # maxnreg as for FP8 (H8 D128 bf16 clean spills 8 B without it).
+        "fp4": {"fp4_mma": True, "key_rows": True, "rows": 128, "BLOCK_N": 64, "N_ITERS": 64, "num_warps": 4,
+                "num_stages": 2, "maxnreg": 192},
     },
     "sm_90": {
         # H200 sweeps (2026-12-02, scripts/RESULTS.md): 64 key tiles per program amortise the
         # program's set-up (q tile, first loads): 789 -> 891 TFLOPS at S=8192, S_kv=65536
         "fp8": {"key_rows": True, "rows": 128, "BLOCK_N": 128, "N_ITERS": 64, "num_warps": 4,
                 "num_stages": 3},
-        "fp4": {"rows": 64, "BLOCK_N": 16, "N_ITERS": 32, "num_warps": 4, "num_stages": 2},
+        # FP4 as one tl.dot_scaled per key tile (emulated on sm_90: e2m1 -> bf16 MMA): H200,
+        # S=4096, S_kv=16384: 70 TFLOPS with e4m3 group dots, 249 with this (RESULTS.md)
+        "fp4": {"fp4_mma": True, "key_rows": True, "rows": 128, "BLOCK_N": 128, "N_ITERS": 64, "num_warps": 4,
+                "num_stages": 3},
     },
 }
 LOGITS_ALIGN_BYTES = 1024
@@ -105,6 +111,20 @@ def load_q_fp4(q_ptr, q_row_off, q_row_mask, qsf, D: tl.constexpr):
 
 
 @triton.jit
+def ue8m0_bytes(sf, G: tl.constexpr):
+    """Packed int32 ue8m0 scales [rows] -> their first G bytes [rows, G] uint8 (byte g: group g)."""
+    return ((sf[:, None] >> (8 * tl.arange(0, G))[None, :]) & 0xFF).to(tl.uint8)
+
+
+@triton.jit
+def load_q_fp4_packed(q_ptr, q_row_off, q_row_mask, qsf, D: tl.constexpr):
+    """A packed FP4 q tile for ``tl.dot_scaled``: (e2m1 pairs [ROWS, D/2] uint8, ue8m0 bytes
+    [ROWS, D/32])."""
+    q = tl.load(q_ptr + q_row_off[:, None] + tl.arange(0, D // 2)[None, :], mask=q_row_mask[:, None], other=0)
+    return q.to(tl.uint8, bitcast=True), ue8m0_bytes(qsf, D // 32)
+
+
+@triton.jit
 def _fp4_group(q, qs, k_ptr, k_row_off, k_mask, ksf, G: tl.constexpr, KEY_ROWS: tl.constexpr):
     kg = load_fp4_group(k_ptr, k_row_off, k_mask, G)
     if KEY_ROWS:
@@ -126,14 +146,26 @@ def load_rows(ptrs, row_mask, other):
 
 @triton.jit
 def qk_scores(q, k_ptr, k_row_off, k_mask, ksf_ptr, k_idx, D: tl.constexpr, IS_FP4: tl.constexpr,
-              KEY_ROWS: tl.constexpr):
+              KEY_ROWS: tl.constexpr, FP4_MMA: tl.constexpr):
     """relu(q . k^T * scale) for one key tile -> [ROWS, BLOCK_N] float32, or (FP4 only; FP8 with
     keys on M is handled in ``index_scores``) its transpose [BLOCK_N, ROWS] with ``KEY_ROWS``.
 
     FP8: ``q`` is the preloaded [ROWS, D] tile, k is float8 with float32 scales at ksf_ptr[k_idx].
-    FP4: ``q`` is load_q_fp4's tuple; one K=32 dot per ue8m0 group, scaled by the outer product of
-    the q and k group scales (e2m1 values are exact in e4m3, so the dots are exact)."""
-    if IS_FP4:
+    FP4 with ``FP4_MMA``: ``q`` is load_q_fp4_packed's pair; one ``tl.dot_scaled`` (block-scaled
+    e2m1 MMA on sm_120, emulated elsewhere). A ue8m0 byte of 0 scales by 2**-127 there instead
+    of 0: the same logits to float32 precision.
+    FP4 otherwise: ``q`` is load_q_fp4's tuple; one K=32 dot per ue8m0 group, scaled by the outer
+    product of the q and k group scales (e2m1 values are exact in e4m3, so the dots are exact)."""
+    if IS_FP4 and FP4_MMA:
+        kt = load_rows(k_ptr + k_row_off[:, None] + tl.arange(0, D // 2)[None, :], k_mask, 0)
+        kt = kt.to(tl.uint8, bitcast=True)
+        ksb = ue8m0_bytes(load_rows(ksf_ptr + k_idx, k_mask, 0), D // 32)
+        if KEY_ROWS:
+            acc = tl.dot_scaled(kt, ksb, "e2m1", tl.trans(q[0]), q[1], "e2m1")
+        else:
+            acc = tl.dot_scaled(q[0], q[1], "e2m1", tl.trans(kt), ksb, "e2m1")
+        return tl.maximum(acc, 0.0)
+    elif IS_FP4:
         ksf = load_rows(ksf_ptr + k_idx, k_mask, 0)
         acc = _fp4_group(q[0], q[4], k_ptr, k_row_off, k_mask, ksf, 0, KEY_ROWS)
         acc += _fp4_group(q[1], q[5], k_ptr, k_row_off, k_mask, ksf, 1, KEY_ROWS)
@@ -170,7 +202,8 @@ def key_tile_scores(kt, ks, q, w, BLOCK_Q: tl.constexpr, H: tl.constexpr):
 
 @triton.jit
 def index_scores(q, w, k_ptr, k_row_off, k_mask, ksf_ptr, k_idx, BLOCK_Q: tl.constexpr,
-                 H: tl.constexpr, D: tl.constexpr, IS_FP4: tl.constexpr, KEY_ROWS: tl.constexpr):
+                 H: tl.constexpr, D: tl.constexpr, IS_FP4: tl.constexpr, KEY_ROWS: tl.constexpr,
+                 FP4_MMA: tl.constexpr):
     """sum_h w[h] * relu(q_h . k * k_scale) for one key tile -> [BLOCK_Q, BLOCK_N] float32.
 
     FP8 with ``KEY_ROWS``: the per-key scale is applied after the head sum
@@ -181,7 +214,7 @@ def index_scores(q, w, k_ptr, k_row_off, k_mask, ksf_ptr, k_idx, BLOCK_Q: tl.con
         ks = load_rows(ksf_ptr + k_idx, k_mask, 0.0)
         return key_tile_scores(kt, ks, q, w, BLOCK_Q, H)
     else:
-        s = qk_scores(q, k_ptr, k_row_off, k_mask, ksf_ptr, k_idx, D, IS_FP4, KEY_ROWS)
+        s = qk_scores(q, k_ptr, k_row_off, k_mask, ksf_ptr, k_idx, D, IS_FP4, KEY_ROWS, FP4_MMA)
         return head_reduce(s, w, BLOCK_Q, H, KEY_ROWS)
 
 
@@ -197,7 +230,7 @@ def _mqa_logits_kernel(
     S, S_kv, stride_w, stride_out, col_start, num_cols, out_cols,
     H: tl.constexpr, D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
     N_ITERS: tl.constexpr, IS_FP4: tl.constexpr, CLEAN: tl.constexpr, COMPRESSED: tl.constexpr,
-    KEY_ROWS: tl.constexpr,
+    KEY_ROWS: tl.constexpr, FP4_MMA: tl.constexpr,
     OUT_MODE: tl.constexpr,  # 0: float32, 1: bfloat16
 ):
     pid_m = tl.program_id(0)
@@ -212,7 +245,10 @@ def _mqa_logits_kernel(
     w = tl.load(w_ptr + row_offsets(qi, stride_w) + (r % H), mask=row_ok, other=0.0).to(tl.float32)
     if IS_FP4:
         qsf = tl.load(qsf_ptr + row_offsets(qi, H) + (r % H), mask=row_ok, other=0)
-        q = load_q_fp4(q_ptr, q_row, row_ok, qsf, D)
+        if FP4_MMA:
+            q = load_q_fp4_packed(q_ptr, q_row, row_ok, qsf, D)
+        else:
+            q = load_q_fp4(q_ptr, q_row, row_ok, qsf, D)
     else:
         q = tl.load(q_ptr + q_row[:, None] + tl.arange(0, D)[None, :], mask=row_ok[:, None], other=0.0)
 
@@ -240,7 +276,7 @@ def _mqa_logits_kernel(
         valid = (j[None, :] >= ks[:, None]) & (j[None, :] < ke[:, None])
         jc = tl.minimum(j, key_last)
         v = index_scores(q, w, k_ptr, row_offsets(jc, DB), None, ksf_ptr, jc, BLOCK_Q, H, D, IS_FP4,
-                         KEY_ROWS)
+                         KEY_ROWS, FP4_MMA)
         if COMPRESSED:
             cc = j[None, :] - ks[:, None]
             tl.store(out_ptr + out_row[:, None] + cc, v.to(out_ptr.dtype.element_ty),
@@ -298,7 +334,7 @@ def launch(q, q_sf, k, k_sf, weights, ks, ke, out, *, clean, compressed, out_mod
         s, s_kv, weights.stride(0), out.stride(0), col_start, num_cols, out.shape[1],
         H=h, D=d, BLOCK_Q=block_q, BLOCK_N=cfg["BLOCK_N"], N_ITERS=n_iters,
         IS_FP4=is_fp4, CLEAN=clean, COMPRESSED=compressed, KEY_ROWS=cfg.get("key_rows", False),
-        OUT_MODE=out_mode, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        FP4_MMA=is_fp4 and cfg.get("fp4_mma", False), OUT_MODE=out_mode, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         **_register_budget(cfg))
     return out
 
@@ -339,7 +375,7 @@ def _signature(is_fp4: bool, out_mode: int):
         "num_cols": "i32", "out_cols": "i32",
     }
     for name in ("H", "D", "BLOCK_Q", "BLOCK_N", "N_ITERS", "IS_FP4", "CLEAN", "COMPRESSED", "KEY_ROWS",
-                 "OUT_MODE"):
+                 "FP4_MMA", "OUT_MODE"):
         sig[name] = "constexpr"
     return sig
 
@@ -394,7 +430,8 @@ def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 64), dims=(128,),
                         bq = _block_q(h, cfg["rows"])
                         const = dict(H=h, D=d, BLOCK_Q=bq, BLOCK_N=cfg["BLOCK_N"], N_ITERS=cfg["N_ITERS"],
                                      IS_FP4=is_fp4, CLEAN=clean, COMPRESSED=comp,
-                                     KEY_ROWS=cfg.get("key_rows", False), OUT_MODE=out_mode)
+                                     KEY_ROWS=cfg.get("key_rows", False),
+                                     FP4_MMA=is_fp4 and cfg.get("fp4_mma", False), OUT_MODE=out_mode)
                         name = (f"{'fp4' if is_fp4 else 'fp8'} H{h} D{d} out{out_mode}"
                                 f"{' clean' if clean else ''}{' comp' if comp else ''}")
                         reports.append(compile_kernel(

@@ -24,7 +24,7 @@ import triton.language as tl
 
 from sm12x.kernels import configs
 from sm12x.kernels.mqa_logits import (LOGITS_ALIGN_BYTES, _register_budget, index_scores, key_tile_scores,
-                                      load_q_fp4, row_offsets)
+                                      load_q_fp4, load_q_fp4_packed, row_offsets)
 
 OP = "fp8_paged_mqa_logits"
 PROGRAMS_PER_SM = 40
@@ -44,14 +44,19 @@ CONFIGS = {
     "sm_120": {
         "fp8": {"key_rows": True, "pair": True, "rows": 64, "SUB_N": 64, "N_ITERS": 16, "num_warps": 4,
                 "num_stages": 2},
-        # FP4 decodes k in registers: 16-token slices and one query token x 64 heads avoid spills
-        "fp4": {"rows": 64, "SUB_N": 16, "N_ITERS": 16, "num_warps": 4, "num_stages": 2},
+        # FP4: one block-scaled e2m1 MMA per 64-token slice (tl.dot_scaled, in hardware on sm_120);
+        # rows 128: two query tokens share each key slice
+        "fp4": {"fp4_mma": True, "key_rows": True, "rows": 128, "SUB_N": 64, "N_ITERS": 16, "num_warps": 4,
+                "num_stages": 2},
     },
     "sm_90": {
         # H200 sweeps (2026-12-02, scripts/RESULTS.md): up to 32 blocks per program, 3 stages
         "fp8": {"key_rows": True, "pair": True, "rows": 64, "SUB_N": 64, "N_ITERS": 32, "num_warps": 4,
                 "num_stages": 3},
-        "fp4": {"rows": 64, "SUB_N": 16, "N_ITERS": 16, "num_warps": 4, "num_stages": 2},
+        # FP4 as tl.dot_scaled (emulated on sm_90): H200, B=256, 16K-64K context, next_n 1 / 2:
+        # 301-318 / 168-173 GB/s with e4m3 group dots, 590-642 / 454-478 with this (RESULTS.md)
+        "fp4": {"fp4_mma": True, "key_rows": True, "rows": 128, "SUB_N": 64, "N_ITERS": 32, "num_warps": 4,
+                "num_stages": 3},
     },
 }
 
@@ -59,7 +64,7 @@ CONFIGS = {
 @triton.jit
 def _token_group(q_ptr, qsf_ptr, w_ptr, ctx_ptr, b, t0, next_n, max_context_len, stride_w, stride_out,
                  H: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, IS_FP4: tl.constexpr,
-                 CTX_2D: tl.constexpr):
+                 CTX_2D: tl.constexpr, FP4_MMA: tl.constexpr):
     """Query tokens t0 .. t0+BLOCK_T-1 of request b: (q tile, weights, token in range, visible end,
     logits row offset). Rows of the q tile are (token, head), token-major."""
     DB: tl.constexpr = D // 2 if IS_FP4 else D  # bytes per token row
@@ -71,7 +76,10 @@ def _token_group(q_ptr, qsf_ptr, w_ptr, ctx_ptr, b, t0, next_n, max_context_len,
     w = tl.load(w_ptr + qrow * stride_w + (r % H), mask=row_ok, other=0.0).to(tl.float32)
     if IS_FP4:
         qsf = tl.load(qsf_ptr + qrow * H + (r % H), mask=row_ok, other=0)
-        q = load_q_fp4(q_ptr, q_row, row_ok, qsf, D)
+        if FP4_MMA:
+            q = load_q_fp4_packed(q_ptr, q_row, row_ok, qsf, D)
+        else:
+            q = load_q_fp4(q_ptr, q_row, row_ok, qsf, D)
     else:
         q = tl.load(q_ptr + q_row[:, None] + tl.arange(0, D)[None, :], mask=row_ok[:, None], other=0.0)
     t = t0 + tl.arange(0, BLOCK_T)
@@ -99,7 +107,7 @@ def _paged_mqa_logits_kernel(
     next_n, max_context_len, stride_kv, stride_bt, stride_w, stride_out, col_start, num_cols,
     H: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_KV: tl.constexpr, SUB_N: tl.constexpr,
     N_ITERS: tl.constexpr, IS_FP4: tl.constexpr, CTX_2D: tl.constexpr, CLEAN: tl.constexpr,
-    KEY_ROWS: tl.constexpr, PAIR: tl.constexpr,
+    KEY_ROWS: tl.constexpr, PAIR: tl.constexpr, FP4_MMA: tl.constexpr,
     OUT_MODE: tl.constexpr,  # 0: float32, 1: bfloat16
 ):
     pid_r = tl.program_id(0)  # (request, group of query tokens)
@@ -112,12 +120,12 @@ def _paged_mqa_logits_kernel(
     DB: tl.constexpr = D // 2 if IS_FP4 else D  # bytes per token row
 
     q, w, t_ok, end, out_row = _token_group(q_ptr, qsf_ptr, w_ptr, ctx_ptr, b, t0, next_n, max_context_len,
-                                            stride_w, stride_out, H, D, BLOCK_T, IS_FP4, CTX_2D)
+                                            stride_w, stride_out, H, D, BLOCK_T, IS_FP4, CTX_2D, FP4_MMA)
     span = tl.max(end)
     if PAIR:
         q2, w2, t_ok2, end2, out_row2 = _token_group(q_ptr, qsf_ptr, w_ptr, ctx_ptr, b, t0 + BLOCK_T, next_n,
                                                      max_context_len, stride_w, stride_out, H, D, BLOCK_T,
-                                                     IS_FP4, CTX_2D)
+                                                     IS_FP4, CTX_2D, FP4_MMA)
         span = tl.maximum(span, tl.max(end2))
 
     # values of block n start at n*stride_kv bytes; scales (4 B each) after BLOCK_KV*DB value bytes.
@@ -159,7 +167,7 @@ def _paged_mqa_logits_kernel(
                 tok_off = phys * stride_kv + i * DB
                 sf_idx = (phys * stride_kv + BLOCK_KV * DB) // 4 + i
                 v = index_scores(q, w, kv_ptr, tok_off, i < BLOCK_KV, kvf_ptr, sf_idx, BLOCK_T, H, D,
-                                 IS_FP4, KEY_ROWS)
+                                 IS_FP4, KEY_ROWS, FP4_MMA)
                 _store_scores(out_ptr, out_row, v, p, c, t_ok, end, num_cols, max_context_len, CLEAN)
     if CLEAN:
         fill = tl.full((BLOCK_T, BLOCK_KV), float("-inf"), dtype=out_ptr.dtype.element_ty)
@@ -235,7 +243,7 @@ def launch(q, q_sf, kv_cache, weights, context_lens, block_table, max_context_le
         out.stride(0), col_start, num_cols,
         H=h, D=d, BLOCK_T=bt, BLOCK_KV=block_kv, SUB_N=min(cfg["SUB_N"], block_kv), N_ITERS=n_iters, IS_FP4=is_fp4,
         CTX_2D=context_lens.dim() == 2, CLEAN=clean, KEY_ROWS=key_rows(cfg, bt, h), PAIR=pair,
-        OUT_MODE=out_mode,
+        FP4_MMA=is_fp4 and cfg.get("fp4_mma", False), OUT_MODE=out_mode,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **_register_budget(cfg))
     return out
 
@@ -281,7 +289,7 @@ def _signature(is_fp4: bool, out_mode: int):
         "stride_w": "i32", "stride_out": "i64", "col_start": "i32", "num_cols": "i32",
     }
     for name in ("H", "D", "BLOCK_T", "BLOCK_KV", "SUB_N", "N_ITERS", "IS_FP4", "CTX_2D", "CLEAN", "KEY_ROWS",
-                 "PAIR", "OUT_MODE"):
+                 "PAIR", "FP4_MMA", "OUT_MODE"):
         sig[name] = "constexpr"
     return sig
 
@@ -321,7 +329,8 @@ def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 64), dims=(128,), bl
                                 const = dict(H=h, D=d, BLOCK_T=bt, BLOCK_KV=bkv, SUB_N=min(cfg["SUB_N"], bkv),
                                              N_ITERS=cfg["N_ITERS"],
                                              IS_FP4=is_fp4, CTX_2D=ctx2d, CLEAN=clean,
-                                             KEY_ROWS=key_rows(cfg, bt, h), PAIR=pair, OUT_MODE=out_mode)
+                                             KEY_ROWS=key_rows(cfg, bt, h), PAIR=pair,
+                                             FP4_MMA=is_fp4 and cfg.get("fp4_mma", False), OUT_MODE=out_mode)
                                 name = (f"{'fp4' if is_fp4 else 'fp8'} H{h} D{d} bkv{bkv} T{bt}"
                                         f"{'x2' if pair else ''} out{out_mode}"
                                         f"{' clean' if clean else ''}{' ctx2d' if ctx2d else ' ctx1d'}")

@@ -77,16 +77,18 @@ def test_clean_logits(device, fp4, h, d):
     check_against_reference(logits, inp, ks, ke, fp4)
 
 
-@pytest.mark.parametrize("fp4", [False, True])
+@pytest.mark.parametrize("fp4,fp4_mma", [(False, False), (True, False), (True, True)])
 @pytest.mark.parametrize("key_rows", [False, True])
-def test_both_mma_layouts(device, fp4, key_rows):
-    """Heads on the MMA's M side and keys on it (``key_rows``) give the same logits."""
+def test_both_mma_layouts(device, fp4, fp4_mma, key_rows):
+    """Heads on the MMA's M side and keys on it (``key_rows``) give the same logits; FP4 both as
+    decoded e4m3 group dots and as one block-scaled ``tl.dot_scaled`` (``fp4_mma``)."""
     from sm12x.kernels import configs
 
     s, s_kv, h, d = 5, 260, 16, 64
     inp = make_inputs(s, s_kv, h, d, fp4, device, seed=3)
     ks, ke = ragged_ranges(s, s_kv, device)
-    cfg = dict(configs.pick(mq.CONFIGS, torch.device(device))["fp4" if fp4 else "fp8"], key_rows=key_rows)
+    cfg = dict(configs.pick(mq.CONFIGS, torch.device(device))["fp4" if fp4 else "fp8"], key_rows=key_rows,
+               fp4_mma=fp4_mma)
     out = mq.alloc_logits(s, s_kv, h, torch.float32, torch.device(device))
     (qv, qs), (k, k_sf) = inp["q"], inp["kv"]
     mq.launch(qv, qs, k, k_sf, inp["weights"], ks, ke, out, clean=True, compressed=False, out_mode=0,

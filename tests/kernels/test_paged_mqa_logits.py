@@ -112,16 +112,18 @@ def test_multi_block_programs(device, fp4):
         check(out, inp, clean, fp4)
 
 
-@pytest.mark.parametrize("fp4", [False, True])
+@pytest.mark.parametrize("fp4,fp4_mma", [(False, False), (True, False), (True, True)])
 @pytest.mark.parametrize("key_rows", [False, True])
-def test_both_mma_layouts(device, fp4, key_rows):
-    """Heads on the MMA's M side and keys on it (``key_rows``) give the same logits."""
+def test_both_mma_layouts(device, fp4, fp4_mma, key_rows):
+    """Heads on the MMA's M side and keys on it (``key_rows``) give the same logits; FP4 both as
+    decoded e4m3 group dots and as one block-scaled ``tl.dot_scaled`` (``fp4_mma``)."""
     from sm12x.kernels import configs
     from sm12x.kernels import paged_mqa_logits as pm
 
     ctx = [2 * 32 + 5, 3, 5 * 32]
     inp = make_paged(len(ctx), 2, 16, 64, 32, ctx, fp4, device, max_blocks=6)
-    cfg = dict(configs.pick(pm.CONFIGS, torch.device(device))["fp4" if fp4 else "fp8"], key_rows=key_rows)
+    cfg = dict(configs.pick(pm.CONFIGS, torch.device(device))["fp4" if fp4 else "fp8"], key_rows=key_rows,
+               fp4_mma=fp4_mma)
     qv, qs = inp["q"]
     out = pm.alloc_logits(len(ctx) * 2, inp["max_context_len"], torch.float32, torch.device(device))
     kv_cache = inp["cache"] if inp["cache"].dtype == torch.uint8 else inp["cache"].view(torch.uint8)
