@@ -334,12 +334,17 @@ def launch(q, q_sf, k, k_sf, weights, ks, ke, out, *, clean, compressed, out_mod
         s, s_kv, weights.stride(0), out.stride(0), col_start, num_cols, out.shape[1],
         H=h, D=d, BLOCK_Q=block_q, BLOCK_N=cfg["BLOCK_N"], N_ITERS=n_iters,
         IS_FP4=is_fp4, CLEAN=clean, COMPRESSED=compressed, KEY_ROWS=cfg.get("key_rows", False),
-        FP4_MMA=is_fp4 and cfg.get("fp4_mma", False), OUT_MODE=out_mode, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-        **_register_budget(cfg))
+        FP4_MMA=uses_fp4_mma(cfg, is_fp4), OUT_MODE=out_mode, num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"], **register_budget(cfg))
     return out
 
 
-def _register_budget(cfg: dict) -> dict:
+def uses_fp4_mma(cfg: dict, is_fp4: bool) -> bool:
+    """FP4 through ``tl.dot_scaled`` (the config's ``fp4_mma``) rather than decoded e4m3 dots."""
+    return is_fp4 and bool(cfg.get("fp4_mma", False))
+
+
+def register_budget(cfg: dict) -> dict:
     """The ``maxnreg`` launch option when the configuration sets one (not under the interpreter)."""
     return {"maxnreg": cfg["maxnreg"]} if "maxnreg" in cfg and not interpreting() else {}
 
@@ -431,7 +436,7 @@ def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 64), dims=(128,),
                         const = dict(H=h, D=d, BLOCK_Q=bq, BLOCK_N=cfg["BLOCK_N"], N_ITERS=cfg["N_ITERS"],
                                      IS_FP4=is_fp4, CLEAN=clean, COMPRESSED=comp,
                                      KEY_ROWS=cfg.get("key_rows", False),
-                                     FP4_MMA=is_fp4 and cfg.get("fp4_mma", False), OUT_MODE=out_mode)
+                                     FP4_MMA=uses_fp4_mma(cfg, is_fp4), OUT_MODE=out_mode)
                         name = (f"{'fp4' if is_fp4 else 'fp8'} H{h} D{d} out{out_mode}"
                                 f"{' clean' if clean else ''}{' comp' if comp else ''}")
                         reports.append(compile_kernel(

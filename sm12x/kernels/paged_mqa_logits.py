@@ -23,8 +23,8 @@ import triton
 import triton.language as tl
 
 from sm12x.kernels import configs
-from sm12x.kernels.mqa_logits import (LOGITS_ALIGN_BYTES, _register_budget, index_scores, key_tile_scores,
-                                      load_q_fp4, load_q_fp4_packed, row_offsets)
+from sm12x.kernels.mqa_logits import (LOGITS_ALIGN_BYTES, index_scores, key_tile_scores, load_q_fp4,
+                                      load_q_fp4_packed, register_budget, row_offsets, uses_fp4_mma)
 
 OP = "fp8_paged_mqa_logits"
 PROGRAMS_PER_SM = 40
@@ -243,8 +243,8 @@ def launch(q, q_sf, kv_cache, weights, context_lens, block_table, max_context_le
         out.stride(0), col_start, num_cols,
         H=h, D=d, BLOCK_T=bt, BLOCK_KV=block_kv, SUB_N=min(cfg["SUB_N"], block_kv), N_ITERS=n_iters, IS_FP4=is_fp4,
         CTX_2D=context_lens.dim() == 2, CLEAN=clean, KEY_ROWS=key_rows(cfg, bt, h), PAIR=pair,
-        FP4_MMA=is_fp4 and cfg.get("fp4_mma", False), OUT_MODE=out_mode,
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **_register_budget(cfg))
+        FP4_MMA=uses_fp4_mma(cfg, is_fp4), OUT_MODE=out_mode,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **register_budget(cfg))
     return out
 
 
@@ -330,7 +330,7 @@ def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 64), dims=(128,), bl
                                              N_ITERS=cfg["N_ITERS"],
                                              IS_FP4=is_fp4, CTX_2D=ctx2d, CLEAN=clean,
                                              KEY_ROWS=key_rows(cfg, bt, h), PAIR=pair,
-                                             FP4_MMA=is_fp4 and cfg.get("fp4_mma", False), OUT_MODE=out_mode)
+                                             FP4_MMA=uses_fp4_mma(cfg, is_fp4), OUT_MODE=out_mode)
                                 name = (f"{'fp4' if is_fp4 else 'fp8'} H{h} D{d} bkv{bkv} T{bt}"
                                         f"{'x2' if pair else ''} out{out_mode}"
                                         f"{' clean' if clean else ''}{' ctx2d' if ctx2d else ' ctx1d'}")
