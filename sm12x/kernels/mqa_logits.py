@@ -145,6 +145,15 @@ def load_rows(ptrs, row_mask, other):
 
 
 @triton.jit
+def fp4_key_rows_mma(kt, ksf, q, D: tl.constexpr):
+    """relu(k . q^T) [N, ROWS] of a packed FP4 key tile kt [N, D/2] (ue8m0 words ksf [N]) and
+    load_q_fp4_packed's pair: one block-scaled e2m1 MMA."""
+    acc = tl.dot_scaled(kt.to(tl.uint8, bitcast=True), ue8m0_bytes(ksf, D // 32), "e2m1", tl.trans(q[0]), q[1],
+                        "e2m1")
+    return tl.maximum(acc, 0.0)
+
+
+@triton.jit
 def qk_scores(q, k_ptr, k_row_off, k_mask, ksf_ptr, k_idx, D: tl.constexpr, IS_FP4: tl.constexpr,
               KEY_ROWS: tl.constexpr, FP4_MMA: tl.constexpr):
     """relu(q . k^T * scale) for one key tile -> [ROWS, BLOCK_N] float32, or (FP4 only; FP8 with
@@ -158,12 +167,11 @@ def qk_scores(q, k_ptr, k_row_off, k_mask, ksf_ptr, k_idx, D: tl.constexpr, IS_F
     product of the q and k group scales (e2m1 values are exact in e4m3, so the dots are exact)."""
     if IS_FP4 and FP4_MMA:
         kt = load_rows(k_ptr + k_row_off[:, None] + tl.arange(0, D // 2)[None, :], k_mask, 0)
-        kt = kt.to(tl.uint8, bitcast=True)
-        ksb = ue8m0_bytes(load_rows(ksf_ptr + k_idx, k_mask, 0), D // 32)
+        ksf = load_rows(ksf_ptr + k_idx, k_mask, 0)
         if KEY_ROWS:
-            acc = tl.dot_scaled(kt, ksb, "e2m1", tl.trans(q[0]), q[1], "e2m1")
-        else:
-            acc = tl.dot_scaled(q[0], q[1], "e2m1", tl.trans(kt), ksb, "e2m1")
+            return fp4_key_rows_mma(kt, ksf, q, D)
+        kt = kt.to(tl.uint8, bitcast=True)
+        acc = tl.dot_scaled(q[0], q[1], "e2m1", tl.trans(kt), ue8m0_bytes(ksf, D // 32), "e2m1")
         return tl.maximum(acc, 0.0)
     elif IS_FP4:
         ksf = load_rows(ksf_ptr + k_idx, k_mask, 0)
@@ -198,6 +206,13 @@ def key_tile_scores(kt, ks, q, w, BLOCK_Q: tl.constexpr, H: tl.constexpr):
     sw = tl.maximum(tl.dot(kt, tl.trans(q)), 0.0) * w[None, :]
     v = tl.sum(tl.reshape(sw, (kt.shape[0], BLOCK_Q, H)), axis=2) * ks[:, None]
     return tl.trans(v)
+
+
+@triton.jit
+def fp4_key_tile_scores(kt, ksf, q, w, BLOCK_Q: tl.constexpr, H: tl.constexpr, D: tl.constexpr):
+    """FP4 on the block-scaled MMA, keys on M: loaded packed key tile kt [N, D/2] with its ue8m0
+    words ksf [N], q = load_q_fp4_packed's pair, weights [BLOCK_Q*H] -> [BLOCK_Q, N]."""
+    return head_reduce(fp4_key_rows_mma(kt, ksf, q, D), w, BLOCK_Q, H, True)
 
 
 @triton.jit

@@ -23,8 +23,9 @@ import triton
 import triton.language as tl
 
 from sm12x.kernels import configs
-from sm12x.kernels.mqa_logits import (LOGITS_ALIGN_BYTES, index_scores, key_tile_scores, load_q_fp4,
-                                      load_q_fp4_packed, register_budget, row_offsets, uses_fp4_mma)
+from sm12x.kernels.mqa_logits import (LOGITS_ALIGN_BYTES, fp4_key_tile_scores, index_scores, key_tile_scores,
+                                      load_q_fp4, load_q_fp4_packed, register_budget, row_offsets,
+                                      uses_fp4_mma)
 
 OP = "fp8_paged_mqa_logits"
 PROGRAMS_PER_SM = 40
@@ -134,25 +135,31 @@ def _paged_mqa_logits_kernel(
     blk0 = col_start // BLOCK_KV + pid_n * N_ITERS
     n_live = tl.minimum(tl.maximum(tl.cdiv(span - blk0 * BLOCK_KV, BLOCK_KV), 0), N_ITERS)
     bt_row = bt_ptr + b.to(tl.int64) * stride_bt
-    if KEY_ROWS and not IS_FP4:  # FP8, keys on M: whole blocks (SUB_N only slices the other path)
+    # Keys on M, whole blocks: FP8, and FP4 on the block-scaled MMA for up to 2 tokens per program
+    # (with 4, H32 spilled 8 B on sm_120 in the variant for unaligned inputs). SUB_N slices only
+    # the other paths, where it bounds register use.
+    if KEY_ROWS and ((not IS_FP4) or (FP4_MMA and SUB_N == BLOCK_KV and BLOCK_T <= 2)):
         i = tl.arange(0, BLOCK_KV)
         # The k scales are loaded one block ahead (and their block-table entry two ahead): Triton
         # pipelines the key tile but not these, and a load right before its use stalled every
         # block on memory latency.
         first = tl.load(bt_row + blk0, mask=n_live > 0, other=0).to(tl.int64)
         ks_next = tl.load(kvf_ptr + (first * stride_kv + BLOCK_KV * DB) // 4 + i, mask=i < n_live * BLOCK_KV,
-                          other=0.0)
+                          other=0)
         nxt = tl.load(bt_row + blk0 + 1, mask=n_live > 1, other=0).to(tl.int64)
         for it in range(0, n_live):
             phys = tl.load(bt_row + blk0 + it).to(tl.int64)
             ks = ks_next
             ks_next = tl.load(kvf_ptr + (nxt * stride_kv + BLOCK_KV * DB) // 4 + i,
-                              mask=i < (n_live - 1 - it) * BLOCK_KV, other=0.0)
+                              mask=i < (n_live - 1 - it) * BLOCK_KV, other=0)
             nxt = tl.load(bt_row + blk0 + it + 2, mask=it + 2 < n_live, other=0).to(tl.int64)
             p = (blk0 + it) * BLOCK_KV + i  # positions
             c = p - col_start
-            kt = tl.load(kv_ptr + (phys * stride_kv + i * DB)[:, None] + tl.arange(0, D)[None, :])
-            v = key_tile_scores(kt, ks, q, w, BLOCK_T, H)
+            kt = tl.load(kv_ptr + (phys * stride_kv + i * DB)[:, None] + tl.arange(0, DB)[None, :])
+            if IS_FP4:
+                v = fp4_key_tile_scores(kt, ks, q, w, BLOCK_T, H, D)
+            else:
+                v = key_tile_scores(kt, ks, q, w, BLOCK_T, H)
             _store_scores(out_ptr, out_row, v, p, c, t_ok, end, num_cols, max_context_len, CLEAN)
             if PAIR:
                 v2 = key_tile_scores(kt, ks, q2, w2, BLOCK_T, H)
