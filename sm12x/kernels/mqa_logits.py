@@ -169,10 +169,11 @@ def qk_scores(q, k_ptr, k_row_off, k_mask, ksf_ptr, k_idx, D: tl.constexpr, IS_F
         kt = load_rows(k_ptr + k_row_off[:, None] + tl.arange(0, D // 2)[None, :], k_mask, 0)
         ksf = load_rows(ksf_ptr + k_idx, k_mask, 0)
         if KEY_ROWS:
-            return fp4_key_rows_mma(kt, ksf, q, D)
-        kt = kt.to(tl.uint8, bitcast=True)
-        acc = tl.dot_scaled(q[0], q[1], "e2m1", tl.trans(kt), ue8m0_bytes(ksf, D // 32), "e2m1")
-        return tl.maximum(acc, 0.0)
+            s = fp4_key_rows_mma(kt, ksf, q, D)
+        else:
+            kt = kt.to(tl.uint8, bitcast=True)
+            s = tl.maximum(tl.dot_scaled(q[0], q[1], "e2m1", tl.trans(kt), ue8m0_bytes(ksf, D // 32), "e2m1"), 0.0)
+        return s
     elif IS_FP4:
         ksf = load_rows(ksf_ptr + k_idx, k_mask, 0)
         acc = _fp4_group(q[0], q[4], k_ptr, k_row_off, k_mask, ksf, 0, KEY_ROWS)
