@@ -51,9 +51,11 @@ CONFIGS = {
                 "num_stages": 2},
     },
     "sm_90": {
-        # H200 sweeps (2026-12-02, scripts/RESULTS.md): up to 32 blocks per program, 3 stages
+        # H200 sweeps (2026-12-02, scripts/RESULTS.md): up to 32 blocks per program, 3 stages.
+        # maxnreg 64 (programs of one token group; dropped for variants that spill with it): 8
+        # instead of 7 programs per SM, H200 next_n 1 +1-6% (RESULTS.md, seventh session)
         "fp8": {"key_rows": True, "pair": True, "rows": 64, "SUB_N": 64, "N_ITERS": 32, "num_warps": 4,
-                "num_stages": 3},
+                "num_stages": 3, "maxnreg": 64},
         # FP4 as tl.dot_scaled (emulated on sm_90): H200, B=256, 16K-64K context, next_n 1 / 2:
         # 301-318 / 168-173 GB/s with e4m3 group dots, 590-642 / 454-478 with this (RESULTS.md)
         "fp4": {"fp4_mma": True, "key_rows": True, "rows": 128, "SUB_N": 64, "N_ITERS": 32, "num_warps": 4,
@@ -244,15 +246,36 @@ def launch(q, q_sf, kv_cache, weights, context_lens, block_table, max_context_le
     if bsz == 0 or num_cols <= 0:
         return out
     vals, words = cache_pointers(kv_cache, is_fp4)
-    _paged_mqa_logits_kernel[grid](
-        q, q_sf if is_fp4 else context_lens, vals, words, weights, context_lens, block_table, out,
-        next_n, max_context_len, kv_cache.stride(0), block_table.stride(0), weights.stride(0),
-        out.stride(0), col_start, num_cols,
-        H=h, D=d, BLOCK_T=bt, BLOCK_KV=block_kv, SUB_N=min(cfg["SUB_N"], block_kv), N_ITERS=n_iters, IS_FP4=is_fp4,
-        CTX_2D=context_lens.dim() == 2, CLEAN=clean, KEY_ROWS=key_rows(cfg, bt, h), PAIR=pair,
-        FP4_MMA=uses_fp4_mma(cfg, is_fp4), OUT_MODE=out_mode,
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **register_budget(cfg))
+    args = (q, q_sf if is_fp4 else context_lens, vals, words, weights, context_lens, block_table, out,
+            next_n, max_context_len, kv_cache.stride(0), block_table.stride(0), weights.stride(0),
+            out.stride(0), col_start, num_cols)
+    kwargs = dict(H=h, D=d, BLOCK_T=bt, BLOCK_KV=block_kv, SUB_N=min(cfg["SUB_N"], block_kv), N_ITERS=n_iters,
+                  IS_FP4=is_fp4, CTX_2D=context_lens.dim() == 2, CLEAN=clean, KEY_ROWS=key_rows(cfg, bt, h),
+                  PAIR=pair, FP4_MMA=uses_fp4_mma(cfg, is_fp4), OUT_MODE=out_mode,
+                  num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    budget = {} if pair else _budget_unless_spilling(args, kwargs, register_budget(cfg), q.device)
+    _paged_mqa_logits_kernel[grid](*args, **kwargs, **budget)
     return out
+
+
+_SPILL_FREE: dict = {}
+
+
+def _budget_unless_spilling(args, kwargs, budget: dict, device) -> dict:
+    """``budget`` (the config's ``maxnreg``) unless ptxas spills under it in this kernel variant:
+    it is tuned for the production shape, and other head counts / block sizes need more registers.
+    The first call of each variant compiles it once with the budget to find out."""
+    if not budget:
+        return budget
+    key = (device.index, budget["maxnreg"]) + tuple(sorted(kwargs.items()))
+    if key not in _SPILL_FREE:
+        try:
+            compiled = _paged_mqa_logits_kernel.warmup(*args, grid=(1,), **kwargs, **budget)
+            compiled._init_handles()
+            _SPILL_FREE[key] = not compiled.n_spills
+        except Exception:  # e.g. ptxas: too few registers for one instruction
+            _SPILL_FREE[key] = False
+    return budget if _SPILL_FREE[key] else {}
 
 
 def paged_mqa_logits(q, q_sf, kv_cache, weights, context_lens, block_table, max_context_len,
@@ -344,5 +367,6 @@ def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 64), dims=(128,), bl
                                 reports.append(compile_kernel(
                                     _paged_mqa_logits_kernel, _signature(is_fp4, out_mode), const,
                                     target=target, num_warps=cfg["num_warps"],
-                                    num_stages=cfg["num_stages"], config_name=name, maxnreg=cfg.get("maxnreg")))
+                                    num_stages=cfg["num_stages"], config_name=name,
+                                    maxnreg=None if pair else cfg.get("maxnreg")))
     return reports
