@@ -52,8 +52,8 @@ CONFIGS = {
     },
     "sm_90": {
         # H200 sweeps (2026-12-02, scripts/RESULTS.md): up to 32 blocks per program, 3 stages.
-        # maxnreg 64 (programs of one token group; dropped for variants that spill with it): 8
-        # instead of 7 programs per SM, H200 next_n 1 +1-6% (RESULTS.md, seventh session)
+        # maxnreg 64 (dropped for the variants that spill with it, token pairs among them): 8
+        # instead of 7 one-token programs per SM, H200 next_n 1 +1-6% (RESULTS.md, seventh session)
         "fp8": {"key_rows": True, "pair": True, "rows": 64, "SUB_N": 64, "N_ITERS": 32, "num_warps": 4,
                 "num_stages": 3, "maxnreg": 64},
         # FP4 as tl.dot_scaled (emulated on sm_90): H200, B=256, 16K-64K context, next_n 1 / 2:
@@ -253,7 +253,7 @@ def launch(q, q_sf, kv_cache, weights, context_lens, block_table, max_context_le
                   IS_FP4=is_fp4, CTX_2D=context_lens.dim() == 2, CLEAN=clean, KEY_ROWS=key_rows(cfg, bt, h),
                   PAIR=pair, FP4_MMA=uses_fp4_mma(cfg, is_fp4), OUT_MODE=out_mode,
                   num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
-    budget = {} if pair else _budget_unless_spilling(args, kwargs, register_budget(cfg), q.device)
+    budget = _budget_unless_spilling(args, kwargs, register_budget(cfg), q.device)
     _paged_mqa_logits_kernel[grid](*args, **kwargs, **budget)
     return out
 
@@ -267,7 +267,7 @@ def _budget_unless_spilling(args, kwargs, budget: dict, device) -> dict:
     The first call of each variant compiles it once with the budget to find out."""
     if not budget:
         return budget
-    key = (device.index, budget["maxnreg"]) + tuple(sorted(kwargs.items()))
+    key = (device.index, budget["maxnreg"]) + tuple(kwargs.values())  # launch() builds kwargs in one order
     if key not in _SPILL_FREE:
         try:
             compiled = _paged_mqa_logits_kernel.warmup(*args, grid=(1,), **kwargs, **budget)
@@ -367,6 +367,5 @@ def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 64), dims=(128,), bl
                                 reports.append(compile_kernel(
                                     _paged_mqa_logits_kernel, _signature(is_fp4, out_mode), const,
                                     target=target, num_warps=cfg["num_warps"],
-                                    num_stages=cfg["num_stages"], config_name=name,
-                                    maxnreg=None if pair else cfg.get("maxnreg")))
+                                    num_stages=cfg["num_stages"], config_name=name, maxnreg=cfg.get("maxnreg")))
     return reports
