@@ -63,20 +63,31 @@ WIDE_PRODUCT = 2**31  # units x programs from here on: the unit arithmetic runs 
 
 @triton.jit
 def _gather_tile(cache_ptr, stride0, ntok, idx, in_len, PAGE: tl.constexpr,
-                 IS_MODEL1: tl.constexpr):
+                 IS_MODEL1: tl.constexpr, KV_BF16: tl.constexpr):
     """Issue the loads of one tile of candidates (cache indices ``idx``, ``in_len``: within the
     list's length) -> (raw, scale, rope, valid).
     MODEL1: raw fp8 bytes [BLOCK_N, 8, 64] (chunk 7 is the RoPE slot, not loaded), UE8M0 bytes
     [BLOCK_N, 8], RoPE bf16 [BLOCK_N, 8, 64] holding chunk 7 only (it drops into k with a select;
     a 2-D load broadcast into k measured slower and spilled).
-    V3.2: raw [BLOCK_N, 4, 128], fp32 scales [BLOCK_N, 4], RoPE bf16 [BLOCK_N, 64]."""
+    V3.2: raw [BLOCK_N, 4, 128], fp32 scales [BLOCK_N, 4], RoPE bf16 [BLOCK_N, 64].
+    KV_BF16 (sparse prefill, PAGE 1, rows of stride0 bytes): raw = k bf16 [BLOCK_N, 512], RoPE
+    bf16 [BLOCK_N, 64] (dims 512..575; zeros when IS_MODEL1, i.e. d_qk 512), no scales."""
     valid = in_len & (idx >= 0) & (idx < ntok)
     safe = tl.where(valid, idx, 0)
     page_base = (safe // PAGE).to(tl.int64) * stride0  # int64: page * stride(0) can exceed 2^31
     off = (safe % PAGE).to(tl.int64)
     # Row starts are multiples of 16 bytes (the launcher checks the cache pointer and stride(0));
     # telling the compiler lets it gather each row with 16-byte vector loads.
-    if IS_MODEL1:
+    if KV_BF16:
+        row = tl.multiple_of((cache_ptr + page_base).to(tl.pointer_type(tl.bfloat16)), 16)
+        raw = tl.load(row[:, None] + tl.arange(0, 512)[None, :], mask=valid[:, None], other=0.0)
+        scale = valid
+        if IS_MODEL1:
+            rope = tl.zeros((idx.shape[0], 64), dtype=tl.bfloat16)
+        else:
+            rope = tl.load(row[:, None] + 512 + tl.arange(0, 64)[None, :], mask=valid[:, None],
+                           other=0.0)
+    elif IS_MODEL1:
         row = tl.multiple_of(cache_ptr + (page_base + off * 576), 16)
         c = tl.arange(0, 8)
         d = tl.arange(0, 64)
@@ -105,10 +116,13 @@ def _gather_tile(cache_ptr, stride0, ntok, idx, in_len, PAGE: tl.constexpr,
 
 
 @triton.jit
-def _dequant_tile(raw, scale, rope, IS_MODEL1: tl.constexpr, BLOCK_N: tl.constexpr):
+def _dequant_tile(raw, scale, rope, IS_MODEL1: tl.constexpr, KV_BF16: tl.constexpr,
+                  BLOCK_N: tl.constexpr):
     """Gathered bytes -> k bf16 [BLOCK_N, 512] (exact: the scales are powers of two). For MODEL1
     the RoPE part is the last 64 dims of k; V3.2 keeps it apart (``rope``, used as is)."""
-    if IS_MODEL1:
+    if KV_BF16:
+        return raw
+    elif IS_MODEL1:
         e = (scale.to(tl.int32) << 23).to(tl.float32, bitcast=True)   # UE8M0 -> 2^(e - 127)
         nope = raw.to(tl.float8e4nv, bitcast=True).to(tl.float32) * e[:, :, None]
         is_nope = (tl.arange(0, 8) < 7)[None, :, None]
@@ -165,8 +179,8 @@ def _attend_tile(acc, m_i, l_i, q, q_rope, k, rope, valid, qk_scale, one,
 
 @triton.jit
 def _scan_list(acc, m_i, l_i, q, q_rope, cache_ptr, stride0, ntok, idx_row, length, t_lo, t_hi,
-               qk_scale, one, PAGE: tl.constexpr, IS_MODEL1: tl.constexpr, BLOCK_N: tl.constexpr,
-               PREFETCH: tl.constexpr, INTERPRET: tl.constexpr):
+               qk_scale, one, PAGE: tl.constexpr, IS_MODEL1: tl.constexpr, KV_BF16: tl.constexpr,
+               BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr, INTERPRET: tl.constexpr):
     """Attend to tiles [t_lo, t_hi) of one candidate list (tile t = positions
     [t * BLOCK_N, (t + 1) * BLOCK_N), masked at ``length``) -> updated (acc, m_i, l_i).
     PREFETCH 1: each tile's indices are loaded one step ahead, so a step waits for one global
@@ -176,18 +190,18 @@ def _scan_list(acc, m_i, l_i, q, q_rope, cache_ptr, stride0, ntok, idx_row, leng
     idx = tl.load(idx_row + pos, mask=pos < tl.where(t_lo < t_hi, length, 0), other=-1)
     if PREFETCH == 2:
         raw, scale, rope, valid = _gather_tile(cache_ptr, stride0, ntok, idx, pos < length, PAGE,
-                                               IS_MODEL1)
+                                               IS_MODEL1, KV_BF16)
         pos = pos + BLOCK_N
         idx = tl.load(idx_row + pos, mask=pos < tl.where(t_lo + 1 < t_hi, length, 0), other=-1)
     for t in range(t_lo, t_hi):
         if PREFETCH == 2:
-            k = _dequant_tile(raw, scale, rope, IS_MODEL1, BLOCK_N)
+            k = _dequant_tile(raw, scale, rope, IS_MODEL1, KV_BF16, BLOCK_N)
             k_rope = rope
             k_valid = valid
             pos = (t + 1) * BLOCK_N + ar
             raw, scale, rope, valid = _gather_tile(cache_ptr, stride0, ntok, idx,
                                                    pos < tl.where(t + 1 < t_hi, length, 0), PAGE,
-                                                   IS_MODEL1)
+                                                   IS_MODEL1, KV_BF16)
             pos = pos + BLOCK_N
             idx = tl.load(idx_row + pos, mask=pos < tl.where(t + 2 < t_hi, length, 0), other=-1)
         else:
@@ -200,8 +214,8 @@ def _scan_list(acc, m_i, l_i, q, q_rope, cache_ptr, stride0, ntok, idx_row, leng
             else:
                 cur = tl.load(idx_row + pos, mask=pos < length, other=-1)
             raw, scale, k_rope, k_valid = _gather_tile(cache_ptr, stride0, ntok, cur,
-                                                       pos < length, PAGE, IS_MODEL1)
-            k = _dequant_tile(raw, scale, k_rope, IS_MODEL1, BLOCK_N)
+                                                       pos < length, PAGE, IS_MODEL1, KV_BF16)
+            k = _dequant_tile(raw, scale, k_rope, IS_MODEL1, KV_BF16, BLOCK_N)
         acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, q_rope, k, k_rope, k_valid, qk_scale, one,
                                      IS_MODEL1, INTERPRET)
     return acc, m_i, l_i
@@ -209,9 +223,11 @@ def _scan_list(acc, m_i, l_i, q, q_rope, cache_ptr, stride0, ntok, idx_row, leng
 
 @triton.jit
 def _write_final(out_ptr, lse_ptr, sink_ptr, acc, lse2, heads, hmask, pid_bs, H, stride_ob,
-                 stride_os, stride_oh, S_Q, d0, HAS_SINK: tl.constexpr, INTERPRET: tl.constexpr):
+                 stride_os, stride_oh, S_Q, d0, max_ptr, m2, HAS_SINK: tl.constexpr,
+                 HAS_MAX: tl.constexpr, INTERPRET: tl.constexpr):
     """acc = normalised output fp32 [BLOCK_H, BLOCK_D] for dims [d0, d0 + BLOCK_D),
-    lse2 = log2-sum-exp (-inf: no valid key). The d0 == 0 block also writes lse."""
+    lse2 = log2-sum-exp (-inf: no valid key). The d0 == 0 block also writes lse, and with
+    HAS_MAX the largest scaled logit (m2: its base-2 form) in natural-log units."""
     lonely = lse2 == float("-inf")
     lse = tl.where(lonely, float("inf"), lse2 * 0.6931471805599453)
     factor = tl.where(lonely, 0.0, 1.0)
@@ -228,6 +244,9 @@ def _write_final(out_ptr, lse_ptr, sink_ptr, acc, lse2, heads, hmask, pid_bs, H,
     o_ptrs = o_row[:, None] + dv[None, :]
     tl.store(o_ptrs, _to_bf16(o, INTERPRET), mask=hmask[:, None])
     tl.store(lse_ptr + pid_bs.to(tl.int64) * H + heads, lse, mask=hmask & ((heads * 0 + d0) == 0))
+    if HAS_MAX:
+        tl.store(max_ptr + pid_bs.to(tl.int64) * H + heads, m2 * 0.6931471805599453,
+                 mask=hmask & ((heads * 0 + d0) == 0))
 
 
 @triton.jit
@@ -236,12 +255,12 @@ def _attend_row(q_ptr, stride_qb, stride_qs, stride_qh,
                 xcache_ptr, xcache_stride0, xcache_ntok, xidx_ptr, stride_xb, stride_xs, xlen_ptr,
                 b, s, heads, hmask, S_Q, TOPK, XTOPK, lo, hi, qk_scale,
                 PAGE: tl.constexpr, XPAGE: tl.constexpr, IS_MODEL1: tl.constexpr,
-                HAS_LEN: tl.constexpr, HAS_EXTRA: tl.constexpr, HAS_XLEN: tl.constexpr,
-                BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr,
-                INTERPRET: tl.constexpr):
+                KV_BF16: tl.constexpr, HAS_LEN: tl.constexpr, HAS_EXTRA: tl.constexpr,
+                HAS_XLEN: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+                PREFETCH: tl.constexpr, INTERPRET: tl.constexpr):
     """Heads ``heads`` of query token (b, s) over candidate tiles [lo, hi) (main list tiles,
-    then extra list tiles) -> (normalised output fp32 [BLOCK_H, 512], log2-sum-exp; -inf when
-    no valid key)."""
+    then extra list tiles) -> (normalised output fp32 [BLOCK_H, 512], log2-sum-exp and largest
+    logit in base-2 units; -inf when no valid key)."""
     # Rows are 16-byte aligned (the launcher guarantees it): vector loads.
     q_row = tl.multiple_of(q_ptr + b.to(tl.int64) * stride_qb + s * stride_qs + heads * stride_qh,
                            16)[:, None]
@@ -263,7 +282,8 @@ def _attend_row(q_ptr, stride_qb, stride_qs, stride_qh,
     idx_row = idx_ptr + b.to(tl.int64) * stride_ib + s * stride_is
     acc, m_i, l_i = _scan_list(acc, m_i, l_i, q, q_rope, cache_ptr, cache_stride0, cache_ntok,
                                idx_row, length, lo, tl.minimum(hi, tl.cdiv(length, BLOCK_N)),
-                               qk_scale, one, PAGE, IS_MODEL1, BLOCK_N, PREFETCH, INTERPRET)
+                               qk_scale, one, PAGE, IS_MODEL1, KV_BF16, BLOCK_N, PREFETCH,
+                               INTERPRET)
     if HAS_EXTRA:
         xlength = XTOPK
         if HAS_XLEN:
@@ -272,12 +292,12 @@ def _attend_row(q_ptr, stride_qb, stride_qs, stride_qh,
         acc, m_i, l_i = _scan_list(acc, m_i, l_i, q, q_rope, xcache_ptr, xcache_stride0,
                                    xcache_ntok, xidx_row, xlength, tl.maximum(lo - n_main, 0),
                                    tl.minimum(hi - n_main, tl.cdiv(xlength, BLOCK_N)), qk_scale,
-                                   one, XPAGE, IS_MODEL1, BLOCK_N, PREFETCH, INTERPRET)
+                                   one, XPAGE, IS_MODEL1, KV_BF16, BLOCK_N, PREFETCH, INTERPRET)
 
     has_any = l_i > 0.0
     acc = acc / tl.where(has_any, l_i, 1.0)[:, None]
     lse2 = tl.where(has_any, m_i + tl.log2(tl.where(has_any, l_i, 1.0)), float("-inf"))
-    return acc, lse2
+    return acc, lse2, m_i
 
 
 @triton.jit
@@ -319,29 +339,32 @@ def _row_coords(r, QUERIES, HEAD_BLOCKS, HEAD_MAJOR):
 def _segment(q_ptr, stride_qb, stride_qs, stride_qh,
              cache_ptr, cache_stride0, cache_ntok, idx_ptr, stride_ib, stride_is, len_ptr,
              xcache_ptr, xcache_stride0, xcache_ntok, xidx_ptr, stride_xb, stride_xs, xlen_ptr,
-             ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, stride_ob, stride_os, stride_oh,
-             S_Q, H, TOPK, XTOPK, TILES, query, hb, t0, t1, slot, qk_scale,
+             ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, max_ptr, stride_ob, stride_os,
+             stride_oh, S_Q, H, TOPK, XTOPK, TILES, query, hb, t0, t1, slot, qk_scale,
              PAGE: tl.constexpr, XPAGE: tl.constexpr, IS_MODEL1: tl.constexpr,
-             HAS_LEN: tl.constexpr, HAS_EXTRA: tl.constexpr, HAS_XLEN: tl.constexpr,
-             HAS_SINK: tl.constexpr, DIRECT: tl.constexpr, BLOCK_H: tl.constexpr,
-             BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr, INTERPRET: tl.constexpr):
+             KV_BF16: tl.constexpr, HAS_LEN: tl.constexpr, HAS_EXTRA: tl.constexpr,
+             HAS_XLEN: tl.constexpr, HAS_SINK: tl.constexpr, HAS_MAX: tl.constexpr,
+             DIRECT: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+             PREFETCH: tl.constexpr, INTERPRET: tl.constexpr):
     """Tiles [t0, t1) of row (query, hb): written out when that is the whole row, else left in
-    workspace ``slot`` for the combine kernel."""
+    workspace ``slot`` for the combine kernel (HAS_MAX, the largest logits: whole rows only)."""
     heads = hb * BLOCK_H + tl.arange(0, BLOCK_H)
     hmask = heads < H
-    acc, lse2 = _attend_row(
+    acc, lse2, m2 = _attend_row(
         q_ptr, stride_qb, stride_qs, stride_qh, cache_ptr, cache_stride0, cache_ntok,
         idx_ptr, stride_ib, stride_is, len_ptr, xcache_ptr, xcache_stride0, xcache_ntok,
         xidx_ptr, stride_xb, stride_xs, xlen_ptr, query // S_Q, query % S_Q, heads, hmask,
-        S_Q, TOPK, XTOPK, t0, t1, qk_scale, PAGE, XPAGE, IS_MODEL1, HAS_LEN, HAS_EXTRA,
-        HAS_XLEN, BLOCK_H, BLOCK_N, PREFETCH, INTERPRET)
+        S_Q, TOPK, XTOPK, t0, t1, qk_scale, PAGE, XPAGE, IS_MODEL1, KV_BF16, HAS_LEN,
+        HAS_EXTRA, HAS_XLEN, BLOCK_H, BLOCK_N, PREFETCH, INTERPRET)
     if DIRECT:
         _write_final(out_ptr, lse_ptr, sink_ptr, acc, lse2, heads, hmask, query, H,
-                     stride_ob, stride_os, stride_oh, S_Q, 0, HAS_SINK, INTERPRET)
+                     stride_ob, stride_os, stride_oh, S_Q, 0, max_ptr, m2, HAS_SINK, HAS_MAX,
+                     INTERPRET)
     else:
         if (t0 == 0) & (t1 == TILES):
             _write_final(out_ptr, lse_ptr, sink_ptr, acc, lse2, heads, hmask, query, H,
-                         stride_ob, stride_os, stride_oh, S_Q, 0, HAS_SINK, INTERPRET)
+                         stride_ob, stride_os, stride_oh, S_Q, 0, max_ptr, m2, HAS_SINK,
+                         HAS_MAX, INTERPRET)
         else:
             part = tl.cast(slot, tl.int64) * BLOCK_H + tl.arange(0, BLOCK_H)
             tl.store(ows_ptr + part[:, None] * 512 + tl.arange(0, 512)[None, :], acc)
@@ -353,19 +376,23 @@ def _sparse_mla_split_kernel(
         q_ptr, stride_qb, stride_qs, stride_qh,
         cache_ptr, cache_stride0, cache_ntok, idx_ptr, stride_ib, stride_is, len_ptr,
         xcache_ptr, xcache_stride0, xcache_ntok, xidx_ptr, stride_xb, stride_xs, xlen_ptr,
-        ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, stride_ob, stride_os, stride_oh,
+        ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, max_ptr, stride_ob, stride_os, stride_oh,
         S_Q, H, TOPK, XTOPK, QUERIES, HEAD_BLOCKS, HEAD_MAJOR, TILES, SPLITS, TILES_PER_SPLIT,
         PROGRAMS, qk_scale,
-        PAGE: tl.constexpr, XPAGE: tl.constexpr, IS_MODEL1: tl.constexpr, HAS_LEN: tl.constexpr,
-        HAS_EXTRA: tl.constexpr, HAS_XLEN: tl.constexpr, HAS_SINK: tl.constexpr,
-        DIRECT: tl.constexpr, DEALT: tl.constexpr, WIDE: tl.constexpr, BLOCK_H: tl.constexpr,
+        PAGE: tl.constexpr, XPAGE: tl.constexpr, IS_MODEL1: tl.constexpr, KV_BF16: tl.constexpr,
+        HAS_LEN: tl.constexpr, HAS_EXTRA: tl.constexpr, HAS_XLEN: tl.constexpr,
+        HAS_SINK: tl.constexpr, HAS_MAX: tl.constexpr, DIRECT: tl.constexpr,
+        DEALT: tl.constexpr, WIDE: tl.constexpr, BLOCK_H: tl.constexpr,
         BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr, INTERPRET: tl.constexpr):
     """A row is (query token, head block); a unit, one tile of a row (TILES per row).
     DEALT (grid (PROGRAMS,)): program p takes units [_first_unit(p), _first_unit(p + 1)) of the
     rows in ``_row_coords`` order, row segment by row segment; a part of a row goes to workspace
     slot 2p (the program's first segment) or 2p + 1 (its last). Else (grid (HEAD_BLOCKS,
     SPLITS, QUERIES)): program (hb, k, query) takes tiles [k * TILES_PER_SPLIT, ...) of one row
-    (slot: its program number). DIRECT: no row is split. WIDE: see ``_wide``."""
+    (slot: its program number). DIRECT: no row is split. WIDE: see ``_wide``.
+    IS_MODEL1: d_qk 512 (RoPE inside the 512 dims), else 576 (a separate RoPE dot). KV_BF16:
+    the sparse prefill's bf16 rows instead of an FP8 cache. HAS_MAX: also write the largest
+    logit of each row to ``max_ptr`` (callers make every row whole: DIRECT)."""
     if DEALT:
         # Everything a segment needs is derived from u inside the loop: with the row's
         # coordinates computed once outside, the BLOCK_H 64 variants spilled 300-550 B (sm_90).
@@ -381,11 +408,11 @@ def _sparse_mla_split_kernel(
             _segment(q_ptr, stride_qb, stride_qs, stride_qh, cache_ptr, cache_stride0,
                      cache_ntok, idx_ptr, stride_ib, stride_is, len_ptr, xcache_ptr,
                      xcache_stride0, xcache_ntok, xidx_ptr, stride_xb, stride_xs, xlen_ptr,
-                     ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, stride_ob, stride_os,
-                     stride_oh, S_Q, H, TOPK, XTOPK, TILES, query, hb, t0, t1,
+                     ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, max_ptr, stride_ob,
+                     stride_os, stride_oh, S_Q, H, TOPK, XTOPK, TILES, query, hb, t0, t1,
                      pid * 2 + (u != start).to(tl.int32), qk_scale, PAGE, XPAGE, IS_MODEL1,
-                     HAS_LEN, HAS_EXTRA, HAS_XLEN, HAS_SINK, DIRECT, BLOCK_H, BLOCK_N,
-                     PREFETCH, INTERPRET)
+                     KV_BF16, HAS_LEN, HAS_EXTRA, HAS_XLEN, HAS_SINK, HAS_MAX, DIRECT, BLOCK_H,
+                     BLOCK_N, PREFETCH, INTERPRET)
             u += t1 - t0
     else:  # no integer division on the way to the first load
         # Inside a loop of one trip (S_Q >= 1), like the dealt case's: the compiler then
@@ -398,12 +425,12 @@ def _sparse_mla_split_kernel(
             _segment(q_ptr, stride_qb, stride_qs, stride_qh, cache_ptr, cache_stride0,
                      cache_ntok, idx_ptr, stride_ib, stride_is, len_ptr, xcache_ptr,
                      xcache_stride0, xcache_ntok, xidx_ptr, stride_xb, stride_xs, xlen_ptr,
-                     ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, stride_ob, stride_os,
-                     stride_oh, S_Q, H, TOPK, XTOPK, TILES, query, hb, t0,
+                     ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, max_ptr, stride_ob,
+                     stride_os, stride_oh, S_Q, H, TOPK, XTOPK, TILES, query, hb, t0,
                      tl.minimum(t0 + TILES_PER_SPLIT, TILES),
                      (query * HEAD_BLOCKS + hb) * SPLITS + part, qk_scale, PAGE, XPAGE,
-                     IS_MODEL1, HAS_LEN, HAS_EXTRA, HAS_XLEN, HAS_SINK, DIRECT, BLOCK_H,
-                     BLOCK_N, PREFETCH, INTERPRET)
+                     IS_MODEL1, KV_BF16, HAS_LEN, HAS_EXTRA, HAS_XLEN, HAS_SINK, HAS_MAX,
+                     DIRECT, BLOCK_H, BLOCK_N, PREFETCH, INTERPRET)
 
 
 @triton.jit(do_not_specialize=["stride_ob", "stride_os", "stride_oh", "S_Q", "H", "QUERIES",
@@ -459,7 +486,7 @@ def _sparse_mla_combine_kernel(ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, s
     acc = acc / tl.where(total > 0.0, total, 1.0)[:, None]
     split = (heads * 0 + p_end) > p_first  # a vector: the interpreter cannot `and` a scalar in
     _write_final(out_ptr, lse_ptr, sink_ptr, acc, lse2, heads, hmask & split, query, H, stride_ob,
-                 stride_os, stride_oh, S_Q, d0, HAS_SINK, INTERPRET)
+                 stride_os, stride_oh, S_Q, d0, lse_ptr, lse2, HAS_SINK, False, INTERPRET)
 
 
 @triton.jit
@@ -731,8 +758,6 @@ def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, ext
     fmt = "model1" if d_qk == 512 else "v32"
     ragged = topk_length is not None or (has_extra and extra_topk_length is not None)
     pl = plan(b, s_q, h_q, topk, xtopk, q.device, num_splits, fmt=fmt, ragged=ragged)
-    cfg, head_blocks, tiles, programs = pl.cfg, pl.head_blocks, pl.tiles, pl.programs
-    direct = pl.direct
     if not _rows_aligned(q):
         q = q.clone(memory_format=torch.contiguous_format)
     if out is None:
@@ -746,6 +771,23 @@ def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, ext
     checks.require(lse.shape == (b, s_q, h_q) and lse.dtype == torch.float32
                    and lse.is_contiguous(), op, "lse", f"{lse.dtype} {list(lse.shape)}",
                    f"contiguous fp32 [{b}, {s_q}, {h_q}]")
+    launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices,
+           extra_topk_length, softmax_scale, pl, out, lse)
+    return out, lse.transpose(1, 2)
+
+
+def launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices,
+           extra_topk_length, softmax_scale, pl, out, lse, max_logits=None, kv_bf16=False):
+    """Run plan ``pl`` on checked inputs: q [b, s_q, h_q, d_qk] with 16-byte aligned rows, out
+    [b, s_q, h_q, 512], lse contiguous [b, s_q, h_q]. ``kv_bf16``: ``k_cache`` is bf16 rows
+    [s_kv, 1, d_qk] (sparse prefill) instead of an FP8 cache; ``max_logits`` (shaped like lse,
+    only with a ``direct`` plan) receives each row's largest scaled logit."""
+    b, s_q, h_q, d_qk = q.shape
+    cfg, head_blocks, tiles, programs = pl.cfg, pl.head_blocks, pl.tiles, pl.programs
+    direct = pl.direct
+    topk = indices.shape[-1]
+    has_extra = extra_k_cache is not None
+    xtopk = extra_indices.shape[-1] if has_extra else 0
     wide = b * s_q * head_blocks * tiles * (programs + 1) >= WIDE_PRODUCT
     if direct:
         ows = lsews = lse  # unused
@@ -761,6 +803,8 @@ def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, ext
     xcache = _byte_view(extra_k_cache) if has_extra else cache
     xidx = extra_indices if has_extra else indices
     sink = attn_sink if attn_sink is not None else lse
+    if max_logits is not None and not direct:
+        raise ValueError(f"{OP}: max_logits needs a plan that keeps every row whole")
     dummy_len = indices
     grid = (programs,) if pl.dealt else (head_blocks, pl.splits, b * s_q)
     _sparse_mla_split_kernel[grid](
@@ -769,14 +813,16 @@ def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, ext
         topk_length if topk_length is not None else dummy_len,
         xcache, xcache.stride(0), _ntok(xcache), xidx, xidx.stride(0), xidx.stride(1),
         extra_topk_length if extra_topk_length is not None else dummy_len,
-        ows, lsews, out, lse, sink, out.stride(0), out.stride(1), out.stride(2),
-        s_q, h_q, topk, xtopk, b * s_q, head_blocks, int(pl.head_major), tiles, pl.splits,
-        pl.tiles_per_split, programs, float(softmax_scale) * LOG2E,
-        PAGE=k_cache.shape[1], XPAGE=xcache.shape[1], IS_MODEL1=d_qk == 512,
+        ows, lsews, out, lse, sink, max_logits if max_logits is not None else lse,
+        out.stride(0), out.stride(1), out.stride(2), s_q, h_q, topk, xtopk, b * s_q, head_blocks,
+        int(pl.head_major), tiles, pl.splits, pl.tiles_per_split, programs,
+        float(softmax_scale) * LOG2E,
+        PAGE=k_cache.shape[1], XPAGE=xcache.shape[1], IS_MODEL1=d_qk == 512, KV_BF16=kv_bf16,
         HAS_LEN=topk_length is not None, HAS_EXTRA=has_extra,
         HAS_XLEN=has_extra and extra_topk_length is not None, HAS_SINK=attn_sink is not None,
-        DIRECT=direct, DEALT=pl.dealt, WIDE=wide, BLOCK_H=cfg["BLOCK_H"],
-        BLOCK_N=cfg["BLOCK_N"], PREFETCH=cfg.get("PREFETCH", 1), INTERPRET=_interpret(),
+        HAS_MAX=max_logits is not None, DIRECT=direct, DEALT=pl.dealt, WIDE=wide,
+        BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"], PREFETCH=cfg.get("PREFETCH", 1),
+        INTERPRET=_interpret(),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if not direct:
         bhc, bdc = COMBINE_CONFIG["BLOCK_HC"], COMBINE_CONFIG["BLOCK_DC"]
@@ -786,7 +832,6 @@ def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, ext
             HAS_SINK=attn_sink is not None, DEALT=pl.dealt, WIDE=wide, BLOCK_H=cfg["BLOCK_H"],
             BLOCK_HC=bhc, BLOCK_DC=bdc, INTERPRET=_interpret(),
             num_warps=COMBINE_CONFIG["num_warps"])
-    return out, lse.transpose(1, 2)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -798,11 +843,11 @@ _INPUT_VARIANTS = ((True, True, True), (False, False, False), (False, True, Fals
 
 
 def _split_signature(cfg, is_model1, page, xpage, direct, dealt=False,
-                     inputs=_INPUT_VARIANTS[0]):
+                     inputs=_INPUT_VARIANTS[0], prefill=False):
     sig = {n: "*u8" for n in ("cache_ptr", "xcache_ptr")}
     sig.update({n: "*i32" for n in ("idx_ptr", "len_ptr", "xidx_ptr", "xlen_ptr")})
     sig.update({"q_ptr": "*bf16", "ows_ptr": "*fp32", "lsews_ptr": "*fp32", "out_ptr": "*bf16",
-                "lse_ptr": "*fp32", "sink_ptr": "*fp32", "qk_scale": "fp32"})
+                "lse_ptr": "*fp32", "sink_ptr": "*fp32", "max_ptr": "*fp32", "qk_scale": "fp32"})
     for n in ("stride_qb", "stride_qs", "stride_qh", "cache_ntok", "stride_ib", "stride_is",
               "xcache_ntok", "stride_xb", "stride_xs", "stride_ob", "stride_os", "stride_oh", "S_Q",
               "H", "TOPK", "XTOPK", "QUERIES", "HEAD_BLOCKS", "HEAD_MAJOR", "TILES", "SPLITS",
@@ -810,8 +855,9 @@ def _split_signature(cfg, is_model1, page, xpage, direct, dealt=False,
         sig[n] = "i32"
     sig["cache_stride0"] = sig["xcache_stride0"] = "i64"
     has_len, has_extra, has_xlen = inputs
-    const = dict(PAGE=page, XPAGE=xpage, IS_MODEL1=is_model1, HAS_LEN=has_len,
-                 HAS_EXTRA=has_extra, HAS_XLEN=has_xlen, HAS_SINK=True, DIRECT=direct,
+    const = dict(PAGE=page, XPAGE=xpage, IS_MODEL1=is_model1, KV_BF16=prefill, HAS_LEN=has_len,
+                 HAS_EXTRA=has_extra, HAS_XLEN=has_xlen, HAS_SINK=True, HAS_MAX=prefill,
+                 DIRECT=direct,
                  DEALT=dealt, WIDE=False, BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"],
                  PREFETCH=cfg.get("PREFETCH", 1), INTERPRET=False)
     for k in const:
@@ -822,8 +868,8 @@ def _split_signature(cfg, is_model1, page, xpage, direct, dealt=False,
 
 def compile_reports(targets=("sm_120", "sm_121"), full=False):
     """Compile every configuration of both kernels for ``targets`` -> list of CompileReport, with
-    the V4 CSA page sizes and every optional input; ``full``: also the HCA page sizes and the
-    calls without per-request lengths or without the extra list.
+    the V4 CSA page sizes and every optional input, and the sparse prefill's variants; ``full``:
+    also the HCA page sizes and the calls without per-request lengths or without the extra list.
     Under the Triton interpreter the kernels cannot be compiled in-process, so this re-runs
     itself in a subprocess without TRITON_INTERPRET."""
     from sm12x.kernels.compile_check import CompileReport
@@ -853,6 +899,10 @@ def compile_reports(targets=("sm_120", "sm_121"), full=False):
                         for direct, dealt in ((False, False), (False, True), (True, True)):
                             jobs.append(("split", target, fmt, cfg,
                                          (direct, dealt, pages, inputs)))
+                # sparse prefill (sparse_mla_prefill): bf16 rows, whole rows, with and
+                # without per-query lengths
+                for has_len in (True, False):
+                    jobs.append(("prefill", target, fmt, cfg, has_len))
         for block_h in sorted({c["BLOCK_H"] for opts in CONFIGS[key].values() for c in opts}):
             for dealt in (False, True):
                 jobs.append(("combine", target, None, COMBINE_CONFIG, (block_h, dealt)))
@@ -870,6 +920,14 @@ def _compile_job(job):
     from sm12x.kernels.compile_check import compile_kernel
 
     kind, target, fmt, cfg, variant = job
+    if kind == "prefill":
+        sig, const = _split_signature(cfg, fmt == "model1", 1, 1, True, True,
+                                      (variant, False, False), prefill=True)
+        name = (f"prefill bf16 d{512 if fmt == 'model1' else 576} H{cfg['BLOCK_H']} "
+                f"N{cfg['BLOCK_N']} w{cfg['num_warps']}{' L' if variant else ''}")
+        return compile_kernel(_sparse_mla_split_kernel, sig, const, target=target,
+                              num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+                              config_name=name)
     if kind == "split":
         direct, dealt, (page, xpage), inputs = variant
         sig, const = _split_signature(cfg, fmt == "model1", page, xpage, direct, dealt, inputs)
