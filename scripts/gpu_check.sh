@@ -18,5 +18,6 @@ echo "== selftest --quick"
 t0=$SECONDS; python3 -m sm12x selftest --quick --json "$OUT/selftest.json" 2>&1 | tee "$OUT/selftest.txt" || rc=1; echo "selftest wall $((SECONDS - t0)) s" | tee -a "$OUT/selftest.txt"
 echo "== benchmarks"
 python3 scripts/bench_sparse_mla_decode.py $QUICK 2>&1 | tee "$OUT/bench_sparse_mla_decode.md" || rc=1
+python3 scripts/bench_sparse_mla_prefill.py $QUICK 2>&1 | tee "$OUT/bench_sparse_mla_prefill.md" || rc=1
 python3 scripts/bench_indexer.py $QUICK 2>&1 | tee "$OUT/bench_indexer.md" || rc=1
 exit $rc

@@ -16,7 +16,8 @@ import os
 import sys
 import time
 
-OPS = ("sparse_mla_decode", "mqa_logits", "paged_mqa_logits", "indexer_topk", "compile")
+OPS = ("sparse_mla_decode", "sparse_mla_prefill", "mqa_logits", "paged_mqa_logits", "indexer_topk",
+       "compile")
 
 
 def _device():
@@ -94,6 +95,35 @@ def check_sparse_mla_decode(device, full):
                    detail="; ".join(x for x in (v_out.detail and "out: " + v_out.detail,
                                                 v_lse.detail and "lse: " + v_lse.detail) if x),
                    us=us, throughput=f"{nbytes / us / 1e3:.0f} GB/s")
+
+
+def check_sparse_mla_prefill(device, full):
+    from sm12x.kernels.reference.sparse_mla import make_prefill_case, ref_sparse_mla_prefill
+    from sm12x.kernels.sparse_mla_prefill import sparse_mla_prefill
+    from sm12x.kernels.tolerance import flashmla_close
+
+    if device != "cuda":
+        specs = [(512, 3, 16, 64, 100, True), (576, 2, 8, 64, 100, False)]
+    else:  # (d_qk, s_q, h_q, topk, s_kv, topk_length): V4 (512 + 128 window) and V3.2 prefill
+        specs = [(512, 1024, 64, 640, 65536, True)]
+        if full:
+            specs += [(512, 1024, 128, 1152, 65536, True), (576, 1024, 128, 2048, 131072, False)]
+    for d_qk, s_q, h_q, topk, s_kv, with_len in specs:
+        case = make_prefill_case(d_qk, s_q, h_q, topk, s_kv, with_len, device=device)
+        ref = ref_sparse_mla_prefill(**case)
+        got = sparse_mla_prefill(**case)
+        # FlashMLA's prefill test: out abs 8e-4 / rel 3.01/128 / cos 7e-6; max_logits and lse
+        # abs 1e-6 / rel 2.01/65536
+        v = [flashmla_close(got[0].float(), ref[0].float(), 8e-4, 3.01 / 128, 7e-6)]
+        v += [flashmla_close(g, r, 1e-6, 2.01 / 65536, 0.0) for g, r in zip(got[1:], ref[1:])]
+        us = _time_us(lambda: sparse_mla_prefill(**case), device)
+        flops = 2 * s_q * h_q * topk * (d_qk + 512)  # FlashMLA's count: every listed key
+        yield dict(op="sparse_mla_prefill", case=f"bf16 d_qk={d_qk} s_q={s_q} h_q={h_q} "
+                   f"topk={topk}", ok=all(x.ok for x in v), max_abs=v[0].max_abs,
+                   max_rel=v[0].max_rel,
+                   detail="; ".join(f"{n}: {x.detail}" for n, x in
+                                    zip(("out", "max_logits", "lse"), v) if x.detail),
+                   us=us, throughput=f"{flops / us / 1e6:.1f} TFLOPS")
 
 
 # --- indexer ----------------------------------------------------------------------------------
@@ -238,7 +268,8 @@ def check_compile(device, full):
                    f"max regs {max(r.registers for r in reports)}")
 
 
-CHECKS = {"sparse_mla_decode": check_sparse_mla_decode, "mqa_logits": check_mqa_logits,
+CHECKS = {"sparse_mla_decode": check_sparse_mla_decode,
+          "sparse_mla_prefill": check_sparse_mla_prefill, "mqa_logits": check_mqa_logits,
           "paged_mqa_logits": check_paged_mqa_logits, "indexer_topk": check_indexer_topk,
           "compile": check_compile}
 

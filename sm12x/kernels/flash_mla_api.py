@@ -1,8 +1,9 @@
 """FlashMLA-compatible Python surface for the sparse FP8 decode path, backed by the Triton kernel in
-``sparse_mla_decode``. Signatures follow ``flash_mla/flash_mla_interface.py`` and
-``flash_mla.cuda.sparse_decode_fwd``; only the sparse FP8 path (``indices`` given,
-``is_fp8_kvcache=True``) is implemented. :func:`is_sparse_fp8_call` tells a patch whether a call
-belongs here or to the original function.
+``sparse_mla_decode``, and for the sparse bf16 prefill (``flash_mla_sparse_fwd``, kernel in
+``sparse_mla_prefill``). Signatures follow ``flash_mla/flash_mla_interface.py`` and
+``flash_mla.cuda.sparse_decode_fwd``; of ``flash_mla_with_kvcache`` only the sparse FP8 path
+(``indices`` given, ``is_fp8_kvcache=True``) is implemented. :func:`is_sparse_fp8_call` tells a
+patch whether a call belongs here or to the original function.
 
 Scheduling metadata is ours and depends on shapes only: the tensors handed out by
 :func:`get_mla_metadata` (old API) or stored in :class:`SchedMeta` are placeholders the kernel never
@@ -17,9 +18,11 @@ from typing import Optional
 import torch
 
 from sm12x.kernels import checks, configs
-from sm12x.kernels.sparse_mla_decode import sparse_mla_decode, validate
+from sm12x.kernels.sparse_mla_decode import LOG2E, sparse_mla_decode, validate
+from sm12x.kernels.sparse_mla_prefill import sparse_mla_prefill
 
 OP = "flash_mla_with_kvcache"
+PREFILL_OP = "flash_mla_sparse_fwd"
 TILE_SCHEDULER_METADATA_SIZE = 8
 
 
@@ -160,3 +163,26 @@ def is_sparse_fp8_call(*args, **kwargs) -> bool:
         return False
     a = bound.arguments
     return a.get("indices") is not None and bool(a.get("is_fp8_kvcache", False))
+
+
+def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk_length=None,
+                         out=None, **future_kwargs):
+    """FlashMLA's ``flash_mla_sparse_fwd`` as of its 2026-01 interface (vLLM's vendored copy adds
+    ``out``) -> (out bf16 [s_q, h_q, 512], max_logits fp32 [s_q, h_q], lse fp32 [s_q, h_q]) in
+    natural-log units; a row with no valid index gets 0, -inf, +inf. Contract:
+    ``sm12x.kernels.sparse_mla_prefill``."""
+    _reject_future_kwargs(PREFILL_OP, future_kwargs)
+    return sparse_mla_prefill(q, kv, indices, sm_scale, d_v, attn_sink, topk_length, out,
+                              op=PREFILL_OP)
+
+
+def to_log2_units(result, empty_lse=float("inf")):
+    """``flash_mla_sparse_fwd``'s result in base-2 units, in place: what FlashMLA returned before
+    2026-01 (``empty_lse`` -inf: its value for a row with no valid index) and what sgl-kernel's
+    build still returns (max_logits and lse times log2(e); empty rows +inf)."""
+    out, max_logits, lse = result
+    max_logits.mul_(LOG2E)
+    lse.mul_(LOG2E)
+    if empty_lse != float("inf"):
+        lse.masked_fill_(lse == float("inf"), empty_lse)
+    return out, max_logits, lse

@@ -1,4 +1,5 @@
-"""Route every FlashMLA sparse-decode entry point to sm12x's Triton kernel on SM12x.
+"""Route every FlashMLA sparse-decode and sparse-prefill entry point to sm12x's Triton kernels on
+SM12x.
 
 FlashMLA ships SM90a/SM100f code only; on SM12x its compiled op raises
 ``RuntimeError: Unsupported architecture for sparse decode fwd``. The replacements send the sparse
@@ -15,6 +16,12 @@ Routes (see shared/research/sglang.md sections 2 and 10, vllm.md section 3):
 - vLLM: ``vllm.third_party.flashmla.flash_mla_interface`` and its consumer
   ``vllm.v1.attention.ops.flashmla``, which on SM12x binds stubs that raise "FlashMLA is not
   available" (both are patched, so either binding reaches the kernel).
+
+Sparse prefill (``flash_mla_sparse_fwd``, bf16 rows; FlashMLA's op raises "only supported on
+SM90a and SM100f", SGLang #31578) goes to sm12x on every route, in the units the route returns:
+FlashMLA since 2026-01 (the version with ``attn_sink``) natural log; FlashMLA before, vLLM's old
+``flash_mla_sparse_prefill`` and every sgl-kernel build base 2 (sgl-kernel multiplies the new
+op's results by log2(e) "for SGL compatibility").
 """
 from __future__ import annotations
 
@@ -99,6 +106,45 @@ def make_flash_mla_with_kvcache_sm120(original):
     return flash_mla_with_kvcache_sm120
 
 
+def _prefill_factory(always_log2):
+    def make(original):
+        """``flash_mla_sparse_fwd`` -> sm12x, in ``original``'s units: an original with named
+        parameters but no ``attn_sink`` predates FlashMLA's 2026-01 interface (base 2, empty
+        rows lse -inf); stubs taking ``*args, **kwargs`` (vLLM's on SM12x) count as current."""
+        import inspect
+
+        api = _api()
+        try:
+            params = inspect.signature(original).parameters
+            current = "attn_sink" in params or any(
+                p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params.values())
+        except (TypeError, ValueError):
+            current = True
+        log2 = always_log2 or not current
+        empty_lse = float("inf") if current else float("-inf")
+
+        @functools.wraps(original)
+        def flash_mla_sparse_fwd(*args, **kwargs):
+            result = api.flash_mla_sparse_fwd(*args, **kwargs)
+            return api.to_log2_units(result, empty_lse) if log2 else result
+
+        return flash_mla_sparse_fwd
+
+    return make
+
+
+make_flash_mla_sparse_fwd = _prefill_factory(always_log2=False)
+make_sgl_kernel_flash_mla_sparse_fwd = _prefill_factory(always_log2=True)
+_WHY_PREFILL = ("FlashMLA sparse prefill has no SM120/SM121 kernel: 'Sparse Attention Forward "
+                "Kernel is only supported on SM90a and SM100f' (SGLang #31578, default since "
+                "v0.5.15.post1)")
+
+
+def _prefill(name, target, consumers=(), make="make_flash_mla_sparse_fwd"):
+    return Patch(name=name, target=target, make=f"{__name__}:{make}", why=_WHY_PREFILL,
+                 fixed_in=_FIXED, consumers=consumers)
+
+
 def _decode(name, target, consumers=(), library="*", versions="*"):
     return Patch(name=name, target=target, make=f"{__name__}:make_flash_mla_with_kvcache",
                  why=_WHY_DECODE, fixed_in=_FIXED, library=library, versions=versions,
@@ -149,4 +195,16 @@ PATCHES = (
           "vllm.third_party.flashmla.flash_mla_interface:get_mla_metadata", consumers=_VLLM_OPS),
     _decode("vllm.ops.flashmla.decode", "vllm.v1.attention.ops.flashmla:flash_mla_with_kvcache"),
     _meta("vllm.ops.flashmla.metadata", "vllm.v1.attention.ops.flashmla:get_mla_metadata"),
+    # sparse prefill on every route
+    _prefill("flash_mla.interface.sparse_fwd",
+             "flash_mla.flash_mla_interface:flash_mla_sparse_fwd", consumers=("flash_mla",)),
+    _prefill("flash_mla.sparse_fwd", "flash_mla:flash_mla_sparse_fwd"),
+    _prefill("sgl_kernel.flash_mla.sparse_fwd", "sgl_kernel.flash_mla:flash_mla_sparse_fwd",
+             consumers=("sgl_kernel",), make="make_sgl_kernel_flash_mla_sparse_fwd"),
+    _prefill("vllm.third_party.flashmla.sparse_fwd",
+             "vllm.third_party.flashmla.flash_mla_interface:flash_mla_sparse_fwd",
+             consumers=_VLLM_OPS),
+    _prefill("vllm.ops.flashmla.sparse_fwd", "vllm.v1.attention.ops.flashmla:flash_mla_sparse_fwd"),
+    _prefill("vllm.attention.ops.flashmla.sparse_prefill",
+             "vllm.attention.ops.flashmla:flash_mla_sparse_prefill"),
 )

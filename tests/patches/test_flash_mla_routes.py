@@ -9,6 +9,11 @@ import pytest
 from tests_support import REPO, last_json, run_py, write_tree
 
 ERR = "Unsupported architecture for sparse decode fwd"
+PREFILL_ERR = "Sparse Attention Forward Kernel is only supported on SM90a and SM100f"
+PREFILL_NEW = f"""
+def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk_length=None{{out}}):
+    raise RuntimeError({PREFILL_ERR!r})
+"""
 
 FLASHMLA_SIG = ("q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata, "
                 "num_splits=None, softmax_scale=None, causal=False, is_fp8_kvcache=False, "
@@ -24,11 +29,11 @@ def flash_mla_with_kvcache({{sig}}):
     if indices is not None:
         raise RuntimeError({ERR!r})
     return "original-dense"
-"""
+""" + PREFILL_NEW.format(out="")
 
 ROUTES = {
     "flash_mla/__init__.py": "from flash_mla.flash_mla_interface import flash_mla_with_kvcache, "
-                             "get_mla_metadata\n",
+                             "get_mla_metadata, flash_mla_sparse_fwd\n",
     "flash_mla/flash_mla_interface.py": INTERFACE.format(sig=FLASHMLA_SIG),
     "flash_mla/cuda.py": f"def sparse_decode_fwd(*args):\n    raise RuntimeError({ERR!r})\n",
     "sgl_kernel/__init__.py": "",
@@ -36,7 +41,9 @@ ROUTES = {
     "vllm/__init__.py": "",
     "vllm/third_party/__init__.py": "",
     "vllm/third_party/flashmla/__init__.py": "",
-    "vllm/third_party/flashmla/flash_mla_interface.py": INTERFACE.format(sig=FLASHMLA_SIG),
+    # vLLM's vendored copy adds `out` to the prefill
+    "vllm/third_party/flashmla/flash_mla_interface.py": INTERFACE.format(sig=FLASHMLA_SIG)
+    + PREFILL_NEW.format(out=", out=None"),
     "vllm/v1/__init__.py": "",
     "vllm/v1/attention/__init__.py": "",
     "vllm/v1/attention/ops/__init__.py": "",
@@ -46,7 +53,14 @@ ROUTES = {
             raise RuntimeError("FlashMLA is not available")
         flash_mla_with_kvcache = _raise
         get_mla_metadata = _raise
+        flash_mla_sparse_fwd = _raise
     """),
+    # vLLM before the v1 move: the pre-2026 FlashMLA prefill (base-2 max_logits / lse)
+    "vllm/attention/__init__.py": "",
+    "vllm/attention/ops/__init__.py": "",
+    "vllm/attention/ops/flashmla.py":
+        f"def flash_mla_sparse_prefill(q, kv, indices, sm_scale, d_v=512):\n"
+        f"    raise RuntimeError({PREFILL_ERR!r})\n",
     "sglang/__init__.py": "",
     "sglang/kernels/__init__.py": "",
     "sglang/kernels/ops/__init__.py": "",
@@ -136,3 +150,64 @@ import json, flash_mla
 print(json.dumps({"meta": flash_mla.get_mla_metadata()[0]}))
 """, pythonpath=[REPO, routes], env={"SM12X_ARCH": "9.0"})
     assert last_json(proc) == {"meta": "original-meta"}
+
+
+PREFILL_CALLS = """
+import json, math, torch
+from sm12x.kernels.reference.sparse_mla import make_prefill_case, ref_sparse_mla_prefill
+case = make_prefill_case(512, 3, 16, 64, 100, topk_length=True)
+case["indices"][0] = -1  # a row with no valid index: lse +inf (2026 interface) or -inf (before)
+ref_out, ref_max, ref_lse = ref_sparse_mla_prefill(**case)
+args = (case["q"], case["kv"], case["indices"], case["sm_scale"])
+kw = dict(attn_sink=case["attn_sink"], topk_length=case["topk_length"])
+
+def err(result, log2=False, empty=float("inf")):
+    out, mx, lse = result
+    f = 1.4426950408889634 if log2 else 1.0
+    want_lse = (ref_lse * f).masked_fill(ref_lse == float("inf"), empty)
+    same_inf = bool(((lse == want_lse) | (lse.isfinite() & want_lse.isfinite())).all())
+    return [float((out.float() - ref_out.float()).abs().max()),
+            float((mx[1:] - ref_max[1:] * f).abs().max()),
+            float((lse[1:] - want_lse[1:]).abs().max()), same_inf]
+
+res = {}
+import flash_mla
+res["pip"] = err(flash_mla.flash_mla_sparse_fwd(*args, **kw))
+import flash_mla.flash_mla_interface as fi
+res["pip_interface"] = err(fi.flash_mla_sparse_fwd(*args, 512, kw["attn_sink"], kw["topk_length"]))
+from sgl_kernel import flash_mla as sk
+res["sgl_kernel"] = err(sk.flash_mla_sparse_fwd(*args, **kw), log2=True)
+from vllm.v1.attention.ops import flashmla as vf
+out = torch.empty(3, 16, 512, dtype=torch.bfloat16)
+res["vllm_ops_stub"] = err(vf.flash_mla_sparse_fwd(*args, **kw, out=out))
+res["vllm_out_is_buffer"] = vf.flash_mla_sparse_fwd(*args, **kw, out=out)[0].data_ptr() == out.data_ptr()
+from vllm.third_party.flashmla import flash_mla_interface as vt
+res["vllm_third_party"] = err(vt.flash_mla_sparse_fwd(*args, **kw))
+from vllm.attention.ops import flashmla as old
+case = make_prefill_case(512, 3, 16, 64, 100, sink=False)  # the old interface: no sink, no length
+case["indices"][0] = -1
+ref_out, ref_max, ref_lse = ref_sparse_mla_prefill(**case)
+args = (case["q"], case["kv"], case["indices"], case["sm_scale"])
+res["vllm_old"] = err(old.flash_mla_sparse_prefill(*args), log2=True, empty=float("-inf"))
+from sm12x import apply
+res["outcomes"] = {k: v[0] for k, v in apply.OUTCOMES.items()}
+print(json.dumps(res))
+"""
+
+
+def test_sparse_prefill_every_route(routes):
+    """``flash_mla_sparse_fwd`` reaches sm12x on every route, in that route's units."""
+    pytest.importorskip("triton")
+    out = last_json(run_py(PREFILL_CALLS, pythonpath=[REPO, routes],
+                           env={"TRITON_INTERPRET": "1", "TRITON_DEFAULT_FP_FUSION": "1"}))
+    for route in ("pip", "pip_interface", "sgl_kernel", "vllm_ops_stub", "vllm_third_party",
+                  "vllm_old"):
+        out_err, max_err, lse_err, same_inf = out[route]
+        assert out_err <= 1e-2 and max_err <= 1e-4 and lse_err <= 1e-4, (route, out[route])
+        assert same_inf, route
+    assert out["vllm_out_is_buffer"]
+    applied = {k for k, v in out["outcomes"].items() if v == "applied"}
+    assert {"flash_mla.sparse_fwd", "flash_mla.interface.sparse_fwd",
+            "sgl_kernel.flash_mla.sparse_fwd", "vllm.ops.flashmla.sparse_fwd",
+            "vllm.third_party.flashmla.sparse_fwd",
+            "vllm.attention.ops.flashmla.sparse_prefill"} <= applied

@@ -53,6 +53,45 @@ def ref_sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None,
     return out.to(torch.bfloat16), lse.transpose(1, 2)
 
 
+def ref_sparse_mla_prefill(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk_length=None,
+                           chunk=256):
+    """FlashMLA's ``flash_mla_sparse_fwd`` (contract in ``sparse_mla_prefill``): q bf16 [s_q, h_q,
+    d_qk], kv bf16 [s_kv, 1, d_qk], indices int32 [s_q, 1, topk] -> (out bf16 [s_q, h_q, d_v],
+    max_logits fp32 [s_q, h_q], lse fp32 [s_q, h_q]); empty rows: 0, -inf, +inf. Runs ``chunk``
+    queries at a time (the gathered rows are s_q x topk x d_qk fp32)."""
+    s_q, h_q, _ = q.shape
+    results = []
+    for i in range(0, s_q, chunk):
+        j = min(i + chunk, s_q)
+        results.append(_ref_prefill_chunk(q[i:j], kv, indices[i:j], sm_scale, d_v, attn_sink,
+                                          None if topk_length is None else topk_length[i:j]))
+    return tuple(torch.cat(parts) for parts in zip(*results))
+
+
+def _ref_prefill_chunk(q, kv, indices, sm_scale, d_v, attn_sink, topk_length):
+    s_q, h_q, _ = q.shape
+    rows_all = kv[:, 0]
+    idx = indices[:, 0].long()                                     # [s_q, topk]
+    invalid = (idx < 0) | (idx >= rows_all.shape[0])
+    if topk_length is not None:
+        pos = torch.arange(idx.shape[1], device=idx.device).view(1, -1)
+        invalid |= pos >= topk_length.view(s_q, 1).long()
+    rows = rows_all.index_select(0, idx.masked_fill(invalid, 0).flatten()).float()
+    rows = rows.view(s_q, idx.shape[1], -1)
+    rows = rows.masked_fill(invalid.unsqueeze(-1), 0.0)            # NaN in unused rows never leaks
+    logits = torch.einsum("shd,snd->shn", q.float(), rows) * sm_scale
+    logits = logits.masked_fill(invalid.unsqueeze(1), float("-inf"))
+    max_logits = logits.max(dim=-1).values
+    lse = torch.logsumexp(logits, dim=-1)
+    lonely = lse == float("-inf")
+    probs = torch.exp(logits - lse.masked_fill(lonely, 0.0).unsqueeze(-1))
+    out = torch.einsum("shn,snd->shd", probs, rows[..., :d_v])
+    if attn_sink is not None:
+        out = out * (1.0 / (1.0 + torch.exp(attn_sink.float().view(1, h_q) - lse))).unsqueeze(-1)
+    out = out.masked_fill(lonely.unsqueeze(-1), 0.0)
+    return out.to(torch.bfloat16), max_logits, lse.masked_fill(lonely, float("inf"))
+
+
 def _make_scope(fmt, b, s_q, topk, page, s_k, gen, device, invalid_frac, with_length):
     """One cache + its indices: each request owns ceil(s_k / page) randomly placed pages."""
     from sm12x.kernels import mla_kv_cache as kvc
@@ -105,6 +144,40 @@ def make_case(fmt="model1", b=2, s_q=1, h_q=64, topk=128, page=256, extra_topk=N
                                             max(2 * extra_topk, extra_page), gen, device,
                                             invalid_frac, extra_topk_length)
         case.update(extra_k_cache=xcache, extra_indices=xidx, extra_topk_length=xlength)
+    if sink:
+        s = torch.randn(h_q, generator=gen, device=device)
+        r = torch.randn(h_q, generator=gen, device=device)
+        case["attn_sink"] = s.masked_fill(r > 1.0, float("inf")).masked_fill(r < -1.0, float("-inf"))
+    return case
+
+
+def make_prefill_case(d_qk=512, s_q=4, h_q=64, topk=128, s_kv=256, topk_length=False, sink=True,
+                      row_pad=0, device="cpu", seed=0, invalid_frac=0.05):
+    """Random ``flash_mla_sparse_fwd`` inputs with the decode cases' distribution (q ~ N(0,1)
+    clamped to +-1, kv ~ N(0, 0.01) clamped, sm_scale d_qk^-0.55), distinct candidates per query,
+    some -1 and some >= s_kv, NaN in every kv row no query reads; ``row_pad`` > 0 makes kv a
+    strided view (rows of d_qk + row_pad elements).
+    -> dict of keyword arguments for ``sparse_mla_prefill`` / ``ref_sparse_mla_prefill``."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    q = torch.randn(s_q, h_q, d_qk, generator=gen, device=device).clamp(-1, 1).to(torch.bfloat16)
+    arena = (torch.randn(s_kv, 1, d_qk + row_pad, generator=gen, device=device) / 10).clamp(-1, 1)
+    kv = arena.to(torch.bfloat16)[:, :, :d_qk]
+    idx = torch.rand(s_q, max(s_kv, topk), generator=gen, device=device).argsort(-1)[:, :topk]
+    odd = torch.rand(idx.shape, generator=gen, device=device)
+    idx = idx.masked_fill(odd < invalid_frac / 2, -1)
+    idx = torch.where((odd >= invalid_frac / 2) & (odd < invalid_frac), idx + s_kv, idx)
+    idx = idx.to(torch.int32).view(s_q, 1, topk)
+    length = None
+    if topk_length:
+        length = torch.randint(0, topk + 1, (s_q,), generator=gen, device=device,
+                               dtype=torch.int32)
+    live = idx[:, 0].long()
+    if length is not None:
+        live = live.masked_fill(torch.arange(topk, device=device) >= length.view(s_q, 1), -1)
+    used = torch.zeros(s_kv + 1, dtype=torch.bool, device=device)
+    used[torch.where(live < s_kv, live, -1).flatten() + 1] = True
+    kv[~used[1:]] = float("nan")
+    case = dict(q=q, kv=kv, indices=idx, sm_scale=d_qk ** -0.55, topk_length=length)
     if sink:
         s = torch.randn(h_q, generator=gen, device=device)
         r = torch.randn(h_q, generator=gen, device=device)
