@@ -62,8 +62,7 @@ def main():
     failed = False
     for name, d_qk, s_q, h_q, topk, s_kv, with_len in cases:
         case = make_prefill_case(d_qk, s_q, h_q, topk, s_kv, with_len, device="cuda", seed=1)
-        cfg = plan(s_q, 1, h_q, topk, 0, dev, num_splits=1,
-                   fmt="model1" if d_qk == 512 else "v32").cfg
+        cfg = plan(s_q, 1, h_q, topk, 0, dev, num_splits=1, fmt=f"bf16_{d_qk}").cfg
         us = time_us(lambda: sparse_mla_prefill(**case))
         flops = 2 * s_q * h_q * topk * (d_qk + 512)
         ref_us, ok = float("nan"), "-"

@@ -53,10 +53,16 @@ _H32_V32 = {**_H32, "PREFETCH": 2}
 _H16_N64 = {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1, "PREFETCH": 2}
 _H32_N64 = {"BLOCK_H": 32, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}
 _H64_N64 = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}
+# bf16_512 / bf16_576: the sparse prefill's bf16 rows (``sparse_mla_prefill``), d_qk 512 / 576.
+# sm_90, H200 (2026-12-03, scripts/RESULTS.md): s_q 4096, h_q 128, top-2048 at d_qk 576 takes
+# 12.8 ms with BLOCK_H 64 x BLOCK_N 64, 38.4 ms with the FP8 V3.2 config (BLOCK_N 16).
 CONFIGS = {
-    "sm_120": {"model1": (_H16, _H32, _H64), "v32": (_H16, _H32_V32)},
-    "sm_90": {"model1": (_H16_N64, _H32_N64, _H64_N64), "v32": (_H16, _H32_V32)},
+    "sm_120": {"model1": (_H16, _H32, _H64), "v32": (_H16, _H32_V32),
+               "bf16_512": (_H16, _H32, _H64), "bf16_576": (_H16, _H32_V32)},
+    "sm_90": {"model1": (_H16_N64, _H32_N64, _H64_N64), "v32": (_H16, _H32_V32),
+              "bf16_512": (_H16_N64, _H32_N64, _H64_N64), "bf16_576": (_H32_N64, _H64_N64)},
 }
+DECODE_FORMATS = ("model1", "v32")
 COMBINE_CONFIG = {"BLOCK_HC": 8, "BLOCK_DC": 128, "num_warps": 4}
 WIDE_PRODUCT = 2**31  # units x programs from here on: the unit arithmetic runs in int64
 
@@ -894,15 +900,17 @@ def compile_reports(targets=("sm_120", "sm_121"), full=False):
         key = target if target in CONFIGS else "sm_120"
         for fmt, options in CONFIGS[key].items():
             for cfg in options:
+                if fmt not in DECODE_FORMATS:
+                    # sparse prefill (sparse_mla_prefill): bf16 rows, whole rows, with and
+                    # without per-query lengths
+                    for has_len in (True, False):
+                        jobs.append(("prefill", target, fmt, cfg, has_len))
+                    continue
                 for pages in (_PAGE_VARIANTS if full else _PAGE_VARIANTS[:1]):
                     for inputs in (_INPUT_VARIANTS if full else _INPUT_VARIANTS[:1]):
                         for direct, dealt in ((False, False), (False, True), (True, True)):
                             jobs.append(("split", target, fmt, cfg,
                                          (direct, dealt, pages, inputs)))
-                # sparse prefill (sparse_mla_prefill): bf16 rows, whole rows, with and
-                # without per-query lengths
-                for has_len in (True, False):
-                    jobs.append(("prefill", target, fmt, cfg, has_len))
         for block_h in sorted({c["BLOCK_H"] for opts in CONFIGS[key].values() for c in opts}):
             for dealt in (False, True):
                 jobs.append(("combine", target, None, COMBINE_CONFIG, (block_h, dealt)))
@@ -921,9 +929,9 @@ def _compile_job(job):
 
     kind, target, fmt, cfg, variant = job
     if kind == "prefill":
-        sig, const = _split_signature(cfg, fmt == "model1", 1, 1, True, True,
+        sig, const = _split_signature(cfg, fmt == "bf16_512", 1, 1, True, True,
                                       (variant, False, False), prefill=True)
-        name = (f"prefill bf16 d{512 if fmt == 'model1' else 576} H{cfg['BLOCK_H']} "
+        name = (f"prefill {fmt} H{cfg['BLOCK_H']} "
                 f"N{cfg['BLOCK_N']} w{cfg['num_warps']}{' L' if variant else ''}")
         return compile_kernel(_sparse_mla_split_kernel, sig, const, target=target,
                               num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],

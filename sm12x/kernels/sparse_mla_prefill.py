@@ -79,8 +79,7 @@ def sparse_mla_prefill(q, kv, indices, sm_scale, d_v=D_V, attn_sink=None, topk_l
     if not _rows_aligned(q):
         q = q.clone(memory_format=torch.contiguous_format)
     # each query token is a request of one token: [s_q, 1, ...] views of the same memory
-    pl = plan(s_q, 1, h_q, indices.shape[-1], 0, q.device, num_splits=1,
-              fmt="model1" if d_qk == 512 else "v32")
+    pl = plan(s_q, 1, h_q, indices.shape[-1], 0, q.device, num_splits=1, fmt=f"bf16_{d_qk}")
     launch(q.unsqueeze(1), kv, indices, topk_length, attn_sink, None, None, None, sm_scale, pl,
            out.unsqueeze(1), lse.unsqueeze(1), max_logits=max_logits.unsqueeze(1), kv_bf16=True)
     return out, max_logits, lse
