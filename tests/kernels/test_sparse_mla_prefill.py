@@ -125,3 +125,19 @@ def test_gpu_cuda_graph_replay_equals_eager():
     torch.cuda.synchronize()
     for got, want in zip((out, max_logits, lse), eager):
         assert torch.equal(got, want)
+
+
+def test_api_units_and_future_kwargs():
+    from sm12x.kernels import flash_mla_api as api
+
+    case = make_prefill_case(512, 2, 8, 64, 100, seed=7)
+    case["indices"][0] = -1
+    out, max_logits, lse = api.flash_mla_sparse_fwd(**case, some_future_flag=None)
+    assert bool((lse[0] == float("inf")).all())
+    with pytest.raises(NotImplementedError, match="flash_mla_sparse_fwd: argument 'indexer_topk'"):
+        api.flash_mla_sparse_fwd(**case, indexer_topk=512)
+    # sgl-kernel / pre-2026 FlashMLA units: base 2; the old interface's empty rows: lse -inf
+    _, m2, l2 = api.to_log2_units((out, max_logits.clone(), lse.clone()), float("-inf"))
+    assert torch.allclose(m2[1], max_logits[1] * 1.4426950408889634)
+    assert torch.allclose(l2[1], lse[1] * 1.4426950408889634)
+    assert bool((l2[0] == float("-inf")).all())
