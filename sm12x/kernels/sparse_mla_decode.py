@@ -56,12 +56,11 @@ _H64_N64 = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}
 # bf16_512 / bf16_576: the sparse prefill's bf16 rows (``sparse_mla_prefill``), d_qk 512 / 576.
 # sm_90, H200 (2026-12-03, scripts/RESULTS.md): s_q 4096, h_q 128, top-2048 at d_qk 576 takes
 # 12.8 ms with BLOCK_H 64 x BLOCK_N 64, 38.4 ms with the FP8 V3.2 config (BLOCK_N 16). sm_120
-# d_qk 576: BLOCK_N 32 (254 registers, no spill) ran that case in 31.9 instead of 38.4 ms on the
-# H200; its speed on SM12x is not measured.
-_H32_N32_BF16 = {**_H32_V32, "BLOCK_N": 32}
+# d_qk 576 keeps BLOCK_N 16: BLOCK_N 32 ran that case in 31.9 ms on the H200 but spills 8-16 B on
+# sm_120 in the programs that leave row parts to the combine step.
 CONFIGS = {
     "sm_120": {"model1": (_H16, _H32, _H64), "v32": (_H16, _H32_V32),
-               "bf16_512": (_H16, _H32, _H64), "bf16_576": (_H16, _H32_N32_BF16)},
+               "bf16_512": (_H16, _H32, _H64), "bf16_576": (_H16, _H32_V32)},
     "sm_90": {"model1": (_H16_N64, _H32_N64, _H64_N64), "v32": (_H16, _H32_V32),
               "bf16_512": (_H16_N64, _H32_N64, _H64_N64), "bf16_576": (_H32_N64, _H64_N64)},
 }
@@ -348,15 +347,15 @@ def _row_coords(r, QUERIES, HEAD_BLOCKS, HEAD_MAJOR):
 def _segment(q_ptr, stride_qb, stride_qs, stride_qh,
              cache_ptr, cache_stride0, cache_ntok, idx_ptr, stride_ib, stride_is, len_ptr,
              xcache_ptr, xcache_stride0, xcache_ntok, xidx_ptr, stride_xb, stride_xs, xlen_ptr,
-             ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, max_ptr, stride_ob, stride_os,
-             stride_oh, S_Q, H, TOPK, XTOPK, TILES, query, hb, t0, t1, slot, qk_scale,
+             ows_ptr, lsews_ptr, mws_ptr, out_ptr, lse_ptr, sink_ptr, max_ptr, stride_ob,
+             stride_os, stride_oh, S_Q, H, TOPK, XTOPK, TILES, query, hb, t0, t1, slot, qk_scale,
              PAGE: tl.constexpr, XPAGE: tl.constexpr, IS_MODEL1: tl.constexpr,
              KV_BF16: tl.constexpr, HAS_LEN: tl.constexpr, HAS_EXTRA: tl.constexpr,
              HAS_XLEN: tl.constexpr, HAS_SINK: tl.constexpr, HAS_MAX: tl.constexpr,
              DIRECT: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
              PREFETCH: tl.constexpr, INTERPRET: tl.constexpr):
     """Tiles [t0, t1) of row (query, hb): written out when that is the whole row, else left in
-    workspace ``slot`` for the combine kernel (HAS_MAX, the largest logits: whole rows only)."""
+    workspace ``slot`` for the combine kernel (with HAS_MAX, the part's largest logits too)."""
     heads = hb * BLOCK_H + tl.arange(0, BLOCK_H)
     hmask = heads < H
     acc, lse2, m2 = _attend_row(
@@ -378,6 +377,8 @@ def _segment(q_ptr, stride_qb, stride_qs, stride_qh,
             part = tl.cast(slot, tl.int64) * BLOCK_H + tl.arange(0, BLOCK_H)
             tl.store(ows_ptr + part[:, None] * 512 + tl.arange(0, 512)[None, :], acc)
             tl.store(lsews_ptr + part, lse2)
+            if HAS_MAX:
+                tl.store(mws_ptr + part, m2)
 
 
 @triton.jit(do_not_specialize=_RUNTIME_INTS)
@@ -385,8 +386,8 @@ def _sparse_mla_split_kernel(
         q_ptr, stride_qb, stride_qs, stride_qh,
         cache_ptr, cache_stride0, cache_ntok, idx_ptr, stride_ib, stride_is, len_ptr,
         xcache_ptr, xcache_stride0, xcache_ntok, xidx_ptr, stride_xb, stride_xs, xlen_ptr,
-        ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, max_ptr, stride_ob, stride_os, stride_oh,
-        S_Q, H, TOPK, XTOPK, QUERIES, HEAD_BLOCKS, HEAD_MAJOR, TILES, SPLITS, TILES_PER_SPLIT,
+        ows_ptr, lsews_ptr, mws_ptr, out_ptr, lse_ptr, sink_ptr, max_ptr, stride_ob, stride_os,
+        stride_oh, S_Q, H, TOPK, XTOPK, QUERIES, HEAD_BLOCKS, HEAD_MAJOR, TILES, SPLITS, TILES_PER_SPLIT,
         PROGRAMS, qk_scale,
         PAGE: tl.constexpr, XPAGE: tl.constexpr, IS_MODEL1: tl.constexpr, KV_BF16: tl.constexpr,
         HAS_LEN: tl.constexpr, HAS_EXTRA: tl.constexpr, HAS_XLEN: tl.constexpr,
@@ -401,7 +402,7 @@ def _sparse_mla_split_kernel(
     (slot: its program number). DIRECT: no row is split. WIDE: see ``_wide``.
     IS_MODEL1: d_qk 512 (RoPE inside the 512 dims), else 576 (a separate RoPE dot). KV_BF16:
     the sparse prefill's bf16 rows instead of an FP8 cache. HAS_MAX: also write the largest
-    logit of each row to ``max_ptr`` (callers make every row whole: DIRECT)."""
+    logit of each row to ``max_ptr`` (a split row's parts leave theirs in ``mws_ptr``)."""
     if DEALT:
         # Everything a segment needs is derived from u inside the loop: with the row's
         # coordinates computed once outside, the BLOCK_H 64 variants spilled 300-550 B (sm_90).
@@ -417,7 +418,7 @@ def _sparse_mla_split_kernel(
             _segment(q_ptr, stride_qb, stride_qs, stride_qh, cache_ptr, cache_stride0,
                      cache_ntok, idx_ptr, stride_ib, stride_is, len_ptr, xcache_ptr,
                      xcache_stride0, xcache_ntok, xidx_ptr, stride_xb, stride_xs, xlen_ptr,
-                     ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, max_ptr, stride_ob,
+                     ows_ptr, lsews_ptr, mws_ptr, out_ptr, lse_ptr, sink_ptr, max_ptr, stride_ob,
                      stride_os, stride_oh, S_Q, H, TOPK, XTOPK, TILES, query, hb, t0, t1,
                      pid * 2 + (u != start).to(tl.int32), qk_scale, PAGE, XPAGE, IS_MODEL1,
                      KV_BF16, HAS_LEN, HAS_EXTRA, HAS_XLEN, HAS_SINK, HAS_MAX, DIRECT, BLOCK_H,
@@ -434,7 +435,7 @@ def _sparse_mla_split_kernel(
             _segment(q_ptr, stride_qb, stride_qs, stride_qh, cache_ptr, cache_stride0,
                      cache_ntok, idx_ptr, stride_ib, stride_is, len_ptr, xcache_ptr,
                      xcache_stride0, xcache_ntok, xidx_ptr, stride_xb, stride_xs, xlen_ptr,
-                     ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, max_ptr, stride_ob,
+                     ows_ptr, lsews_ptr, mws_ptr, out_ptr, lse_ptr, sink_ptr, max_ptr, stride_ob,
                      stride_os, stride_oh, S_Q, H, TOPK, XTOPK, TILES, query, hb, t0,
                      tl.minimum(t0 + TILES_PER_SPLIT, TILES),
                      (query * HEAD_BLOCKS + hb) * SPLITS + part, qk_scale, PAGE, XPAGE,
@@ -444,9 +445,10 @@ def _sparse_mla_split_kernel(
 
 @triton.jit(do_not_specialize=["stride_ob", "stride_os", "stride_oh", "S_Q", "H", "QUERIES",
                                "HEAD_BLOCKS", "HEAD_MAJOR", "TILES", "SPLITS", "PROGRAMS"])
-def _sparse_mla_combine_kernel(ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, stride_ob,
-                               stride_os, stride_oh, S_Q, H, QUERIES, HEAD_BLOCKS, HEAD_MAJOR,
-                               TILES, SPLITS, PROGRAMS, HAS_SINK: tl.constexpr,
+def _sparse_mla_combine_kernel(ows_ptr, lsews_ptr, mws_ptr, out_ptr, lse_ptr, sink_ptr, max_ptr,
+                               stride_ob, stride_os, stride_oh, S_Q, H, QUERIES, HEAD_BLOCKS,
+                               HEAD_MAJOR, TILES, SPLITS, PROGRAMS, HAS_SINK: tl.constexpr,
+                               HAS_MAX: tl.constexpr,
                                DEALT: tl.constexpr, WIDE: tl.constexpr, BLOCK_H: tl.constexpr,
                                BLOCK_HC: tl.constexpr, BLOCK_DC: tl.constexpr,
                                INTERPRET: tl.constexpr):
@@ -477,9 +479,12 @@ def _sparse_mla_combine_kernel(ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, s
     hmask = heads < H
     in_block = heads - hb * BLOCK_H
     gmax = tl.full((BLOCK_HC,), float("-inf"), dtype=tl.float32)
+    m2 = gmax  # the row's largest logit (HAS_MAX)
     for p in range(p_first, p_end):
         part = _part_row(p, p_first, first_slot, DEALT, BLOCK_H) + in_block
         gmax = tl.maximum(gmax, tl.load(lsews_ptr + part, mask=hmask, other=float("-inf")))
+        if HAS_MAX:
+            m2 = tl.maximum(m2, tl.load(mws_ptr + part, mask=hmask, other=float("-inf")))
     gsafe = tl.where(gmax == float("-inf"), 0.0, gmax)
     total = tl.zeros((BLOCK_HC,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_HC, BLOCK_DC), dtype=tl.float32)
@@ -495,7 +500,7 @@ def _sparse_mla_combine_kernel(ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, s
     acc = acc / tl.where(total > 0.0, total, 1.0)[:, None]
     split = (heads * 0 + p_end) > p_first  # a vector: the interpreter cannot `and` a scalar in
     _write_final(out_ptr, lse_ptr, sink_ptr, acc, lse2, heads, hmask & split, query, H, stride_ob,
-                 stride_os, stride_oh, S_Q, d0, lse_ptr, lse2, HAS_SINK, False, INTERPRET)
+                 stride_os, stride_oh, S_Q, d0, max_ptr, m2, HAS_SINK, HAS_MAX, INTERPRET)
 
 
 @triton.jit
@@ -659,7 +664,8 @@ def plan(b, s_q, h_q, topk, extra_topk, device, num_splits=None, cfg=None, fmt="
          ragged=False):
     """The launch plan of a call. ``num_splits`` forces every row into that many parts; by
     default the program count comes from a time model (``_best_program_count``; ``ragged``: the
-    call has per-request top-k lengths)."""
+    call has per-request top-k lengths). The sparse prefill's formats (``bf16_*``) always take the
+    dealt-out form: their 576-dim config spills in the other one on sm_120 (compile check)."""
     if cfg is None:  # the common case, memoised: this runs on every decode call
         key = (b, s_q, h_q, topk, extra_topk, configs.arch_key(device), configs.sm_count(device),
                num_splits, fmt, ragged, os.environ.get("SM12X_SPARSE_MLA_CONFIG", ""))
@@ -667,15 +673,16 @@ def plan(b, s_q, h_q, topk, extra_topk, device, num_splits=None, cfg=None, fmt="
         if hit is None:
             hit = _PLANS[key] = _plan(b, s_q, h_q, topk, extra_topk, device, num_splits,
                                       pick_config(h_q, device, fmt, b * s_q, topk, extra_topk),
-                                      ragged)
+                                      ragged, fmt not in DECODE_FORMATS)
         return hit
-    return _plan(b, s_q, h_q, topk, extra_topk, device, num_splits, cfg, ragged)
+    return _plan(b, s_q, h_q, topk, extra_topk, device, num_splits, cfg, ragged,
+                 fmt not in DECODE_FORMATS)
 
 
 _PLANS: dict = {}
 
 
-def _plan(b, s_q, h_q, topk, extra_topk, device, num_splits, cfg, ragged):
+def _plan(b, s_q, h_q, topk, extra_topk, device, num_splits, cfg, ragged, dealt_only=False):
     bn, bh = cfg["BLOCK_N"], cfg["BLOCK_H"]
     tiles = triton.cdiv(topk, bn) + triton.cdiv(extra_topk, bn)
     head_blocks = triton.cdiv(h_q, bh)
@@ -685,7 +692,7 @@ def _plan(b, s_q, h_q, topk, extra_topk, device, num_splits, cfg, ragged):
                                                    bh * D_V * 4 * 2, head_blocks, ragged)
     else:
         programs, head_major = rows * max(1, min(int(num_splits), tiles)), False
-    if head_major or programs % rows or programs == rows:  # dealt (one row each: direct)
+    if head_major or programs % rows or programs == rows or dealt_only:  # (one row each: direct)
         return Plan(cfg, head_blocks, tiles, 1, tiles, programs, True, head_major,
                     split_rows(rows, tiles, programs)[0] == 0)
     tiles_per_split = triton.cdiv(tiles, programs // rows)
@@ -789,8 +796,8 @@ def launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_ind
            extra_topk_length, softmax_scale, pl, out, lse, max_logits=None, kv_bf16=False):
     """Run plan ``pl`` on checked inputs: q [b, s_q, h_q, d_qk] with 16-byte aligned rows, out
     [b, s_q, h_q, 512], lse contiguous [b, s_q, h_q]. ``kv_bf16``: ``k_cache`` is bf16 rows
-    [s_kv, 1, d_qk] (sparse prefill) instead of an FP8 cache; ``max_logits`` (shaped like lse,
-    only with a ``direct`` plan) receives each row's largest scaled logit."""
+    [s_kv, 1, d_qk] (sparse prefill) instead of an FP8 cache; ``max_logits`` (shaped like lse)
+    receives each row's largest scaled logit."""
     b, s_q, h_q, d_qk = q.shape
     cfg, head_blocks, tiles, programs = pl.cfg, pl.head_blocks, pl.tiles, pl.programs
     direct = pl.direct
@@ -798,12 +805,14 @@ def launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_ind
     has_extra = extra_k_cache is not None
     xtopk = extra_indices.shape[-1] if has_extra else 0
     wide = b * s_q * head_blocks * tiles * (programs + 1) >= WIDE_PRODUCT
+    has_max = max_logits is not None
     if direct:
-        ows = lsews = lse  # unused
+        ows = lsews = mws = lse  # unused
     else:  # a dealt-out program leaves up to two parts (its first and last row segments)
         slots = programs * (2 if pl.dealt else 1)
         ows = torch.empty((slots, cfg["BLOCK_H"], D_V), dtype=torch.float32, device=q.device)
         lsews = torch.empty((slots, cfg["BLOCK_H"]), dtype=torch.float32, device=q.device)
+        mws = torch.empty_like(lsews) if has_max else lsews
     # [b] / [h_q] vectors: the kernel indexes them densely (a no-op unless strided).
     topk_length = topk_length.contiguous() if topk_length is not None else None
     extra_topk_length = extra_topk_length.contiguous() if extra_topk_length is not None else None
@@ -812,8 +821,7 @@ def launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_ind
     xcache = _byte_view(extra_k_cache) if has_extra else cache
     xidx = extra_indices if has_extra else indices
     sink = attn_sink if attn_sink is not None else lse
-    if max_logits is not None and not direct:
-        raise ValueError(f"{OP}: max_logits needs a plan that keeps every row whole")
+    max_logits = max_logits if has_max else lse
     dummy_len = indices
     grid = (programs,) if pl.dealt else (head_blocks, pl.splits, b * s_q)
     _sparse_mla_split_kernel[grid](
@@ -822,23 +830,22 @@ def launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_ind
         topk_length if topk_length is not None else dummy_len,
         xcache, xcache.stride(0), _ntok(xcache), xidx, xidx.stride(0), xidx.stride(1),
         extra_topk_length if extra_topk_length is not None else dummy_len,
-        ows, lsews, out, lse, sink, max_logits if max_logits is not None else lse,
-        out.stride(0), out.stride(1), out.stride(2), s_q, h_q, topk, xtopk, b * s_q, head_blocks,
+        ows, lsews, mws, out, lse, sink, max_logits, out.stride(0), out.stride(1), out.stride(2), s_q, h_q, topk, xtopk, b * s_q, head_blocks,
         int(pl.head_major), tiles, pl.splits, pl.tiles_per_split, programs,
         float(softmax_scale) * LOG2E,
         PAGE=k_cache.shape[1], XPAGE=xcache.shape[1], IS_MODEL1=d_qk == 512, KV_BF16=kv_bf16,
         HAS_LEN=topk_length is not None, HAS_EXTRA=has_extra,
         HAS_XLEN=has_extra and extra_topk_length is not None, HAS_SINK=attn_sink is not None,
-        HAS_MAX=max_logits is not None, DIRECT=direct, DEALT=pl.dealt, WIDE=wide,
+        HAS_MAX=has_max, DIRECT=direct, DEALT=pl.dealt, WIDE=wide,
         BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"], PREFETCH=cfg.get("PREFETCH", 1),
         INTERPRET=_interpret(),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if not direct:
         bhc, bdc = COMBINE_CONFIG["BLOCK_HC"], COMBINE_CONFIG["BLOCK_DC"]
         _sparse_mla_combine_kernel[(triton.cdiv(h_q, bhc), D_V // bdc, b * s_q)](
-            ows, lsews, out, lse, sink, out.stride(0), out.stride(1), out.stride(2), s_q, h_q,
-            b * s_q, head_blocks, int(pl.head_major), tiles, pl.splits, programs,
-            HAS_SINK=attn_sink is not None, DEALT=pl.dealt, WIDE=wide, BLOCK_H=cfg["BLOCK_H"],
+            ows, lsews, mws, out, lse, sink, max_logits, out.stride(0), out.stride(1),
+            out.stride(2), s_q, h_q, b * s_q, head_blocks, int(pl.head_major), tiles, pl.splits,
+            programs, HAS_SINK=attn_sink is not None, HAS_MAX=has_max, DEALT=pl.dealt, WIDE=wide, BLOCK_H=cfg["BLOCK_H"],
             BLOCK_HC=bhc, BLOCK_DC=bdc, INTERPRET=_interpret(),
             num_warps=COMBINE_CONFIG["num_warps"])
 
@@ -855,8 +862,9 @@ def _split_signature(cfg, is_model1, page, xpage, direct, dealt=False,
                      inputs=_INPUT_VARIANTS[0], prefill=False):
     sig = {n: "*u8" for n in ("cache_ptr", "xcache_ptr")}
     sig.update({n: "*i32" for n in ("idx_ptr", "len_ptr", "xidx_ptr", "xlen_ptr")})
-    sig.update({"q_ptr": "*bf16", "ows_ptr": "*fp32", "lsews_ptr": "*fp32", "out_ptr": "*bf16",
-                "lse_ptr": "*fp32", "sink_ptr": "*fp32", "max_ptr": "*fp32", "qk_scale": "fp32"})
+    sig.update({"q_ptr": "*bf16", "ows_ptr": "*fp32", "lsews_ptr": "*fp32", "mws_ptr": "*fp32",
+                "out_ptr": "*bf16", "lse_ptr": "*fp32", "sink_ptr": "*fp32", "max_ptr": "*fp32",
+                "qk_scale": "fp32"})
     for n in ("stride_qb", "stride_qs", "stride_qh", "cache_ntok", "stride_ib", "stride_is",
               "xcache_ntok", "stride_xb", "stride_xs", "stride_ob", "stride_os", "stride_oh", "S_Q",
               "H", "TOPK", "XTOPK", "QUERIES", "HEAD_BLOCKS", "HEAD_MAJOR", "TILES", "SPLITS",
@@ -904,10 +912,11 @@ def compile_reports(targets=("sm_120", "sm_121"), full=False):
         for fmt, options in CONFIGS[key].items():
             for cfg in options:
                 if fmt not in DECODE_FORMATS:
-                    # sparse prefill (sparse_mla_prefill): bf16 rows, whole rows, with and
-                    # without per-query lengths
+                    # sparse prefill (sparse_mla_prefill): bf16 rows, with and without
+                    # per-query lengths
                     for has_len in (True, False):
-                        jobs.append(("prefill", target, fmt, cfg, has_len))
+                        for direct in (False, True):  # always dealt out (``plan``)
+                            jobs.append(("prefill", target, fmt, cfg, (has_len, direct, True)))
                     continue
                 for pages in (_PAGE_VARIANTS if full else _PAGE_VARIANTS[:1]):
                     for inputs in (_INPUT_VARIANTS if full else _INPUT_VARIANTS[:1]):
@@ -916,7 +925,9 @@ def compile_reports(targets=("sm_120", "sm_121"), full=False):
                                          (direct, dealt, pages, inputs)))
         for block_h in sorted({c["BLOCK_H"] for opts in CONFIGS[key].values() for c in opts}):
             for dealt in (False, True):
-                jobs.append(("combine", target, None, COMBINE_CONFIG, (block_h, dealt)))
+                for has_max in (False, True):  # decode / sparse prefill
+                    jobs.append(("combine", target, None, COMBINE_CONFIG,
+                                 (block_h, dealt, has_max)))
     if len(jobs) > 2 and (os.cpu_count() or 1) > 1:
         import concurrent.futures
         import multiprocessing
@@ -932,10 +943,11 @@ def _compile_job(job):
 
     kind, target, fmt, cfg, variant = job
     if kind == "prefill":
-        sig, const = _split_signature(cfg, fmt == "bf16_512", 1, 1, True, True,
-                                      (variant, False, False), prefill=True)
-        name = (f"prefill {fmt} H{cfg['BLOCK_H']} "
-                f"N{cfg['BLOCK_N']} w{cfg['num_warps']}{' L' if variant else ''}")
+        has_len, direct, dealt = variant
+        sig, const = _split_signature(cfg, fmt == "bf16_512", 1, 1, direct, dealt,
+                                      (has_len, False, False), prefill=True)
+        name = (f"prefill {fmt} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']}"
+                f"{' L' if has_len else ''}{' direct' if direct else ''}{' dealt' if dealt else ''}")
         return compile_kernel(_sparse_mla_split_kernel, sig, const, target=target,
                               num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
                               config_name=name)
@@ -948,19 +960,19 @@ def _compile_job(job):
         return compile_kernel(_sparse_mla_split_kernel, sig, const, target=target,
                               num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
                               config_name=name)
-    sig = {"ows_ptr": "*fp32", "lsews_ptr": "*fp32", "out_ptr": "*bf16", "lse_ptr": "*fp32",
-           "sink_ptr": "*fp32", "stride_ob": "i32", "stride_os": "i32", "stride_oh": "i32",
+    sig = {"ows_ptr": "*fp32", "lsews_ptr": "*fp32", "mws_ptr": "*fp32", "out_ptr": "*bf16",
+           "lse_ptr": "*fp32", "sink_ptr": "*fp32", "max_ptr": "*fp32", "stride_ob": "i32", "stride_os": "i32", "stride_oh": "i32",
            "S_Q": "i32", "H": "i32", "QUERIES": "i32", "HEAD_BLOCKS": "i32", "HEAD_MAJOR": "i32",
            "TILES": "i32", "SPLITS": "i32", "PROGRAMS": "i32", "HAS_SINK": "constexpr",
-           "DEALT": "constexpr", "WIDE": "constexpr", "BLOCK_H": "constexpr",
+           "HAS_MAX": "constexpr", "DEALT": "constexpr", "WIDE": "constexpr", "BLOCK_H": "constexpr",
            "BLOCK_HC": "constexpr", "BLOCK_DC": "constexpr", "INTERPRET": "constexpr"}
-    block_h, dealt = variant
-    const = {"HAS_SINK": True, "DEALT": dealt, "WIDE": False, "BLOCK_H": block_h,
+    block_h, dealt, has_max = variant
+    const = {"HAS_SINK": True, "HAS_MAX": has_max, "DEALT": dealt, "WIDE": False, "BLOCK_H": block_h,
              "BLOCK_HC": cfg["BLOCK_HC"], "BLOCK_DC": cfg["BLOCK_DC"], "INTERPRET": False}
     return compile_kernel(_sparse_mla_combine_kernel, sig, const, target=target,
                           num_warps=cfg["num_warps"], num_stages=1,
                           config_name=f"H{block_h} HC{cfg['BLOCK_HC']} DC{cfg['BLOCK_DC']}"
-                                      f"{' dealt' if dealt else ''}")
+                                      f"{' dealt' if dealt else ''}{' max' if has_max else ''}")
 
 
 if __name__ == "__main__":

@@ -13,8 +13,8 @@ With P = (q . k) * sm_scale over the valid candidates:
 
 A row with no valid candidate gets out 0, max_logits -inf, lse +inf. Any h_q is accepted (FlashMLA
 takes 64 and 128 only; callers pad to those, with uninitialised heads that stay in their rows).
-Every row is computed whole by one program (no split), so calls are CUDA-graph safe and need no
-workspace.
+Rows are split across programs as in decode when there are too few to fill the GPU (a few query
+tokens); the plan and workspace depend on shapes only (CUDA-graph safe).
 """
 from __future__ import annotations
 
@@ -63,9 +63,10 @@ def validate(op, q, kv, indices, topk_length, attn_sink, d_v):
 
 
 def sparse_mla_prefill(q, kv, indices, sm_scale, d_v=D_V, attn_sink=None, topk_length=None,
-                       out=None, op=OP):
+                       out=None, num_splits=None, op=OP):
     """-> (out bf16 [s_q, h_q, 512], max_logits fp32 [s_q, h_q], lse fp32 [s_q, h_q]); see the
-    module docstring. ``out`` may be given (bf16 [s_q, h_q, 512], 16-byte aligned rows)."""
+    module docstring. ``out`` may be given (bf16 [s_q, h_q, 512], 16-byte aligned rows);
+    ``num_splits`` cuts every row into that many parts (default: from shapes and SMs)."""
     validate(op, q, kv, indices, topk_length, attn_sink, d_v)
     s_q, h_q, d_qk = q.shape
     if out is None:
@@ -79,7 +80,8 @@ def sparse_mla_prefill(q, kv, indices, sm_scale, d_v=D_V, attn_sink=None, topk_l
     if not _rows_aligned(q):
         q = q.clone(memory_format=torch.contiguous_format)
     # each query token is a request of one token: [s_q, 1, ...] views of the same memory
-    pl = plan(s_q, 1, h_q, indices.shape[-1], 0, q.device, num_splits=1, fmt=f"bf16_{d_qk}")
+    pl = plan(s_q, 1, h_q, indices.shape[-1], 0, q.device, num_splits, fmt=f"bf16_{d_qk}",
+              ragged=topk_length is not None)
     launch(q.unsqueeze(1), kv, indices, topk_length, attn_sink, None, None, None, sm_scale, pl,
            out.unsqueeze(1), lse.unsqueeze(1), max_logits=max_logits.unsqueeze(1), kv_bf16=True)
     return out, max_logits, lse

@@ -35,6 +35,29 @@ def test_matches_reference(d_qk, h_q, s_q, topk, s_kv, topk_length, sink):
     check(make_prefill_case(d_qk, s_q, h_q, topk, s_kv, topk_length, sink, seed=h_q))
 
 
+@pytest.mark.parametrize("d_qk", [512, 576])
+@pytest.mark.parametrize("num_splits", [2, 3])
+def test_split_rows_merge(d_qk, num_splits):
+    """Rows cut into parts (few query tokens): the combine step merges out, lse and max_logits."""
+    case = make_prefill_case(d_qk, 3, 16, 96, 200, topk_length=True, seed=8)
+    case["indices"][0] = -1
+    check(case, num_splits=num_splits)
+
+
+@pytest.mark.parametrize("programs, head_major", [(5, False), (7, True), (4, True)])
+def test_rows_dealt_out(monkeypatch, programs, head_major):
+    """Program counts that cut rows anywhere (3 queries x 2 head blocks, 4 tiles each)."""
+    from sm12x.kernels import sparse_mla_decode as sd
+
+    monkeypatch.setattr(sd, "_best_program_count", lambda *a: (programs, head_major))
+    monkeypatch.setattr(sd, "_PLANS", {})
+    monkeypatch.setenv("SM12X_SPARSE_MLA_CONFIG", "BLOCK_H=16,BLOCK_N=16,num_warps=4")
+    case = make_prefill_case(512, 3, 24, 64, 200, topk_length=True, seed=9)
+    check(case)
+    p = sd.plan(3, 1, 24, 64, 0, torch.device("cpu"), fmt="bf16_512", ragged=True)
+    assert p.programs == programs and p.dealt and not p.direct
+
+
 def test_reference_chunks_agree():
     case = make_prefill_case(576, 5, 8, 64, 100, topk_length=True, seed=6)
     for a, b in zip(ref_sparse_mla_prefill(**case), ref_sparse_mla_prefill(**case, chunk=2)):
