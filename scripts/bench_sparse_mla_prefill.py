@@ -1,4 +1,4 @@
-"""Benchmark sm12x's sparse MLA prefill (FlashMLA ``flash_mla_sparse_fwd`` on bf16 rows) on this GPU.
+"""Benchmark sm12x's sparse MLA prefill (FlashMLA ``flash_mla_sparse_fwd``, bf16 rows) here.
 
 Prints a markdown table: time per call, TFLOPS as FlashMLA counts them (2 * s_q * h_q * topk *
 (d_qk + d_v), every listed key), the PyTorch reference's time and whether the output matches it
@@ -56,7 +56,8 @@ def main():
     print(f"- torch {torch.__version__}, triton {triton.__version__}")
     print("- timing: CUDA-graph replay of 20 calls, median of 5 (L2 warm; the inputs exceed it "
           "except the 16-token case); reference timed the same way\n")
-    print("| case | d_qk | s_q | h_q | topk | config | µs | TFLOPS | ref µs | speed-up | matches ref |")
+    print("| case | d_qk | s_q | h_q | topk | config | µs | TFLOPS | ref µs | speed-up | "
+          "matches ref |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     cases = [CASES[0], CASES[2]] if args.quick else CASES
     failed = False

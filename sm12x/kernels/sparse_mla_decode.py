@@ -387,8 +387,8 @@ def _sparse_mla_split_kernel(
         cache_ptr, cache_stride0, cache_ntok, idx_ptr, stride_ib, stride_is, len_ptr,
         xcache_ptr, xcache_stride0, xcache_ntok, xidx_ptr, stride_xb, stride_xs, xlen_ptr,
         ows_ptr, lsews_ptr, mws_ptr, out_ptr, lse_ptr, sink_ptr, max_ptr, stride_ob, stride_os,
-        stride_oh, S_Q, H, TOPK, XTOPK, QUERIES, HEAD_BLOCKS, HEAD_MAJOR, TILES, SPLITS, TILES_PER_SPLIT,
-        PROGRAMS, qk_scale,
+        stride_oh, S_Q, H, TOPK, XTOPK, QUERIES, HEAD_BLOCKS, HEAD_MAJOR, TILES, SPLITS,
+        TILES_PER_SPLIT, PROGRAMS, qk_scale,
         PAGE: tl.constexpr, XPAGE: tl.constexpr, IS_MODEL1: tl.constexpr, KV_BF16: tl.constexpr,
         HAS_LEN: tl.constexpr, HAS_EXTRA: tl.constexpr, HAS_XLEN: tl.constexpr,
         HAS_SINK: tl.constexpr, HAS_MAX: tl.constexpr, DIRECT: tl.constexpr,
@@ -830,9 +830,9 @@ def launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_ind
         topk_length if topk_length is not None else dummy_len,
         xcache, xcache.stride(0), _ntok(xcache), xidx, xidx.stride(0), xidx.stride(1),
         extra_topk_length if extra_topk_length is not None else dummy_len,
-        ows, lsews, mws, out, lse, sink, max_logits, out.stride(0), out.stride(1), out.stride(2), s_q, h_q, topk, xtopk, b * s_q, head_blocks,
-        int(pl.head_major), tiles, pl.splits, pl.tiles_per_split, programs,
-        float(softmax_scale) * LOG2E,
+        ows, lsews, mws, out, lse, sink, max_logits, out.stride(0), out.stride(1), out.stride(2),
+        s_q, h_q, topk, xtopk, b * s_q, head_blocks, int(pl.head_major), tiles, pl.splits,
+        pl.tiles_per_split, programs, float(softmax_scale) * LOG2E,
         PAGE=k_cache.shape[1], XPAGE=xcache.shape[1], IS_MODEL1=d_qk == 512, KV_BF16=kv_bf16,
         HAS_LEN=topk_length is not None, HAS_EXTRA=has_extra,
         HAS_XLEN=has_extra and extra_topk_length is not None, HAS_SINK=attn_sink is not None,
@@ -845,8 +845,8 @@ def launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_ind
         _sparse_mla_combine_kernel[(triton.cdiv(h_q, bhc), D_V // bdc, b * s_q)](
             ows, lsews, mws, out, lse, sink, max_logits, out.stride(0), out.stride(1),
             out.stride(2), s_q, h_q, b * s_q, head_blocks, int(pl.head_major), tiles, pl.splits,
-            programs, HAS_SINK=attn_sink is not None, HAS_MAX=has_max, DEALT=pl.dealt, WIDE=wide, BLOCK_H=cfg["BLOCK_H"],
-            BLOCK_HC=bhc, BLOCK_DC=bdc, INTERPRET=_interpret(),
+            programs, HAS_SINK=attn_sink is not None, HAS_MAX=has_max, DEALT=pl.dealt, WIDE=wide,
+            BLOCK_H=cfg["BLOCK_H"], BLOCK_HC=bhc, BLOCK_DC=bdc, INTERPRET=_interpret(),
             num_warps=COMBINE_CONFIG["num_warps"])
 
 
@@ -947,7 +947,8 @@ def _compile_job(job):
         sig, const = _split_signature(cfg, fmt == "bf16_512", 1, 1, direct, dealt,
                                       (has_len, False, False), prefill=True)
         name = (f"prefill {fmt} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']}"
-                f"{' L' if has_len else ''}{' direct' if direct else ''}{' dealt' if dealt else ''}")
+                f"{' L' if has_len else ''}{' direct' if direct else ''}"
+                f"{' dealt' if dealt else ''}")
         return compile_kernel(_sparse_mla_split_kernel, sig, const, target=target,
                               num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
                               config_name=name)
@@ -961,14 +962,17 @@ def _compile_job(job):
                               num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
                               config_name=name)
     sig = {"ows_ptr": "*fp32", "lsews_ptr": "*fp32", "mws_ptr": "*fp32", "out_ptr": "*bf16",
-           "lse_ptr": "*fp32", "sink_ptr": "*fp32", "max_ptr": "*fp32", "stride_ob": "i32", "stride_os": "i32", "stride_oh": "i32",
+           "lse_ptr": "*fp32", "sink_ptr": "*fp32", "max_ptr": "*fp32", "stride_ob": "i32",
+           "stride_os": "i32", "stride_oh": "i32",
            "S_Q": "i32", "H": "i32", "QUERIES": "i32", "HEAD_BLOCKS": "i32", "HEAD_MAJOR": "i32",
            "TILES": "i32", "SPLITS": "i32", "PROGRAMS": "i32", "HAS_SINK": "constexpr",
-           "HAS_MAX": "constexpr", "DEALT": "constexpr", "WIDE": "constexpr", "BLOCK_H": "constexpr",
+           "HAS_MAX": "constexpr", "DEALT": "constexpr", "WIDE": "constexpr",
+           "BLOCK_H": "constexpr",
            "BLOCK_HC": "constexpr", "BLOCK_DC": "constexpr", "INTERPRET": "constexpr"}
     block_h, dealt, has_max = variant
-    const = {"HAS_SINK": True, "HAS_MAX": has_max, "DEALT": dealt, "WIDE": False, "BLOCK_H": block_h,
-             "BLOCK_HC": cfg["BLOCK_HC"], "BLOCK_DC": cfg["BLOCK_DC"], "INTERPRET": False}
+    const = {"HAS_SINK": True, "HAS_MAX": has_max, "DEALT": dealt, "WIDE": False,
+             "BLOCK_H": block_h, "BLOCK_HC": cfg["BLOCK_HC"], "BLOCK_DC": cfg["BLOCK_DC"],
+             "INTERPRET": False}
     return compile_kernel(_sparse_mla_combine_kernel, sig, const, target=target,
                           num_warps=cfg["num_warps"], num_stages=1,
                           config_name=f"H{block_h} HC{cfg['BLOCK_HC']} DC{cfg['BLOCK_DC']}"
