@@ -3,6 +3,7 @@ the self-test; tests assert on them).
 
 - ``flashmla_close``: FlashMLA's decode test criterion: +-inf at the same places, no NaN, every
   element within ``abs_tol`` OR ``rel_tol``, cosine difference at most ``cos_tol``.
+- ``flashmla_prefill_close``: the same criterion for the three results of the sparse prefill.
 - ``deepgemm_diff``: DeepGEMM's ``calc_diff`` (1 - 2<x,y>/(|x|^2+|y|^2)) on finite entries.
 """
 from __future__ import annotations
@@ -11,6 +12,10 @@ from dataclasses import dataclass
 
 FLASHMLA_OUT = dict(abs_tol=1e-3, rel_tol=2.01 / 128, cos_tol=5e-6)
 FLASHMLA_LSE = dict(abs_tol=1e-6, rel_tol=8.01 / 65536, cos_tol=0.0)
+# FlashMLA's sparse prefill test (tests/test_flash_mla_sparse_prefill.py): out against the fp32
+# reference; max_logits and lse with their own bounds.
+FLASHMLA_PREFILL_OUT = dict(abs_tol=8e-4, rel_tol=3.01 / 128, cos_tol=7e-6)
+FLASHMLA_PREFILL_STATS = dict(abs_tol=1e-6, rel_tol=2.01 / 65536, cos_tol=0.0)
 
 
 @dataclass
@@ -46,6 +51,13 @@ def flashmla_close(ans, ref, abs_tol, rel_tol, cos_tol) -> Verdict:
     if cos_tol and cos_diff > cos_tol:
         return Verdict(False, max_abs, max_rel, f"cosine diff {cos_diff:.3g} > {cos_tol}")
     return Verdict(True, max_abs, max_rel)
+
+
+def flashmla_prefill_close(got, ref) -> dict:
+    """(out, max_logits, lse) of ``flash_mla_sparse_fwd`` vs the reference's -> {name: Verdict}."""
+    tols = (FLASHMLA_PREFILL_OUT, FLASHMLA_PREFILL_STATS, FLASHMLA_PREFILL_STATS)
+    return {name: flashmla_close(g.float(), r.float(), **tol)
+            for name, g, r, tol in zip(("out", "max_logits", "lse"), got, ref, tols)}
 
 
 def deepgemm_diff(x, y) -> float:

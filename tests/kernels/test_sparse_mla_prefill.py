@@ -5,24 +5,17 @@ import torch
 
 from sm12x.kernels.reference.sparse_mla import make_prefill_case, ref_sparse_mla_prefill
 from sm12x.kernels.sparse_mla_prefill import sparse_mla_prefill
-from sm12x.kernels.tolerance import flashmla_close
+from sm12x.kernels.tolerance import flashmla_prefill_close
 
 pytestmark = pytest.mark.cpu_only  # inputs on the CPU; GPU cases are marked gpu
 
-# FlashMLA's prefill test (tests/test_flash_mla_sparse_prefill.py): out vs the fp32 reference,
-# max_logits and lse with their own bounds.
-OUT_TOL = dict(abs_tol=8e-4, rel_tol=3.01 / 128, cos_tol=7e-6)
-STAT_TOL = dict(abs_tol=1e-6, rel_tol=2.01 / 65536, cos_tol=0.0)
-
 
 def check(case, **kw):
-    out, max_logits, lse = sparse_mla_prefill(**case, **kw)
-    ref = ref_sparse_mla_prefill(**case)
-    for name, ans, want, tol in (("out", out, ref[0], OUT_TOL), ("max_logits", max_logits, ref[1],
-                                 STAT_TOL), ("lse", lse, ref[2], STAT_TOL)):
-        v = flashmla_close(ans.float().cpu(), want.float().cpu(), **tol)
+    """The kernel against the reference at FlashMLA's prefill tolerances."""
+    got = sparse_mla_prefill(**case, **kw)
+    for name, v in flashmla_prefill_close(got, ref_sparse_mla_prefill(**case)).items():
         assert v.ok, f"{name}: {v.detail}; max abs {v.max_abs:.3g}, max rel {v.max_rel:.3g}"
-    return out, max_logits, lse
+    return got
 
 
 @pytest.mark.parametrize("d_qk", [512, 576])

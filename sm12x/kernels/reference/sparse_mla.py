@@ -14,42 +14,50 @@ import torch
 from sm12x.kernels.mla_kv_cache import dequantize_cache
 
 
-def _gather(cache, indices, topk_length):
-    """-> (rows fp32 [b, s_q, topk, d] with invalid rows zeroed, invalid mask [b, s_q, topk])."""
-    kv = dequantize_cache(cache, torch.float32).flatten(0, 1)      # [num_blocks * B, d]
+def _gather(rows_all, indices, topk_length):
+    """rows_all [N, d] (any float dtype), indices [b, s_q, topk] -> (rows fp32 [b, s_q, topk, d]
+    with invalid rows zeroed, invalid mask [b, s_q, topk])."""
     b, s_q, topk = indices.shape
     idx = indices.long()
-    invalid = (idx < 0) | (idx >= kv.shape[0])
+    invalid = (idx < 0) | (idx >= rows_all.shape[0])
     if topk_length is not None:
         pos = torch.arange(topk, device=idx.device).view(1, 1, topk)
         invalid |= pos >= topk_length.view(b, 1, 1).long()
-    rows = kv.index_select(0, idx.masked_fill(invalid, 0).flatten()).view(b, s_q, topk, -1)
+    rows = rows_all.index_select(0, idx.masked_fill(invalid, 0).flatten()).float()
     # Zero before any arithmetic so NaN/Inf in rows we must not read never leak.
-    rows = rows.masked_fill(invalid.unsqueeze(-1), 0.0)
+    rows = rows.view(b, s_q, topk, -1).masked_fill(invalid.unsqueeze(-1), 0.0)
     return rows, invalid
+
+
+def _attend(q, rows, invalid, softmax_scale, d_v, attn_sink):
+    """q [b, s_q, h_q, d_qk] over gathered rows -> (out fp32 [b, s_q, h_q, d_v], lse, max logit;
+    both fp32 [b, s_q, h_q], natural log; a query with no valid row: 0, +inf, -inf)."""
+    logits = torch.einsum("bshd,bsnd->bshn", q.float(), rows) * softmax_scale
+    logits = logits.masked_fill(invalid.unsqueeze(2), float("-inf"))
+    max_logits = logits.max(dim=-1).values
+    lse = torch.logsumexp(logits, dim=-1)
+    lonely = lse == float("-inf")
+    probs = torch.exp(logits - lse.masked_fill(lonely, 0.0).unsqueeze(-1))
+    out = torch.einsum("bshn,bsnd->bshd", probs, rows[..., :d_v])
+    if attn_sink is not None:
+        sink = attn_sink.float().view(1, 1, -1)
+        out = out * (1.0 / (1.0 + torch.exp(sink - lse))).unsqueeze(-1)
+    out = out.masked_fill(lonely.unsqueeze(-1), 0.0)
+    return out, lse.masked_fill(lonely, float("inf")), max_logits
 
 
 def ref_sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, extra_k_cache=None,
                           extra_indices=None, extra_topk_length=None, softmax_scale=None, d_v=512):
     """q [b, s_q, h_q, d_qk] -> (out bf16 [b, s_q, h_q, d_v], lse fp32 [b, h_q, s_q])."""
-    b, s_q, h_q, d_qk = q.shape
     if softmax_scale is None:
-        softmax_scale = d_qk ** -0.5
-    rows, invalid = _gather(k_cache, indices, topk_length)
+        softmax_scale = q.shape[-1] ** -0.5
+    rows, invalid = _gather(dequantize_cache(k_cache, torch.float32).flatten(0, 1), indices,
+                            topk_length)
     if extra_k_cache is not None:
-        rows1, invalid1 = _gather(extra_k_cache, extra_indices, extra_topk_length)
+        rows1, invalid1 = _gather(dequantize_cache(extra_k_cache, torch.float32).flatten(0, 1),
+                                  extra_indices, extra_topk_length)
         rows, invalid = torch.cat([rows, rows1], 2), torch.cat([invalid, invalid1], 2)
-    logits = torch.einsum("bshd,bsnd->bshn", q.float(), rows) * softmax_scale
-    logits = logits.masked_fill(invalid.unsqueeze(2), float("-inf"))
-    lse = torch.logsumexp(logits, dim=-1)                          # [b, s_q, h_q]
-    lonely = lse == float("-inf")
-    probs = torch.exp(logits - lse.masked_fill(lonely, 0.0).unsqueeze(-1))
-    out = torch.einsum("bshn,bsnd->bshd", probs, rows[..., :d_v])
-    if attn_sink is not None:
-        sink = attn_sink.float().view(1, 1, h_q)
-        out = out * (1.0 / (1.0 + torch.exp(sink - lse))).unsqueeze(-1)
-    out = out.masked_fill(lonely.unsqueeze(-1), 0.0)
-    lse = lse.masked_fill(lonely, float("inf"))
+    out, lse, _ = _attend(q, rows, invalid, softmax_scale, d_v, attn_sink)
     return out.to(torch.bfloat16), lse.transpose(1, 2)
 
 
@@ -57,39 +65,17 @@ def ref_sparse_mla_prefill(q, kv, indices, sm_scale, d_v=512, attn_sink=None, to
                            chunk=256):
     """FlashMLA's ``flash_mla_sparse_fwd`` (contract in ``sparse_mla_prefill``): q bf16 [s_q, h_q,
     d_qk], kv bf16 [s_kv, 1, d_qk], indices int32 [s_q, 1, topk] -> (out bf16 [s_q, h_q, d_v],
-    max_logits fp32 [s_q, h_q], lse fp32 [s_q, h_q]); empty rows: 0, -inf, +inf. Runs ``chunk``
-    queries at a time (the gathered rows are s_q x topk x d_qk fp32)."""
-    s_q, h_q, _ = q.shape
-    results = []
-    for i in range(0, s_q, chunk):
-        j = min(i + chunk, s_q)
-        results.append(_ref_prefill_chunk(q[i:j], kv, indices[i:j], sm_scale, d_v, attn_sink,
-                                          None if topk_length is None else topk_length[i:j]))
-    return tuple(torch.cat(parts) for parts in zip(*results))
-
-
-def _ref_prefill_chunk(q, kv, indices, sm_scale, d_v, attn_sink, topk_length):
-    s_q, h_q, _ = q.shape
-    rows_all = kv[:, 0]
-    idx = indices[:, 0].long()                                     # [s_q, topk]
-    invalid = (idx < 0) | (idx >= rows_all.shape[0])
-    if topk_length is not None:
-        pos = torch.arange(idx.shape[1], device=idx.device).view(1, -1)
-        invalid |= pos >= topk_length.view(s_q, 1).long()
-    rows = rows_all.index_select(0, idx.masked_fill(invalid, 0).flatten()).float()
-    rows = rows.view(s_q, idx.shape[1], -1)
-    rows = rows.masked_fill(invalid.unsqueeze(-1), 0.0)            # NaN in unused rows never leaks
-    logits = torch.einsum("shd,snd->shn", q.float(), rows) * sm_scale
-    logits = logits.masked_fill(invalid.unsqueeze(1), float("-inf"))
-    max_logits = logits.max(dim=-1).values
-    lse = torch.logsumexp(logits, dim=-1)
-    lonely = lse == float("-inf")
-    probs = torch.exp(logits - lse.masked_fill(lonely, 0.0).unsqueeze(-1))
-    out = torch.einsum("shn,snd->shd", probs, rows[..., :d_v])
-    if attn_sink is not None:
-        out = out * (1.0 / (1.0 + torch.exp(attn_sink.float().view(1, h_q) - lse))).unsqueeze(-1)
-    out = out.masked_fill(lonely.unsqueeze(-1), 0.0)
-    return out.to(torch.bfloat16), max_logits, lse.masked_fill(lonely, float("inf"))
+    max_logits fp32 [s_q, h_q], lse fp32 [s_q, h_q]); empty rows: 0, -inf, +inf. Each query token
+    is a decode request of one token; ``chunk`` of them at a time (the gathered rows are
+    s_q x topk x d_qk fp32)."""
+    parts = []
+    for i in range(0, q.shape[0], chunk):
+        length = None if topk_length is None else topk_length[i:i + chunk]
+        rows, invalid = _gather(kv[:, 0], indices[i:i + chunk], length)
+        out, lse, max_logits = _attend(q[i:i + chunk].unsqueeze(1), rows, invalid, sm_scale, d_v,
+                                       attn_sink)
+        parts.append((out[:, 0].to(torch.bfloat16), max_logits[:, 0], lse[:, 0]))
+    return tuple(torch.cat(p) for p in zip(*parts))
 
 
 def _make_scope(fmt, b, s_q, topk, page, s_k, gen, device, invalid_frac, with_length):
