@@ -98,18 +98,27 @@ def _load_factory(spec: str):
     return getattr(importlib.import_module(mod), fn)
 
 
-def _rebind(consumer_names, original, replacement) -> int:
-    """Replace `from X import f` copies of ``original`` in the named modules; returns how many."""
+def _rebind(consumer_names, original, replacement, only_attr=None) -> int:
+    """Replace `from X import f` copies of ``original`` in the named modules (under any name, or
+    only under ``only_attr`` when given); returns how many."""
     n = 0
     for name in consumer_names:
         mod = sys.modules.get(name)
         if mod is None:
             continue
         for attr, value in list(vars(mod).items()):
-            if value is original:
+            if value is original and only_attr in (None, attr):
                 setattr(mod, attr, replacement)
                 n += 1
     return n
+
+
+def _copy_name(module, attr, original):
+    """The name consumers' copies must have: None (any) unless the target module binds
+    ``original`` under several names (vLLM's FlashMLA stubs are one function bound to every
+    name), where only a copy of the same name is this target's."""
+    names = [n for n, v in vars(module).items() if v is original] if module is not None else []
+    return attr if len(names) > 1 else None
 
 
 def _record(p: Patch, state: str, reason: str = "") -> None:
@@ -149,16 +158,18 @@ def apply_patch(p: Patch, module) -> str:
             _record(p, "skipped", f"{p.module} is sm12x's own stand-in module")
             return "skipped"
         raw = vars(owner).get(attr, current) if isinstance(owner, type) else current
+        copy_name = _copy_name(module, attr, current) if owner is module else None
         replacement = _load_factory(p.make)(current)
         replacement.__sm12x_patch__ = p.name
         replacement.__sm12x_original__ = current
+        replacement.__sm12x_copy_name__ = copy_name
         if isinstance(raw, staticmethod):
             setattr(owner, attr, staticmethod(replacement))
         elif isinstance(raw, classmethod):
             setattr(owner, attr, classmethod(replacement))
         else:
             setattr(owner, attr, replacement)
-        _rebind(p.consumers, current, replacement)
+        _rebind(p.consumers, current, replacement, copy_name)
         _record(p, "applied")
         return "applied"
     except PatchError:
@@ -181,7 +192,7 @@ def on_module_executed(name: str, module) -> None:
                 _, _, current = _resolve(sys.modules[p.module], p.qualname)
                 original = getattr(current, "__sm12x_original__", None)
                 if original is not None:
-                    _rebind([name], original, current)
+                    _rebind([name], original, current, getattr(current, "__sm12x_copy_name__", None))
             except Exception as e:
                 log_once("warning", f"sm12x: rebinding {p.name} in {name} failed: {e}")
     if states:

@@ -119,11 +119,14 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
                            tile_scheduler_metadata, num_splits=None, softmax_scale=None,
                            causal=False, is_fp8_kvcache=False, indices=None, attn_sink=None,
                            extra_k_cache=None, extra_indices_in_kvcache=None, topk_length=None,
-                           extra_topk_length=None, **future_kwargs):
+                           extra_topk_length=None, out=None, **future_kwargs):
     """FlashMLA's ``flash_mla_with_kvcache``, sparse FP8 path only -> (out bf16 [b, s_q, h_q, 512],
     lse fp32 [b, h_q, s_q], a transposed view of a [b, s_q, h_q] buffer).
     ``block_table``/``cache_seqlens`` are not used in sparse mode. ``tile_scheduler_metadata`` may
-    be a :class:`SchedMeta`, old-API tensors or None."""
+    be a :class:`SchedMeta`, old-API tensors or None (or another implementation's metadata object,
+    which is ignored). ``out`` (vLLM's vendored FlashMLA; its DeepSeek-V4 decode passes a view and
+    drops the result): a bf16 [b, s_q, h_q, 512] tensor, unit stride on the last dimension and
+    16-byte aligned rows, written in place and returned."""
     _reject_future_kwargs(OP, future_kwargs)
     if indices is None:
         raise checks.unsupported(OP, "indices", None, "an int32 tensor (sm12x implements the sparse "
@@ -144,7 +147,7 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
             extra_indices_in_kvcache.shape[-1] if extra_indices_in_kvcache is not None else None))
     out, lse = sparse_mla_decode(q, k_cache, indices, topk_length, attn_sink, extra_k_cache,
                                  extra_indices_in_kvcache, extra_topk_length, softmax_scale,
-                                 head_dim_v, op=OP, validate_inputs=False)
+                                 head_dim_v, out=out, op=OP, validate_inputs=False)
     return out, lse
 
 
@@ -166,12 +169,16 @@ def is_sparse_fp8_call(*args, **kwargs) -> bool:
 
 
 def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk_length=None,
-                         out=None, **future_kwargs):
+                         out=None, indexer_topk=0, **future_kwargs):
     """FlashMLA's ``flash_mla_sparse_fwd`` as of its 2026-01 interface (vLLM's vendored copy adds
     ``out``) -> (out bf16 [s_q, h_q, 512], max_logits fp32 [s_q, h_q], lse fp32 [s_q, h_q]) in
     natural-log units; a row with no valid index gets 0, -inf, +inf. Contract:
-    ``sm12x.kernels.sparse_mla_prefill``."""
+    ``sm12x.kernels.sparse_mla_prefill``. ``indexer_topk`` (FlashMLA's nv_dev branch: > 0 adds a
+    fourth result) is accepted at its default 0 only."""
     _reject_future_kwargs(PREFILL_OP, future_kwargs)
+    if indexer_topk:
+        raise checks.unsupported(PREFILL_OP, "indexer_topk", indexer_topk,
+                                 "0 (sm12x does not return the indexer's log-sum-exp)")
     return sparse_mla_prefill(q, kv, indices, sm_scale, d_v, attn_sink, topk_length, out,
                               op=PREFILL_OP)
 

@@ -13,9 +13,12 @@ Routes (see shared/research/sglang.md sections 2 and 10, vllm.md section 3):
 - ``sgl_kernel.flash_mla`` (SGLang eras B/C, non-SM120 branch);
 - SGLang's own SM120 entry ``flash_mla_with_kvcache_sm120`` (eras B and C), whose FlashInfer
   default needs 64-token pages (a page-split copy every call) and lacks some head/topk shapes;
-- vLLM: ``vllm.third_party.flashmla.flash_mla_interface`` and its consumer
-  ``vllm.v1.attention.ops.flashmla``, which on SM12x binds stubs that raise "FlashMLA is not
-  available" (both are patched, so either binding reaches the kernel).
+- vLLM: ``vllm.third_party.flashmla.flash_mla_interface`` and its re-export
+  ``vllm.v1.attention.ops.flashmla``, which binds stubs that raise "FlashMLA is not available"
+  when vLLM's FlashMLA extension does not import, and the vendored functions otherwise (whose
+  CUDA op then fails on SM12x); both are patched, so either binding reaches the kernel. vLLM
+  main (2026-08) sends DeepSeek-V4 and V3.2 attention on SM12x to FlashInfer instead, so these
+  routes serve older builds and explicitly chosen FlashMLA backends.
 
 Sparse prefill (``flash_mla_sparse_fwd``, bf16 rows; FlashMLA's op raises "only supported on
 SM90a and SM100f", SGLang #31578) goes to sm12x on every route, in the units the route returns:
@@ -157,7 +160,12 @@ def _meta(name, target, consumers=(), library="*", versions="*"):
                  consumers=consumers)
 
 
-_VLLM_OPS = ("vllm.v1.attention.ops.flashmla",)
+# modules that bind vLLM's FlashMLA functions by name at import (plugin route: rebound too)
+_VLLM_CALLERS = ("vllm.models.deepseek_v4.nvidia.flashmla",
+                 "vllm.models.deepseek_v4.attention.impl.flashmla",
+                 "vllm.v1.attention.backends.mla.flashmla_sparse",
+                 "vllm.v1.attention.backends.mla.sparse_swa")
+_VLLM_OPS = ("vllm.v1.attention.ops.flashmla",) + _VLLM_CALLERS
 
 PATCHES = (
     # pip FlashMLA
@@ -193,8 +201,10 @@ PATCHES = (
             consumers=_VLLM_OPS),
     _meta("vllm.third_party.flashmla.metadata",
           "vllm.third_party.flashmla.flash_mla_interface:get_mla_metadata", consumers=_VLLM_OPS),
-    _decode("vllm.ops.flashmla.decode", "vllm.v1.attention.ops.flashmla:flash_mla_with_kvcache"),
-    _meta("vllm.ops.flashmla.metadata", "vllm.v1.attention.ops.flashmla:get_mla_metadata"),
+    _decode("vllm.ops.flashmla.decode", "vllm.v1.attention.ops.flashmla:flash_mla_with_kvcache",
+            consumers=_VLLM_CALLERS),
+    _meta("vllm.ops.flashmla.metadata", "vllm.v1.attention.ops.flashmla:get_mla_metadata",
+          consumers=_VLLM_CALLERS),
     # sparse prefill on every route
     _prefill("flash_mla.interface.sparse_fwd",
              "flash_mla.flash_mla_interface:flash_mla_sparse_fwd", consumers=("flash_mla",)),
@@ -204,7 +214,8 @@ PATCHES = (
     _prefill("vllm.third_party.flashmla.sparse_fwd",
              "vllm.third_party.flashmla.flash_mla_interface:flash_mla_sparse_fwd",
              consumers=_VLLM_OPS),
-    _prefill("vllm.ops.flashmla.sparse_fwd", "vllm.v1.attention.ops.flashmla:flash_mla_sparse_fwd"),
+    _prefill("vllm.ops.flashmla.sparse_fwd", "vllm.v1.attention.ops.flashmla:flash_mla_sparse_fwd",
+             consumers=_VLLM_CALLERS),
     _prefill("vllm.attention.ops.flashmla.sparse_prefill",
              "vllm.attention.ops.flashmla:flash_mla_sparse_prefill"),
 )

@@ -85,6 +85,21 @@ def test_unknown_kwargs():
         api.flash_mla_with_kvcache(q, cache, None, None, 512, sched, descale_k=torch.ones(2), **kw)
 
 
+def test_out_buffer():
+    """``out`` (vLLM's vendored interface; its DeepSeek-V4 layer passes a strided view of its
+    output and drops the result) is filled in place; a wrong shape is rejected by name."""
+    q, cache, kw = inputs(b=2, s_q=1, h_q=16)
+    sched, _ = api.get_mla_metadata()
+    want, want_lse = api.flash_mla_with_kvcache(q, cache, None, None, 512, sched, **kw)
+    buf = torch.zeros(2, 20, 512, dtype=torch.bfloat16)
+    view = buf[:, 2:18].unsqueeze(1)  # [b, 1, 16, 512], row stride 20 * 512
+    out, lse = api.flash_mla_with_kvcache(q, cache, None, None, 512, sched, out=view, **kw)
+    assert out.data_ptr() == view.data_ptr() and torch.equal(view, want)
+    assert torch.equal(lse, want_lse) and bool((buf[:, :2] == 0).all() and (buf[:, 18:] == 0).all())
+    with pytest.raises(ValueError, match=r"flash_mla_with_kvcache.*'out'"):
+        api.flash_mla_with_kvcache(q, cache, None, None, 512, sched, out=buf[:, :8].unsqueeze(1), **kw)
+
+
 def _call(q, cache, **over):
     _, _, kw = inputs()
     kw.update(over)

@@ -150,6 +150,9 @@ def test_api_units_and_future_kwargs():
     case["indices"][0] = -1
     out, max_logits, lse = api.flash_mla_sparse_fwd(**case, some_future_flag=None)
     assert bool((lse[0] == float("inf")).all())
+    # FlashMLA's nv_dev branch adds indexer_topk (default 0: the usual three results)
+    assert all(torch.equal(a, b) for a, b in zip(api.flash_mla_sparse_fwd(**case, indexer_topk=0),
+                                                 (out, max_logits, lse)))
     with pytest.raises(NotImplementedError, match="flash_mla_sparse_fwd: argument 'indexer_topk'"):
         api.flash_mla_sparse_fwd(**case, indexer_topk=512)
     # sgl-kernel / pre-2026 FlashMLA units: base 2; the old interface's empty rows: lse -inf

@@ -211,3 +211,62 @@ def test_sparse_prefill_every_route(routes):
             "sgl_kernel.flash_mla.sparse_fwd", "vllm.ops.flashmla.sparse_fwd",
             "vllm.third_party.flashmla.sparse_fwd",
             "vllm.attention.ops.flashmla.sparse_prefill"} <= applied
+
+
+# vLLM's DeepSeek-V4 FlashMLA layer (vllm/models/deepseek_v4/nvidia/flashmla.py, 2026-08): binds
+# the functions at import, passes its own scheduler-metadata object and a strided ``out`` view,
+# and drops the return value.
+VLLM_CALLER = textwrap.dedent("""
+    from vllm.v1.attention.ops.flashmla import flash_mla_sparse_fwd, flash_mla_with_kvcache
+
+    class FlashMLASchedMeta:
+        pass
+
+    def decode(q, swa_cache, swa_indices, swa_lens, scale, sink, kv_cache, topk_indices, topk_lens,
+               output):
+        flash_mla_with_kvcache(q=q, k_cache=swa_cache, block_table=None, head_dim_v=512,
+                               tile_scheduler_metadata=FlashMLASchedMeta(), cache_seqlens=None,
+                               is_fp8_kvcache=True, indices=swa_indices, topk_length=swa_lens,
+                               softmax_scale=scale, attn_sink=sink, extra_k_cache=kv_cache,
+                               extra_indices_in_kvcache=topk_indices, extra_topk_length=topk_lens,
+                               out=output.unsqueeze(1))
+""")
+
+VLLM_CALLER_CALLS = """
+import json, sys, torch
+sys.path.insert(0, {repo!r})
+import vllm.models.deepseek_v4.nvidia.flashmla as layer  # imported before sm12x: plugin route
+import sm12x.plugin; sm12x.plugin.register()
+from sm12x.kernels.reference.sparse_mla import make_case, ref_sparse_mla_decode
+case = make_case(b=3, s_q=1, h_q=16, topk=64, page=64, extra_topk=64, extra_page=2,
+                 extra_topk_length=True)
+ref_out, _ = ref_sparse_mla_decode(**case)
+# vLLM's output buffer: [tokens, heads, 512] rows of a wider allocation (a strided view)
+buf = torch.zeros(3, 20, 512, dtype=torch.bfloat16)
+output = buf[:, 2:18]
+layer.decode(case["q"], case["k_cache"], case["indices"], case["topk_length"],
+             case["softmax_scale"], case["attn_sink"], case["extra_k_cache"], case["extra_indices"],
+             case["extra_topk_length"], output)
+print(json.dumps({{"err": float((output.float() - ref_out[:, 0].float()).abs().max()),
+                  "untouched": bool((buf[:, :2] == 0).all() and (buf[:, 18:] == 0).all()),
+                  "rebound": getattr(layer.flash_mla_with_kvcache, "__sm12x_patch__", None),
+                  "rebound_prefill": getattr(layer.flash_mla_sparse_fwd, "__sm12x_patch__", None)}}))
+"""
+
+
+def test_vllm_layer_out_view_on_plugin_route(tmp_path):
+    """A vLLM caller that imported FlashMLA's functions before sm12x ran (plugin route) gets them
+    rebound, each name to its own replacement although vLLM's stubs are one function bound to
+    every name; its keyword call with a strided ``out`` view and a foreign metadata object fills the
+    view (and nothing around it) with the right result."""
+    pytest.importorskip("triton")
+    files = dict(ROUTES)
+    for pkg in ("vllm/models", "vllm/models/deepseek_v4", "vllm/models/deepseek_v4/nvidia"):
+        files[f"{pkg}/__init__.py"] = ""
+    files["vllm/models/deepseek_v4/nvidia/flashmla.py"] = VLLM_CALLER
+    root = write_tree(tmp_path, files)
+    out = last_json(run_py(VLLM_CALLER_CALLS.format(repo=REPO), pythonpath=[root],
+                           env={"TRITON_INTERPRET": "1", "TRITON_DEFAULT_FP_FUSION": "1"}))
+    assert out["rebound"] == "vllm.ops.flashmla.decode"
+    assert out["rebound_prefill"] == "vllm.ops.flashmla.sparse_fwd"
+    assert out["err"] <= 1e-2 and out["untouched"], out
