@@ -78,4 +78,21 @@ PATCHES = tuple(
               "loop; on SM12x it is the path SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=1 selects",
           fixed_in="none known", library="sglang", versions="*")
     for era in ("compressed", "dsv4")
+) + (
+    # SGLang main (2026-07) on SM120 forces its own paged-logits paths for DeepSeek-V4 and never
+    # calls DeepGEMM there: server_args sets SGLANG_OPT_USE_TILELANG_INDEXER and
+    # SGLANG_FP8_PAGED_MQA_LOGITS_TORCH; dsv4/indexer.py then picks the TileLang kernel, else the
+    # vectorised torch version. Both take the torch fallback's arguments.
+    Patch(name="sglang.dsa.tilelang_paged_logits",
+          target="sglang.kernels.ops.attention.dsa.tilelang_kernel:tilelang_fp8_paged_mqa_logits",
+          make=f"{__name__}:make_sglang_paged_logits_torch",
+          why="SGLang's default DeepSeek-V4 paged indexer on SM120 (TileLang) asserts one query "
+              "token per row, 1-D seq_lens, head_dim 128 and 64-token blocks",
+          fixed_in="none known", library="sglang", versions="*"),
+    Patch(name="sglang.dsv4.indexer.paged_logits_torch_sm120",
+          target="sglang.srt.layers.attention.dsv4.indexer:fp8_paged_mqa_logits_torch_sm120",
+          make=f"{__name__}:make_sglang_paged_logits_torch",
+          why="SGLang's SM120 torch paged indexer (chosen when TileLang is off) copies every row's "
+              "pages up to the longest request into bf16 (rows x max_seq_len x 128) on each call",
+          fixed_in="none known", library="sglang", versions="*"),
 )

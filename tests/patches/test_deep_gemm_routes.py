@@ -1,7 +1,7 @@
 """The real DeepGEMM patch set on stand-ins: a ``deep_gemm`` whose indexer functions raise
 DeepGEMM's SM12x error, vLLM's ``vllm.utils.deep_gemm`` that caches the module's functions in
-``_*_impl`` globals (resolved before sm12x ran: the plugin route), and SGLang's torch fallback that
-asserts 1-D ``seq_lens``."""
+``_*_impl`` globals (resolved before sm12x ran: the plugin route), SGLang's torch fallback that
+asserts 1-D ``seq_lens``, and the TileLang / torch paths SGLang forces on SM120."""
 import textwrap
 
 import pytest
@@ -38,6 +38,22 @@ STANDINS = {
                                        deep_gemm_metadata, max_seq_len, clean_logits=True):
             assert seq_lens.dim() == 1
             raise RuntimeError("slow path")
+    """),
+    "sglang/srt/layers/attention/dsv4/__init__.py": "",
+    "sglang/srt/layers/attention/dsv4/indexer.py": textwrap.dedent("""
+        def fp8_paged_mqa_logits_torch_sm120(q_fp8, kvcache_fp8, weight, seq_lens, page_table,
+                                             deep_gemm_metadata, max_seq_len, clean_logits=True):
+            raise RuntimeError("slow sm120 torch path")
+    """),
+    "sglang/kernels/__init__.py": "",
+    "sglang/kernels/ops/__init__.py": "",
+    "sglang/kernels/ops/attention/__init__.py": "",
+    "sglang/kernels/ops/attention/dsa/__init__.py": "",
+    "sglang/kernels/ops/attention/dsa/tilelang_kernel.py": textwrap.dedent("""
+        def tilelang_fp8_paged_mqa_logits(q_fp8, kvcache_fp8, weight, seq_lens, page_table,
+                                          deep_gemm_metadata, max_seq_len, clean_logits=True):
+            assert seq_lens.dim() == 1 and q_fp8.shape[1] == 1
+            raise RuntimeError("tilelang kernel")
     """),
 }
 
@@ -77,6 +93,19 @@ res = {{"deep_gemm": err(deep_gemm.fp8_paged_mqa_logits(q, cache, w, lens, bt, m
 from sglang.srt.layers.attention.compressed import indexer
 res["sglang_torch_fallback"] = err(indexer.fp8_paged_mqa_logits_torch(q, cache, w, lens, bt, None,
                                                                      blocks * bkv))
+
+def err_visible(x):  # SGLang's SM120 paths pass clean_logits=False: compare visible positions only
+    inv = ref == float("-inf")
+    return [True, deepgemm_diff(x.float().masked_fill(inv, 0), ref.masked_fill(inv, 0))]
+
+# DeepSeek-V4 on SM120 in SGLang main: the TileLang kernel gets 1-D lengths, the torch one [T, 1];
+# both are looked up at call time, as dsv4/indexer.py does
+from sglang.kernels.ops.attention.dsa import tilelang_kernel
+from sglang.srt.layers.attention.dsv4 import indexer as dsv4_indexer
+res["sglang_tilelang"] = err_visible(tilelang_kernel.tilelang_fp8_paged_mqa_logits(
+    q, cache, w, lens[:, 0], bt, None, blocks * bkv, False))
+res["sglang_torch_sm120"] = err_visible(dsv4_indexer.fp8_paged_mqa_logits_torch_sm120(
+    q, cache, w, lens, bt, None, blocks * bkv, False))
 print(json.dumps(res))
 """
 
@@ -91,7 +120,8 @@ def test_deep_gemm_routes_reach_the_kernels(standins):
     out = last_json(run_py(CALLS.format(repo=REPO), pythonpath=[standins],
                            env={"TRITON_INTERPRET": "1"}))
     assert out["gemm_untouched"] == "original-gemm"
-    for route in ("deep_gemm", "vllm_cached_impl", "sglang_torch_fallback"):
+    for route in ("deep_gemm", "vllm_cached_impl", "sglang_torch_fallback", "sglang_tilelang",
+                  "sglang_torch_sm120"):
         masks_match, diff = out[route]
         assert masks_match, route
         assert diff < 1e-5, (route, diff)
