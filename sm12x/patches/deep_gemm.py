@@ -62,8 +62,9 @@ def make_sglang_paged_logits_torch(original):
 
 
 # vLLM's wrappers resolve `_<name>_impl` globals from the module once (`_lazy_init`); when that ran
-# before us (plugin route) those globals hold the originals and are rebound.
-_CONSUMERS = ("vllm.utils.deep_gemm",)
+# before us (plugin route) those globals hold the originals and are rebound. The second module is
+# the same wrapper file in a later vLLM source layout.
+_CONSUMERS = ("vllm.utils.deep_gemm", "vllm.foundation.utilities.deep_gemm")
 
 PATCHES = tuple(
     Patch(name=f"{module}.{name}", target=f"{module}:{name}", make=f"{__name__}:make_{name}",
