@@ -53,9 +53,11 @@ CONFIGS = {
     "sm_90": {
         # H200 sweeps (2026-12-02, scripts/RESULTS.md): up to 32 blocks per program, 3 stages.
         # maxnreg 64 (dropped for the variants that spill with it, token pairs among them): 8
-        # instead of 7 one-token programs per SM, H200 next_n 1 +1-6% (RESULTS.md, seventh session)
+        # instead of 7 one-token programs per SM, H200 next_n 1 +1-6% (RESULTS.md, seventh session).
+        # tma: key tiles by TMA copies, 2 stages: H200 next_n 1 / 2 +1-5% over pointer loads with
+        # 3 stages (RESULTS.md, ninth session); sm_120 keeps pointer loads (not measured there)
         "fp8": {"key_rows": True, "pair": True, "rows": 64, "SUB_N": 64, "N_ITERS": 32, "num_warps": 4,
-                "num_stages": 3, "maxnreg": 64},
+                "num_stages": 2, "maxnreg": 64, "tma": True},
         # FP4 as tl.dot_scaled (emulated on sm_90): H200, B=256, 16K-64K context, next_n 1 / 2:
         # 301-318 / 168-173 GB/s with e4m3 group dots, 590-642 / 454-478 with this (RESULTS.md)
         "fp4": {"fp4_mma": True, "key_rows": True, "rows": 128, "SUB_N": 64, "N_ITERS": 32, "num_warps": 4,
@@ -112,6 +114,7 @@ def _paged_mqa_logits_kernel(
     N_ITERS: tl.constexpr, IS_FP4: tl.constexpr, CTX_2D: tl.constexpr, CLEAN: tl.constexpr,
     KEY_ROWS: tl.constexpr, PAIR: tl.constexpr, FP4_MMA: tl.constexpr,
     OUT_MODE: tl.constexpr,  # 0: float32, 1: bfloat16
+    KV_DESC: tl.constexpr,  # kv_ptr is a TMA descriptor of the cache as D-byte rows (``tma_cache``)
 ):
     pid_r = tl.program_id(0)  # (request, group of query tokens)
     pid_n = tl.program_id(1)  # chunk of N_ITERS cache blocks
@@ -157,7 +160,10 @@ def _paged_mqa_logits_kernel(
             nxt = tl.load(bt_row + blk0 + it + 2, mask=it + 2 < n_live, other=0).to(tl.int64)
             p = (blk0 + it) * BLOCK_KV + i  # positions
             c = p - col_start
-            kt = tl.load(kv_ptr + (phys * stride_kv + i * DB)[:, None] + tl.arange(0, DB)[None, :])
+            if KV_DESC:  # block n's keys are rows n * stride_kv / D .. + BLOCK_KV of the descriptor
+                kt = kv_ptr.load([(phys * (stride_kv // D)).to(tl.int32), 0])
+            else:
+                kt = tl.load(kv_ptr + (phys * stride_kv + i * DB)[:, None] + tl.arange(0, DB)[None, :])
             if IS_FP4:
                 v = fp4_key_tile_scores(kt, ks, q, w, BLOCK_T, H, D)
             else:
@@ -246,16 +252,37 @@ def launch(q, q_sf, kv_cache, weights, context_lens, block_table, max_context_le
     if bsz == 0 or num_cols <= 0:
         return out
     vals, words = cache_pointers(kv_cache, is_fp4)
-    args = (q, q_sf if is_fp4 else context_lens, vals, words, weights, context_lens, block_table, out,
+    kv_desc = tma_cache(cfg, vals, is_fp4, key_rows(cfg, bt, h))
+    args = (q, q_sf if is_fp4 else context_lens, vals if kv_desc is None else kv_desc, words, weights,
+            context_lens, block_table, out,
             next_n, max_context_len, kv_cache.stride(0), block_table.stride(0), weights.stride(0),
             out.stride(0), col_start, num_cols)
     kwargs = dict(H=h, D=d, BLOCK_T=bt, BLOCK_KV=block_kv, SUB_N=min(cfg["SUB_N"], block_kv), N_ITERS=n_iters,
                   IS_FP4=is_fp4, CTX_2D=context_lens.dim() == 2, CLEAN=clean, KEY_ROWS=key_rows(cfg, bt, h),
                   PAIR=pair, FP4_MMA=uses_fp4_mma(cfg, is_fp4), OUT_MODE=out_mode,
-                  num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+                  KV_DESC=kv_desc is not None, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     budget = _budget_unless_spilling(args, kwargs, register_budget(cfg), q.device)
     _paged_mqa_logits_kernel[grid](*args, **kwargs, **budget)
     return out
+
+
+def tma_cache(cfg: dict, vals, is_fp4: bool, keys_on_m: bool):
+    """A TMA descriptor of the FP8 cache's values as rows of D bytes (block n's keys are rows
+    n * stride(0) / D onwards, one BLOCK_KV-row box per block) when the config asks for it (``tma``)
+    and the layout allows: keys on M, stride(0) a multiple of D and 16 bytes, 16-byte aligned base,
+    rows addressable with int32. Else None (pointer loads)."""
+    if not (cfg.get("tma") and keys_on_m and not is_fp4):
+        return None
+    num_blocks, block_kv, d = vals.shape[0], vals.shape[1], vals.shape[3] - 4
+    stride = vals.stride(0)
+    if num_blocks == 0 or stride % d or stride % 16 or vals.data_ptr() % 16:
+        return None
+    rows = (num_blocks - 1) * (stride // d) + block_kv
+    if rows >= 2**31:
+        return None
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return TensorDescriptor(vals, [rows, d], [d, 1], [block_kv, d])
 
 
 _SPILL_FREE: dict = {}
@@ -309,17 +336,18 @@ def get_paged_mqa_logits_metadata(context_lens: torch.Tensor, block_kv: int, num
 # compile check
 
 
-def _signature(is_fp4: bool, out_mode: int):
+def _signature(is_fp4: bool, out_mode: int, kv_box=None):
     out_t = {0: "*fp32", 1: "*bf16"}[out_mode]
+    kv_t = f"tensordesc<fp8e4nv[{kv_box[0]}, {kv_box[1]}]>" if kv_box else ("*u8" if is_fp4 else "*fp8e4nv")
     sig = {
         "q_ptr": "*i8" if is_fp4 else "*fp8e4nv", "qsf_ptr": "*i32",
-        "kv_ptr": "*u8" if is_fp4 else "*fp8e4nv", "kvf_ptr": "*i32" if is_fp4 else "*fp32",
+        "kv_ptr": kv_t, "kvf_ptr": "*i32" if is_fp4 else "*fp32",
         "w_ptr": "*fp32", "ctx_ptr": "*i32", "bt_ptr": "*i32", "out_ptr": out_t,
         "next_n": "i32", "max_context_len": "i32", "stride_kv": "i64", "stride_bt": "i32",
         "stride_w": "i32", "stride_out": "i64", "col_start": "i32", "num_cols": "i32",
     }
     for name in ("H", "D", "BLOCK_T", "BLOCK_KV", "SUB_N", "N_ITERS", "IS_FP4", "CTX_2D", "CLEAN", "KEY_ROWS",
-                 "PAIR", "FP4_MMA", "OUT_MODE"):
+                 "PAIR", "FP4_MMA", "OUT_MODE", "KV_DESC"):
         sig[name] = "constexpr"
     return sig
 
@@ -356,16 +384,19 @@ def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 64), dims=(128,), bl
                                 if key in seen:
                                     continue
                                 seen.add(key)
+                                kv_desc = bool(cfg.get("tma")) and key_rows(cfg, bt, h) and not is_fp4
                                 const = dict(H=h, D=d, BLOCK_T=bt, BLOCK_KV=bkv, SUB_N=min(cfg["SUB_N"], bkv),
                                              N_ITERS=cfg["N_ITERS"],
                                              IS_FP4=is_fp4, CTX_2D=ctx2d, CLEAN=clean,
                                              KEY_ROWS=key_rows(cfg, bt, h), PAIR=pair,
-                                             FP4_MMA=uses_fp4_mma(cfg, is_fp4), OUT_MODE=out_mode)
+                                             FP4_MMA=uses_fp4_mma(cfg, is_fp4), OUT_MODE=out_mode,
+                                             KV_DESC=kv_desc)
                                 name = (f"{'fp4' if is_fp4 else 'fp8'} H{h} D{d} bkv{bkv} T{bt}"
                                         f"{'x2' if pair else ''} out{out_mode}"
                                         f"{' clean' if clean else ''}{' ctx2d' if ctx2d else ' ctx1d'}")
                                 reports.append(compile_kernel(
-                                    _paged_mqa_logits_kernel, _signature(is_fp4, out_mode), const,
+                                    _paged_mqa_logits_kernel,
+                                    _signature(is_fp4, out_mode, (bkv, d) if kv_desc else None), const,
                                     target=target, num_warps=cfg["num_warps"],
                                     num_stages=cfg["num_stages"], config_name=name, maxnreg=cfg.get("maxnreg")))
     return reports

@@ -34,8 +34,17 @@ def make_paged(b, next_n, h, d, block_kv, ctx, fp4, device, pad_bytes=0, ctx2d=T
     else:
         cl = ctx
     to = lambda t: None if t is None else t.to(device)  # noqa: E731
-    return dict(q=(to(qq[0]), to(qq[1])), cache=to(cache), weights=to(w), context_lens=to(cl),
+    return dict(q=(to(qq[0]), to(qq[1])), cache=same_layout(cache, device), weights=to(w),
+                context_lens=to(cl),
                 block_table=to(bt), raw=(q, raw_cache), max_context_len=max_blocks * block_kv)
+
+
+def same_layout(t, device):
+    """``t`` on ``device`` with its strides and padding (``Tensor.to`` makes a padded view dense)."""
+    base = torch.empty(t.untyped_storage().nbytes() // t.element_size(), dtype=t.dtype, device=device)
+    out = base.as_strided(t.shape, t.stride(), t.storage_offset())
+    out.copy_(t)
+    return out
 
 
 def check(logits, inp, clean, fp4):
@@ -130,6 +139,33 @@ def test_both_mma_layouts(device, fp4, fp4_mma, key_rows):
     pm.launch(qv, qs, kv_cache, inp["weights"], inp["context_lens"], inp["block_table"],
               inp["max_context_len"], out, clean=True, out_mode=0, config=cfg)
     check(out, inp, True, fp4)
+
+
+@pytest.mark.parametrize("d,block_kv,next_n,pad", [(128, 64, 1, 0), (64, 32, 3, 128), (32, 32, 2, 64),
+                                                   (128, 64, 2, 8)])
+def test_tma_cache_loads(device, d, block_kv, next_n, pad):
+    """Key tiles through a TMA descriptor of the cache (``tma`` in the config) give the same logits
+    as pointer loads; a block stride that is not a multiple of D and 16 bytes (``pad`` 8) falls
+    back to pointer loads."""
+    from sm12x.kernels import configs
+    from sm12x.kernels import paged_mqa_logits as pm
+
+    ctx = [3 * block_kv + 5, next_n, 1, 7 * block_kv]
+    inp = make_paged(len(ctx), next_n, 16, d, block_kv, ctx, False, device, pad_bytes=pad, max_blocks=8)
+    cfg = dict(configs.pick(pm.CONFIGS, torch.device(device))["fp8"], key_rows=True, N_ITERS=3, tma=True)
+    qv, _ = inp["q"]
+    kv_cache = inp["cache"] if inp["cache"].dtype == torch.uint8 else inp["cache"].view(torch.uint8)
+    vals, _ = pm.cache_pointers(kv_cache, False)
+    assert kv_cache.stride(0) == block_kv * (d + 4) + pad
+    assert (pm.tma_cache(cfg, vals, False, True) is None) == (pad == 8)
+    outs = []
+    for tma in (True, False):
+        out = pm.alloc_logits(len(ctx) * next_n, inp["max_context_len"], torch.float32, torch.device(device))
+        pm.launch(qv, None, kv_cache, inp["weights"], inp["context_lens"], inp["block_table"],
+                  inp["max_context_len"], out, clean=True, out_mode=0, config=dict(cfg, tma=tma))
+        check(out, inp, True, False)
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1])
 
 
 def test_legacy_name_keywords_indices_bf16(device):
