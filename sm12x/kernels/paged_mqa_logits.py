@@ -54,8 +54,9 @@ CONFIGS = {
         # H200 sweeps (2026-12-02, scripts/RESULTS.md): up to 32 blocks per program, 3 stages.
         # maxnreg 64 (dropped for the variants that spill with it, token pairs among them): 8
         # instead of 7 one-token programs per SM, H200 next_n 1 +1-6% (RESULTS.md, seventh session).
-        # tma: key tiles by TMA copies, 2 stages: H200 next_n 1 / 2 +1-5% over pointer loads with
-        # 3 stages (RESULTS.md, ninth session); sm_120 keeps pointer loads (not measured there)
+        # tma: key tiles by TMA copies, 2 stages: H200 next_n 1 / 2 +0.5-2.4% / +2.3-5.8% over
+        # pointer loads with 3 stages (RESULTS.md, ninth session); sm_120 keeps pointer loads (not
+        # measured there)
         "fp8": {"key_rows": True, "pair": True, "rows": 64, "SUB_N": 64, "N_ITERS": 32, "num_warps": 4,
                 "num_stages": 2, "maxnreg": 64, "tma": True},
         # FP4 as tl.dot_scaled (emulated on sm_90): H200, B=256, 16K-64K context, next_n 1 / 2:
