@@ -43,9 +43,10 @@ for _name in NAMES:
     globals()[f"make_{_name}"] = _factory(_name)
 
 def make_sglang_paged_logits_torch(original):
-    """SGLang's ``fp8_paged_mqa_logits_torch(q_fp8, kvcache_fp8, weight, seq_lens, page_table,
-    deep_gemm_metadata, max_seq_len, clean_logits=True)``: DeepGEMM's argument order, so it maps
-    onto our kernel; ``seq_lens`` may be [T] or [T, 1] (the original asserts 1-D)."""
+    """SGLang's paged-logits functions that share the signature of ``fp8_paged_mqa_logits_torch(
+    q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_metadata, max_seq_len,
+    clean_logits=True)`` (the torch fallbacks, the TileLang kernel): DeepGEMM's argument order, so
+    they map onto our kernel; ``seq_lens`` may be [T] or [T, 1] (the originals assert 1-D)."""
     import importlib
 
     api = importlib.import_module(_API)
