@@ -132,7 +132,7 @@ def main():
     from sm12x.kernels import configs
     from sm12x.kernels.reference.sparse_mla import make_case, ref_sparse_mla_decode
     from sm12x.kernels.sparse_mla_decode import plan, sparse_mla_decode
-    from sm12x.kernels.tolerance import FLASHMLA_LSE, FLASHMLA_OUT, flashmla_close
+    from sm12x.kernels.tolerance import failures, flashmla_decode_close
 
     iters = args.iters or (20 if args.quick else 50)
     dev = torch.device("cuda")
@@ -163,14 +163,10 @@ def main():
         ref_us, ok = float("nan"), "-"
         if not args.no_ref:
             ref_us = time_fn(lambda: ref_sparse_mla_decode(**case), max(3, iters // 10), flush)
-            out, lse = sparse_mla_decode(**case)
-            ref_out, ref_lse = ref_sparse_mla_decode(**case)
-            v_out = flashmla_close(out, ref_out, **FLASHMLA_OUT)
-            v_lse = flashmla_close(lse, ref_lse, **FLASHMLA_LSE)
-            ok = "yes"
-            if not (v_out.ok and v_lse.ok):
-                bad = v_out if not v_out.ok else v_lse
-                ok, failed = f"NO ({'out' if bad is v_out else 'lse'}: {bad.detail})", True
+            bad = failures(flashmla_decode_close(sparse_mla_decode(**case),
+                                                 ref_sparse_mla_decode(**case)))
+            ok = f"NO ({bad})" if bad else "yes"
+            failed |= bool(bad)
         cfg_s = f"H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']}"
         rows = b * s_q * p.head_blocks
         print(f"| {name} | {b} | {s_q} | {h_q} | {cfg_s} | {p.programs}/{rows} | {us:.1f} | "

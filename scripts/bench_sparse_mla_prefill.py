@@ -46,7 +46,7 @@ def main():
     from sm12x.kernels.reference.sparse_mla import make_prefill_case, ref_sparse_mla_prefill
     from sm12x.kernels.sparse_mla_decode import plan
     from sm12x.kernels.sparse_mla_prefill import sparse_mla_prefill
-    from sm12x.kernels.tolerance import flashmla_prefill_close
+    from sm12x.kernels.tolerance import failures, flashmla_prefill_close
 
     dev = torch.device("cuda")
     print("# sm12x sparse MLA prefill benchmark\n")
@@ -69,9 +69,9 @@ def main():
         ref_us, ok = float("nan"), "-"
         if not args.no_ref:
             ref_us = time_us(lambda: ref_sparse_mla_prefill(**case), iters=3)
-            v = flashmla_prefill_close(sparse_mla_prefill(**case), ref_sparse_mla_prefill(**case))
-            bad = [f"{n}: {x.detail}" for n, x in v.items() if not x.ok]
-            ok = "yes" if not bad else "NO (" + "; ".join(bad) + ")"
+            bad = failures(flashmla_prefill_close(sparse_mla_prefill(**case),
+                                                  ref_sparse_mla_prefill(**case)))
+            ok = f"NO ({bad})" if bad else "yes"
             failed |= bool(bad)
         print(f"| {name} | {d_qk} | {s_q} | {h_q} | {topk} | H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} "
               f"w{cfg['num_warps']} | {us:.1f} | {flops / us / 1e6:.1f} | {ref_us:.0f} | "

@@ -74,14 +74,11 @@ def _mla_cases(device, full):
 def check_sparse_mla_decode(device, full):
     from sm12x.kernels.reference.sparse_mla import make_case, ref_sparse_mla_decode
     from sm12x.kernels.sparse_mla_decode import sparse_mla_decode
-    from sm12x.kernels.tolerance import FLASHMLA_LSE, FLASHMLA_OUT, flashmla_close
+    from sm12x.kernels.tolerance import failures, flashmla_decode_close
 
     for spec in _mla_cases(device, full):
         case = make_case(device=device, **spec)
-        ref_out, ref_lse = ref_sparse_mla_decode(**case)
-        out, lse = sparse_mla_decode(**case)
-        v_out = flashmla_close(out, ref_out, **FLASHMLA_OUT)
-        v_lse = flashmla_close(lse, ref_lse, **FLASHMLA_LSE)
+        v = flashmla_decode_close(sparse_mla_decode(**case), ref_sparse_mla_decode(**case))
         us = _time_us(lambda: sparse_mla_decode(**case), device)
         b, s_q, h = spec["b"], spec["s_q"], spec["h_q"]
         per_token = 576 if spec["fmt"] == "model1" else 656
@@ -90,17 +87,15 @@ def check_sparse_mla_decode(device, full):
         nbytes = tokens * per_token + 2 * b * s_q * h * (d + 512)  # FlashMLA's accounting
         label = (f"{spec['fmt']} b={b} s_q={s_q} h_q={h} topk={spec['topk']}"
                  + (f"+{spec['extra_topk']}(page {spec['extra_page']})" if spec.get("extra_topk") else ""))
-        yield dict(op="sparse_mla_decode", case=label, ok=v_out.ok and v_lse.ok,
-                   max_abs=v_out.max_abs, max_rel=v_out.max_rel, lse_max_abs=v_lse.max_abs,
-                   detail="; ".join(x for x in (v_out.detail and "out: " + v_out.detail,
-                                                v_lse.detail and "lse: " + v_lse.detail) if x),
-                   us=us, throughput=f"{nbytes / us / 1e3:.0f} GB/s")
+        yield dict(op="sparse_mla_decode", case=label, ok=not failures(v),
+                   max_abs=v["out"].max_abs, max_rel=v["out"].max_rel, lse_max_abs=v["lse"].max_abs,
+                   detail=failures(v), us=us, throughput=f"{nbytes / us / 1e3:.0f} GB/s")
 
 
 def check_sparse_mla_prefill(device, full):
     from sm12x.kernels.reference.sparse_mla import make_prefill_case, ref_sparse_mla_prefill
     from sm12x.kernels.sparse_mla_prefill import sparse_mla_prefill
-    from sm12x.kernels.tolerance import flashmla_prefill_close
+    from sm12x.kernels.tolerance import failures, flashmla_prefill_close
 
     if device != "cuda":
         specs = [(512, 3, 16, 64, 100, True), (576, 2, 8, 64, 100, False)]
@@ -114,9 +109,8 @@ def check_sparse_mla_prefill(device, full):
         us = _time_us(lambda: sparse_mla_prefill(**case), device)
         flops = 2 * s_q * h_q * topk * (d_qk + 512)  # FlashMLA's count: every listed key
         yield dict(op="sparse_mla_prefill", case=f"bf16 d_qk={d_qk} s_q={s_q} h_q={h_q} "
-                   f"topk={topk}", ok=all(x.ok for x in v.values()), max_abs=v["out"].max_abs,
-                   max_rel=v["out"].max_rel,
-                   detail="; ".join(f"{n}: {x.detail}" for n, x in v.items() if x.detail),
+                   f"topk={topk}", ok=not failures(v), max_abs=v["out"].max_abs,
+                   max_rel=v["out"].max_rel, detail=failures(v),
                    us=us, throughput=f"{flops / us / 1e6:.1f} TFLOPS")
 
 

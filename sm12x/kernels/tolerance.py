@@ -53,6 +53,17 @@ def flashmla_close(ans, ref, abs_tol, rel_tol, cos_tol) -> Verdict:
     return Verdict(True, max_abs, max_rel)
 
 
+def flashmla_decode_close(got, ref) -> dict:
+    """(out, lse) of the sparse decode vs the reference's -> {name: Verdict}."""
+    return {"out": flashmla_close(got[0], ref[0], **FLASHMLA_OUT),
+            "lse": flashmla_close(got[1], ref[1], **FLASHMLA_LSE)}
+
+
+def failures(verdicts: dict) -> str:
+    """"name: detail; ..." of the failing verdicts ("" when all pass)."""
+    return "; ".join(f"{n}: {v.detail}" for n, v in verdicts.items() if not v.ok)
+
+
 def flashmla_prefill_close(got, ref) -> dict:
     """(out, max_logits, lse) of ``flash_mla_sparse_fwd`` vs the reference's -> {name: Verdict}."""
     tols = (FLASHMLA_PREFILL_OUT, FLASHMLA_PREFILL_STATS, FLASHMLA_PREFILL_STATS)

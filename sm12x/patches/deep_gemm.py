@@ -67,34 +67,38 @@ def make_sglang_paged_logits_torch(original):
 # the same wrapper file in a later vLLM source layout.
 _CONSUMERS = ("vllm.utils.deep_gemm", "vllm.foundation.utilities.deep_gemm")
 
+
+def _sglang_paged(name, target, why):
+    """A patch that sends one of SGLang's own paged-logits functions to our kernel."""
+    return Patch(name=name, target=target, make=f"{__name__}:make_sglang_paged_logits_torch",
+                 why=why, fixed_in="none known", library="sglang", versions="*")
+
+
+_WHY_TORCH = ("SGLang's torch fallback for paged MQA logits asserts 1-D seq_lens but gets [T, 1] "
+              "under EAGLE/MTP (crashes on the first multi-token batch), and is a slow per-request "
+              "loop; on SM12x it is the path SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=1 selects")
+
 PATCHES = tuple(
     Patch(name=f"{module}.{name}", target=f"{module}:{name}", make=f"{__name__}:make_{name}",
           why=_WHY, fixed_in=_FIXED, consumers=_CONSUMERS)
     for module in ("deep_gemm", "vllm.third_party.deep_gemm") for name in NAMES
 ) + tuple(
-    Patch(name=f"sglang.{era}.indexer.paged_logits_torch",
-          target=f"sglang.srt.layers.attention.{era}.indexer:fp8_paged_mqa_logits_torch",
-          make=f"{__name__}:make_sglang_paged_logits_torch",
-          why="SGLang's torch fallback for paged MQA logits asserts 1-D seq_lens but gets [T, 1] "
-              "under EAGLE/MTP (crashes on the first multi-token batch), and is a slow per-request "
-              "loop; on SM12x it is the path SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=1 selects",
-          fixed_in="none known", library="sglang", versions="*")
+    _sglang_paged(f"sglang.{era}.indexer.paged_logits_torch",
+                  f"sglang.srt.layers.attention.{era}.indexer:fp8_paged_mqa_logits_torch",
+                  _WHY_TORCH)
     for era in ("compressed", "dsv4")
 ) + (
     # SGLang main (2026-07) on SM120 forces its own paged-logits paths for DeepSeek-V4 and never
     # calls DeepGEMM there: server_args sets SGLANG_OPT_USE_TILELANG_INDEXER and
     # SGLANG_FP8_PAGED_MQA_LOGITS_TORCH; dsv4/indexer.py then picks the TileLang kernel, else the
     # vectorised torch version. Both take the torch fallback's arguments.
-    Patch(name="sglang.dsa.tilelang_paged_logits",
-          target="sglang.kernels.ops.attention.dsa.tilelang_kernel:tilelang_fp8_paged_mqa_logits",
-          make=f"{__name__}:make_sglang_paged_logits_torch",
-          why="SGLang's default DeepSeek-V4 paged indexer on SM120 (TileLang) asserts one query "
-              "token per row, 1-D seq_lens, head_dim 128 and 64-token blocks",
-          fixed_in="none known", library="sglang", versions="*"),
-    Patch(name="sglang.dsv4.indexer.paged_logits_torch_sm120",
-          target="sglang.srt.layers.attention.dsv4.indexer:fp8_paged_mqa_logits_torch_sm120",
-          make=f"{__name__}:make_sglang_paged_logits_torch",
-          why="SGLang's SM120 torch paged indexer (chosen when TileLang is off) copies every row's "
-              "pages up to the longest request into bf16 (rows x max_seq_len x 128) on each call",
-          fixed_in="none known", library="sglang", versions="*"),
+    _sglang_paged("sglang.dsa.tilelang_paged_logits",
+                  "sglang.kernels.ops.attention.dsa.tilelang_kernel:tilelang_fp8_paged_mqa_logits",
+                  "SGLang's default DeepSeek-V4 paged indexer on SM120 (TileLang) asserts one query "
+                  "token per row, 1-D seq_lens, head_dim 128 and 64-token blocks"),
+    _sglang_paged("sglang.dsv4.indexer.paged_logits_torch_sm120",
+                  "sglang.srt.layers.attention.dsv4.indexer:fp8_paged_mqa_logits_torch_sm120",
+                  "SGLang's SM120 torch paged indexer (chosen when TileLang is off) copies every "
+                  "row's pages up to the longest request into bf16 (rows x max_seq_len x 128) on "
+                  "each call"),
 )

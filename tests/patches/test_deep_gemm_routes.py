@@ -12,6 +12,14 @@ ERR = "Unsupported architecture (attention.hpp:211)"
 NAMES = ("fp8_mqa_logits", "fp8_fp4_mqa_logits", "get_paged_mqa_logits_metadata",
          "fp8_paged_mqa_logits", "fp8_fp4_paged_mqa_logits")
 
+def sglang_paged(name, check="pass"):
+    """An SGLang paged-logits function with the torch fallback's signature that fails as the
+    original would on SM12x (``check``: the original's own assertion, run first)."""
+    return (f"def {name}(q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_metadata,\n"
+            f"        max_seq_len, clean_logits=True):\n    {check}\n"
+            f"    raise RuntimeError('original {name}')\n")
+
+
 STANDINS = {
     "deep_gemm/__init__.py": "".join(
         f"def {n}(*args, **kwargs):\n    raise RuntimeError({ERR!r})\n" for n in NAMES)
@@ -33,28 +41,16 @@ STANDINS = {
     "sglang/srt/layers/__init__.py": "",
     "sglang/srt/layers/attention/__init__.py": "",
     "sglang/srt/layers/attention/compressed/__init__.py": "",
-    "sglang/srt/layers/attention/compressed/indexer.py": textwrap.dedent("""
-        def fp8_paged_mqa_logits_torch(q_fp8, kvcache_fp8, weight, seq_lens, page_table,
-                                       deep_gemm_metadata, max_seq_len, clean_logits=True):
-            assert seq_lens.dim() == 1
-            raise RuntimeError("slow path")
-    """),
+    "sglang/srt/layers/attention/compressed/indexer.py": sglang_paged(
+        "fp8_paged_mqa_logits_torch", "assert seq_lens.dim() == 1"),
     "sglang/srt/layers/attention/dsv4/__init__.py": "",
-    "sglang/srt/layers/attention/dsv4/indexer.py": textwrap.dedent("""
-        def fp8_paged_mqa_logits_torch_sm120(q_fp8, kvcache_fp8, weight, seq_lens, page_table,
-                                             deep_gemm_metadata, max_seq_len, clean_logits=True):
-            raise RuntimeError("slow sm120 torch path")
-    """),
+    "sglang/srt/layers/attention/dsv4/indexer.py": sglang_paged("fp8_paged_mqa_logits_torch_sm120"),
     "sglang/kernels/__init__.py": "",
     "sglang/kernels/ops/__init__.py": "",
     "sglang/kernels/ops/attention/__init__.py": "",
     "sglang/kernels/ops/attention/dsa/__init__.py": "",
-    "sglang/kernels/ops/attention/dsa/tilelang_kernel.py": textwrap.dedent("""
-        def tilelang_fp8_paged_mqa_logits(q_fp8, kvcache_fp8, weight, seq_lens, page_table,
-                                          deep_gemm_metadata, max_seq_len, clean_logits=True):
-            assert seq_lens.dim() == 1 and q_fp8.shape[1] == 1
-            raise RuntimeError("tilelang kernel")
-    """),
+    "sglang/kernels/ops/attention/dsa/tilelang_kernel.py": sglang_paged(
+        "tilelang_fp8_paged_mqa_logits", "assert seq_lens.dim() == 1 and q_fp8.shape[1] == 1"),
 }
 
 CALLS = """
