@@ -18,6 +18,10 @@ group scales, a block-scaled MMA in sm_120 hardware; without it FP4 is decoded t
 holds every e2m1 value exactly, and done as one K=32 dot per group). With ``key_rows`` the dot is
 k.q^T, keys on the MMA's M side, so the weighted sum over heads runs inside each warp, and the per-key scale
 is applied once after that sum (relu(x * s) = s * relu(x) for the non-negative FP8 scales).
+With ``head_mma`` (FP8, keys on M; the sm_90 config) that weighted sum is a second MMA: each
+relu(q_h . k) is rounded to bf16 first, so a logit may differ from the float32 sum by up to 2**-8
+of sum_h |w_h| relu(q_h . k) k_scale (DeepGEMM's calc_diff stays ~1e-6; top-k picks can differ
+only between keys that close).
 Tiles no row of the block can see are skipped (only -inf is written when cleaning). All row
 offsets are int64, so S x S_kv >= 2**31 is fine.
 """
@@ -38,6 +42,11 @@ OP = "fp8_mqa_logits"
 # key_rows: keys on the MMA's M side, so the sum over heads stays inside each warp (measured on the
 # H200: 308 -> 168 us at S=2048, S_kv=8192, H=64, D=128; the same reduction pattern applies to
 # sm_120's mma.sync layout).
+# head_mma: the weighted head sum as a bf16 MMA (``key_tile_scores``). sm_90 only: there the
+# CUDA-core epilogue is the limit (H200 prefill loop 467 -> 333 SASS instructions per tile). On
+# sm_120 it halves the loop too (514 -> 247) but adds a quarter to the MMA work, and SM12x parts
+# have far less MMA throughput per CUDA core; which wins there is not measurable here. The paged
+# kernels keep it off (H200: within +-3% either way).
 CONFIGS = {
     "sm_120": {
         # 4 warps: with 8 the bf16-output variant spills 16 B. maxnreg: left to itself ptxas keeps
@@ -51,8 +60,9 @@ CONFIGS = {
     },
     "sm_90": {
         # H200 sweeps (2026-12-02, scripts/RESULTS.md): 64 key tiles per program amortise the
-        # program's set-up (q tile, first loads): 789 -> 891 TFLOPS at S=8192, S_kv=65536
-        "fp8": {"key_rows": True, "rows": 128, "BLOCK_N": 128, "N_ITERS": 64, "num_warps": 4,
+        # program's set-up (q tile, first loads): 789 -> 891 TFLOPS at S=8192, S_kv=65536.
+        # head_mma with BLOCK_N 64 and 4 queries (256 rows) per program: see RESULTS.md, tenth session
+        "fp8": {"key_rows": True, "head_mma": True, "rows": 256, "BLOCK_N": 64, "N_ITERS": 64, "num_warps": 4,
                 "num_stages": 3},
         # FP4 as one tl.dot_scaled per key tile (emulated on sm_90: e2m1 -> bf16 MMA): H200,
         # S=4096, S_kv=16384: 70 TFLOPS with e4m3 group dots, 249 with this (RESULTS.md)
@@ -200,12 +210,61 @@ def head_reduce(s, w, BLOCK_Q: tl.constexpr, H: tl.constexpr, KEY_ROWS: tl.const
 
 
 @triton.jit
-def key_tile_scores(kt, ks, q, w, BLOCK_Q: tl.constexpr, H: tl.constexpr):
+def round_bf16(x):
+    """float32 -> the nearest bfloat16 value (ties to even), kept in float32 (finite x)."""
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def relu_bf16(x, ASM: tl.constexpr):
+    """max(x, 0) rounded to the nearest bfloat16: with ``ASM`` as bfloat16, one
+    ``cvt.rn.relu.bf16x2.f32`` per two values; else as float32 (the interpreter has no inline PTX,
+    and its bfloat16 casts and dots are not exact in triton 3.9)."""
+    if ASM:
+        return tl.inline_asm_elementwise("cvt.rn.relu.bf16x2.f32 $0, $2, $1;", "=r,r,r", [x],
+                                         dtype=tl.bfloat16, is_pure=True, pack=2)
+    else:
+        return round_bf16(tl.maximum(x, 0.0))
+
+
+@triton.jit
+def head_weight_matrix(w, BLOCK_Q: tl.constexpr, H: tl.constexpr, BF16: tl.constexpr):
+    """Weights [BLOCK_Q*H] float32 -> the [BLOCK_Q*H, NC] operand of the head-sum MMA: row (t, h)
+    holds bf16(w) in column t and bf16(w - bf16(w)) in column BLOCK_Q + t (zeros elsewhere), so the
+    MMA sums over heads with w to ~16 bits. bfloat16 with ``BF16``, else float32 of those values."""
+    NC: tl.constexpr = 16 if BLOCK_Q <= 8 else 2 * BLOCK_Q  # the MMA's N is at least 8 (16 keeps K tidy)
+    t = tl.arange(0, BLOCK_Q * H) // H
+    c = tl.arange(0, NC)
+    hi = round_bf16(w)
+    lo = round_bf16(w - hi)
+    m = tl.where(c[None, :] == t[:, None], hi[:, None], 0.0)
+    m = tl.where(c[None, :] == t[:, None] + BLOCK_Q, lo[:, None], m)
+    if BF16:
+        m = m.to(tl.bfloat16)
+    return m
+
+
+@triton.jit
+def key_tile_scores(kt, ks, q, w, BLOCK_Q: tl.constexpr, H: tl.constexpr, HEAD_MMA: tl.constexpr = 0):
     """FP8, keys on the MMA's M side: loaded key tile kt [N, D] with scales ks [N], q [BLOCK_Q*H, D],
     weights [BLOCK_Q*H] -> [BLOCK_Q, N] = sum_h w * relu(q_h . k) * k_scale (the scale after the
-    head sum: relu(x * s) = s * relu(x) for the non-negative FP8 scales)."""
-    sw = tl.maximum(tl.dot(kt, tl.trans(q)), 0.0) * w[None, :]
-    v = tl.sum(tl.reshape(sw, (kt.shape[0], BLOCK_Q, H)), axis=2) * ks[:, None]
+    head sum: relu(x * s) = s * relu(x) for the non-negative FP8 scales).
+
+    ``HEAD_MMA`` (1; 2 with inline PTX): ``w`` is ``head_weight_matrix(w)`` and the weighted sum
+    over heads is a second MMA of relu(q . k) rounded to bf16 (relative error <= 2**-8 per term)
+    instead of a max and an FMA per (key, head) on the CUDA cores."""
+    if HEAD_MMA:
+        r = relu_bf16(tl.dot(kt, tl.trans(q)), HEAD_MMA == 2)
+        if HEAD_MMA == 2:
+            acc = tl.dot(r, w)  # [N, NC]: column t + j*BLOCK_Q holds query t's sum with w's part j
+        else:  # interpreter: the same exact products in float32
+            acc = tl.dot(r, w, input_precision="ieee")
+        v = tl.sum(tl.reshape(acc, (kt.shape[0], w.shape[1] // BLOCK_Q, BLOCK_Q)), axis=1) * ks[:, None]
+    else:
+        sw = tl.maximum(tl.dot(kt, tl.trans(q)), 0.0) * w[None, :]
+        v = tl.sum(tl.reshape(sw, (kt.shape[0], BLOCK_Q, H)), axis=2) * ks[:, None]
     return tl.trans(v)
 
 
@@ -219,7 +278,7 @@ def fp4_key_tile_scores(kt, ksf, q, w, BLOCK_Q: tl.constexpr, H: tl.constexpr, D
 @triton.jit
 def index_scores(q, w, k_ptr, k_row_off, k_mask, ksf_ptr, k_idx, BLOCK_Q: tl.constexpr,
                  H: tl.constexpr, D: tl.constexpr, IS_FP4: tl.constexpr, KEY_ROWS: tl.constexpr,
-                 FP4_MMA: tl.constexpr):
+                 FP4_MMA: tl.constexpr, HEAD_MMA: tl.constexpr = 0):
     """sum_h w[h] * relu(q_h . k * k_scale) for one key tile -> [BLOCK_Q, BLOCK_N] float32.
 
     FP8 with ``KEY_ROWS``: the per-key scale is applied after the head sum
@@ -228,7 +287,7 @@ def index_scores(q, w, k_ptr, k_row_off, k_mask, ksf_ptr, k_idx, BLOCK_Q: tl.con
     if KEY_ROWS and not IS_FP4:
         kt = load_rows(k_ptr + k_row_off[:, None] + tl.arange(0, D)[None, :], k_mask, 0.0)
         ks = load_rows(ksf_ptr + k_idx, k_mask, 0.0)
-        return key_tile_scores(kt, ks, q, w, BLOCK_Q, H)
+        return key_tile_scores(kt, ks, q, w, BLOCK_Q, H, HEAD_MMA)
     else:
         s = qk_scores(q, k_ptr, k_row_off, k_mask, ksf_ptr, k_idx, D, IS_FP4, KEY_ROWS, FP4_MMA)
         return head_reduce(s, w, BLOCK_Q, H, KEY_ROWS)
@@ -248,6 +307,7 @@ def _mqa_logits_kernel(
     N_ITERS: tl.constexpr, IS_FP4: tl.constexpr, CLEAN: tl.constexpr, COMPRESSED: tl.constexpr,
     KEY_ROWS: tl.constexpr, FP4_MMA: tl.constexpr,
     OUT_MODE: tl.constexpr,  # 0: float32, 1: bfloat16
+    HEAD_MMA: tl.constexpr,  # 0, or the head sum as an MMA (``key_tile_scores``; 2: inline PTX)
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -259,6 +319,8 @@ def _mqa_logits_kernel(
     row_ok = qi < S
     q_row = (row_offsets(qi, H) + (r % H)) * DB
     w = tl.load(w_ptr + row_offsets(qi, stride_w) + (r % H), mask=row_ok, other=0.0).to(tl.float32)
+    if HEAD_MMA:
+        w = head_weight_matrix(w, BLOCK_Q, H, HEAD_MMA == 2)
     if IS_FP4:
         qsf = tl.load(qsf_ptr + row_offsets(qi, H) + (r % H), mask=row_ok, other=0)
         if FP4_MMA:
@@ -292,7 +354,7 @@ def _mqa_logits_kernel(
         valid = (j[None, :] >= ks[:, None]) & (j[None, :] < ke[:, None])
         jc = tl.minimum(j, key_last)
         v = index_scores(q, w, k_ptr, row_offsets(jc, DB), None, ksf_ptr, jc, BLOCK_Q, H, D, IS_FP4,
-                         KEY_ROWS, FP4_MMA)
+                         KEY_ROWS, FP4_MMA, HEAD_MMA)
         if COMPRESSED:
             cc = j[None, :] - ks[:, None]
             tl.store(out_ptr + out_row[:, None] + cc, v.to(out_ptr.dtype.element_ty),
@@ -350,9 +412,18 @@ def launch(q, q_sf, k, k_sf, weights, ks, ke, out, *, clean, compressed, out_mod
         s, s_kv, weights.stride(0), out.stride(0), col_start, num_cols, out.shape[1],
         H=h, D=d, BLOCK_Q=block_q, BLOCK_N=cfg["BLOCK_N"], N_ITERS=n_iters,
         IS_FP4=is_fp4, CLEAN=clean, COMPRESSED=compressed, KEY_ROWS=cfg.get("key_rows", False),
-        FP4_MMA=uses_fp4_mma(cfg, is_fp4), OUT_MODE=out_mode, num_warps=cfg["num_warps"],
+        FP4_MMA=uses_fp4_mma(cfg, is_fp4), OUT_MODE=out_mode, HEAD_MMA=head_mma(cfg, is_fp4),
+        num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"], **register_budget(cfg))
     return out
+
+
+def head_mma(cfg: dict, is_fp4: bool) -> int:
+    """HEAD_MMA for a call: the config's ``head_mma`` applies to FP8 with keys on M; 2 (inline PTX)
+    on the GPU, 1 under the interpreter."""
+    if is_fp4 or not (cfg.get("head_mma") and cfg.get("key_rows")):
+        return 0
+    return 1 if interpreting() else 2
 
 
 def uses_fp4_mma(cfg: dict, is_fp4: bool) -> bool:
@@ -396,7 +467,7 @@ def _signature(is_fp4: bool, out_mode: int):
         "num_cols": "i32", "out_cols": "i32",
     }
     for name in ("H", "D", "BLOCK_Q", "BLOCK_N", "N_ITERS", "IS_FP4", "CLEAN", "COMPRESSED", "KEY_ROWS",
-                 "FP4_MMA", "OUT_MODE"):
+                 "FP4_MMA", "OUT_MODE", "HEAD_MMA"):
         sig[name] = "constexpr"
     return sig
 
@@ -452,7 +523,8 @@ def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 64), dims=(128,),
                         const = dict(H=h, D=d, BLOCK_Q=bq, BLOCK_N=cfg["BLOCK_N"], N_ITERS=cfg["N_ITERS"],
                                      IS_FP4=is_fp4, CLEAN=clean, COMPRESSED=comp,
                                      KEY_ROWS=cfg.get("key_rows", False),
-                                     FP4_MMA=uses_fp4_mma(cfg, is_fp4), OUT_MODE=out_mode)
+                                     FP4_MMA=uses_fp4_mma(cfg, is_fp4), OUT_MODE=out_mode,
+                                     HEAD_MMA=head_mma(cfg, is_fp4))
                         name = (f"{'fp4' if is_fp4 else 'fp8'} H{h} D{d} out{out_mode}"
                                 f"{' clean' if clean else ''}{' comp' if comp else ''}")
                         reports.append(compile_kernel(

@@ -23,9 +23,9 @@ import triton
 import triton.language as tl
 
 from sm12x.kernels import configs
-from sm12x.kernels.mqa_logits import (LOGITS_ALIGN_BYTES, fp4_key_tile_scores, index_scores, key_tile_scores,
-                                      load_q_fp4, load_q_fp4_packed, register_budget, row_offsets,
-                                      uses_fp4_mma)
+from sm12x.kernels.mqa_logits import (LOGITS_ALIGN_BYTES, fp4_key_tile_scores, head_mma, head_weight_matrix,
+                                      index_scores, key_tile_scores, load_q_fp4, load_q_fp4_packed,
+                                      register_budget, row_offsets, uses_fp4_mma)
 
 OP = "fp8_paged_mqa_logits"
 PROGRAMS_PER_SM = 40
@@ -116,6 +116,7 @@ def _paged_mqa_logits_kernel(
     KEY_ROWS: tl.constexpr, PAIR: tl.constexpr, FP4_MMA: tl.constexpr,
     OUT_MODE: tl.constexpr,  # 0: float32, 1: bfloat16
     KV_DESC: tl.constexpr,  # kv_ptr is a TMA descriptor of the cache as D-byte rows (``tma_cache``)
+    HEAD_MMA: tl.constexpr,  # 0, or the head sum as an MMA (``key_tile_scores``; 2: inline PTX)
 ):
     pid_r = tl.program_id(0)  # (request, group of query tokens)
     pid_n = tl.program_id(1)  # chunk of N_ITERS cache blocks
@@ -134,6 +135,10 @@ def _paged_mqa_logits_kernel(
                                                      max_context_len, stride_w, stride_out, H, D, BLOCK_T,
                                                      IS_FP4, CTX_2D, FP4_MMA)
         span = tl.maximum(span, tl.max(end2))
+        if HEAD_MMA:
+            w2 = head_weight_matrix(w2, BLOCK_T, H, HEAD_MMA == 2)
+    if HEAD_MMA:
+        w = head_weight_matrix(w, BLOCK_T, H, HEAD_MMA == 2)
 
     # values of block n start at n*stride_kv bytes; scales (4 B each) after BLOCK_KV*DB value bytes.
     # Blocks [blk0, blk0 + n_live) hold visible positions for some row; the rest of the chunk only
@@ -168,10 +173,10 @@ def _paged_mqa_logits_kernel(
             if IS_FP4:
                 v = fp4_key_tile_scores(kt, ks, q, w, BLOCK_T, H, D)
             else:
-                v = key_tile_scores(kt, ks, q, w, BLOCK_T, H)
+                v = key_tile_scores(kt, ks, q, w, BLOCK_T, H, HEAD_MMA)
             _store_scores(out_ptr, out_row, v, p, c, t_ok, end, num_cols, max_context_len, CLEAN)
             if PAIR:
-                v2 = key_tile_scores(kt, ks, q2, w2, BLOCK_T, H)
+                v2 = key_tile_scores(kt, ks, q2, w2, BLOCK_T, H, HEAD_MMA)
                 _store_scores(out_ptr, out_row2, v2, p, c, t_ok2, end2, num_cols, max_context_len, CLEAN)
     else:
         for it in range(0, n_live):
@@ -183,7 +188,7 @@ def _paged_mqa_logits_kernel(
                 tok_off = phys * stride_kv + i * DB
                 sf_idx = (phys * stride_kv + BLOCK_KV * DB) // 4 + i
                 v = index_scores(q, w, kv_ptr, tok_off, i < BLOCK_KV, kvf_ptr, sf_idx, BLOCK_T, H, D,
-                                 IS_FP4, KEY_ROWS, FP4_MMA)
+                                 IS_FP4, KEY_ROWS, FP4_MMA, HEAD_MMA)
                 _store_scores(out_ptr, out_row, v, p, c, t_ok, end, num_cols, max_context_len, CLEAN)
     if CLEAN:
         fill = tl.full((BLOCK_T, BLOCK_KV), float("-inf"), dtype=out_ptr.dtype.element_ty)
@@ -261,7 +266,8 @@ def launch(q, q_sf, kv_cache, weights, context_lens, block_table, max_context_le
     kwargs = dict(H=h, D=d, BLOCK_T=bt, BLOCK_KV=block_kv, SUB_N=min(cfg["SUB_N"], block_kv), N_ITERS=n_iters,
                   IS_FP4=is_fp4, CTX_2D=context_lens.dim() == 2, CLEAN=clean, KEY_ROWS=key_rows(cfg, bt, h),
                   PAIR=pair, FP4_MMA=uses_fp4_mma(cfg, is_fp4), OUT_MODE=out_mode,
-                  KV_DESC=kv_desc is not None, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+                  KV_DESC=kv_desc is not None, HEAD_MMA=head_mma(cfg, is_fp4) if key_rows(cfg, bt, h) else 0,
+                  num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     budget = _budget_unless_spilling(args, kwargs, register_budget(cfg), q.device)
     _paged_mqa_logits_kernel[grid](*args, **kwargs, **budget)
     return out
@@ -348,7 +354,7 @@ def _signature(is_fp4: bool, out_mode: int, kv_box=None):
         "stride_w": "i32", "stride_out": "i64", "col_start": "i32", "num_cols": "i32",
     }
     for name in ("H", "D", "BLOCK_T", "BLOCK_KV", "SUB_N", "N_ITERS", "IS_FP4", "CTX_2D", "CLEAN", "KEY_ROWS",
-                 "PAIR", "FP4_MMA", "OUT_MODE", "KV_DESC"):
+                 "PAIR", "FP4_MMA", "OUT_MODE", "KV_DESC", "HEAD_MMA"):
         sig[name] = "constexpr"
     return sig
 
@@ -391,7 +397,8 @@ def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 64), dims=(128,), bl
                                              IS_FP4=is_fp4, CTX_2D=ctx2d, CLEAN=clean,
                                              KEY_ROWS=key_rows(cfg, bt, h), PAIR=pair,
                                              FP4_MMA=uses_fp4_mma(cfg, is_fp4), OUT_MODE=out_mode,
-                                             KV_DESC=kv_desc)
+                                             KV_DESC=kv_desc,
+                                             HEAD_MMA=head_mma(cfg, is_fp4) if key_rows(cfg, bt, h) else 0)
                                 name = (f"{'fp4' if is_fp4 else 'fp8'} H{h} D{d} bkv{bkv} T{bt}"
                                         f"{'x2' if pair else ''} out{out_mode}"
                                         f"{' clean' if clean else ''}{' ctx2d' if ctx2d else ' ctx1d'}")
