@@ -73,7 +73,7 @@ def main():
           f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}\n")
     dev = torch.device("cuda")
     s, s_kv, h, d = 2048, 8192, 64, 128
-    q, k, k_sf, w, ks, ke = _mqa_inputs("cuda", s, s_kv, h, d)
+    q, _, k, k_sf, w, ks, ke = _mqa_inputs("cuda", s, s_kv, h, d)
     # causal ranges, as bench_indexer.py (ragged ranges make programs compute columns few rows see)
     ks = torch.zeros_like(ks)
     ke = torch.arange(s, dtype=torch.int32, device="cuda") + (s_kv - s) + 1

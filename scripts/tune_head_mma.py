@@ -1,0 +1,103 @@
+"""The indexer logits' weighted head sum on the CUDA cores (a max and an FMA per key and head) vs
+as a second MMA (config key ``head_mma``: relu(q.k) rounded to bf16 times a matrix of the weights'
+bf16 halves), in the prefill and paged decode kernels, on ``bench_indexer.py``'s inputs. Each
+variant patches the picked configuration in place and must agree with the first variant to
+DeepGEMM's calc_diff < 1e-5 ("DIFFERS" otherwise). Prints TFLOPS / GB/s as markdown.
+
+    python scripts/tune_head_mma.py [--skip-prefill] [--skip-paged]   # the GPU's own configs
+    SM12X_KERNEL_CONFIGS=sm_120 python scripts/tune_head_mma.py
+"""
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+
+from bench_indexer import D, H, make_keys, make_q, paged_case  # noqa: E402
+from sm12x.kernels import configs  # noqa: E402
+from sm12x.kernels import mqa_logits as mqa  # noqa: E402
+from sm12x.kernels import paged_mqa_logits as pm  # noqa: E402
+from sm12x.kernels.tolerance import deepgemm_diff  # noqa: E402
+from tune_tma import run_variants  # noqa: E402
+
+PREFILL = [("CUDA-core sum, BLOCK_N 128", {"head_mma": False, "BLOCK_N": 128, "rows": 128}),
+           ("CUDA-core sum, BLOCK_N 64", {"head_mma": False, "BLOCK_N": 64, "rows": 128}),
+           ("head MMA, BLOCK_N 64", {"head_mma": True, "BLOCK_N": 64, "rows": 128}),
+           ("head MMA, BLOCK_N 64, 256 rows", {"head_mma": True, "BLOCK_N": 64, "rows": 256}),
+           ("head MMA, BLOCK_N 64, 256 rows, 4 stages",
+            {"head_mma": True, "BLOCK_N": 64, "rows": 256, "num_stages": 4})]
+PAGED = [("CUDA-core sum", {"head_mma": False}),
+         ("head MMA", {"head_mma": True}),
+         ("head MMA, 3 stages", {"head_mma": True, "num_stages": 3}),
+         # next_n 2: both tokens' heads in one dot (128 rows) instead of a dot per token
+         ("CUDA-core sum, 128 rows", {"head_mma": False, "rows": 128, "pair": False}),
+         ("head MMA, 128 rows", {"head_mma": True, "rows": 128, "pair": False})]
+
+
+def agree(out, first):
+    return deepgemm_diff(out.float(), first.float()) < 1e-5
+
+
+def prefill(dev):
+    cfg = configs.pick(mqa.CONFIGS, dev)["fp8"]
+    print("| prefill (TFLOPS) | " + " | ".join(n for n, _ in PREFILL) + " |")
+    print("|---|" + "---:|" * len(PREFILL))
+    for s, s_kv in ((2048, 8192), (4096, 32768), (8192, 65536)):
+        torch.manual_seed(0)
+        q, _ = make_q((s, H), False)
+        k, k_sf = make_keys(s_kv, False)
+        w = torch.randn(s, H, device=dev)
+        ks = torch.zeros(s, dtype=torch.int32, device=dev)
+        ke = torch.arange(s, dtype=torch.int32, device=dev) + (s_kv - s) + 1  # causal
+        flops = 2 * int((ke - ks).sum()) * H * D
+
+        def call(out):
+            out = mqa.alloc_logits(s, s_kv, H, torch.float32, dev) if out is None else out
+            return mqa.launch(q, None, k, k_sf, w, ks, ke, out, clean=True, compressed=False, out_mode=0)
+
+        cells = run_variants(cfg, PREFILL, call, lambda us: flops / us / 1e6, agree)
+        print(f"| S={s} S_kv={s_kv} | " + " | ".join(cells) + " |", flush=True)
+        del q, k, k_sf, w
+        torch.cuda.empty_cache()
+
+
+def paged(dev):
+    cfg = configs.pick(pm.CONFIGS, dev)["fp8"]
+    print("\n| paged (GB/s) | " + " | ".join(n for n, _ in PAGED) + " |")
+    print("|---|" + "---:|" * len(PAGED))
+    for b, ctx_avg in ((256, 8192), (256, 65536), (1024, 8192), (4096, 8192), (4, 65536)):
+        for next_n in (1, 2):
+            torch.manual_seed(0)
+            ctx, cache, bt, cl, (q, _), w, mcl = paged_case(b, ctx_avg, next_n, False)
+            nbytes = int(ctx.long().sum()) * (D + 4) + int(cl.long().sum()) * 4 + q.numel() + w.numel() * 4
+
+            def call(out):
+                out = pm.alloc_logits(b * next_n, mcl, torch.float32, dev) if out is None else out
+                return pm.launch(q, None, cache, w, cl, bt, mcl, out, clean=True, out_mode=0)
+
+            cells = run_variants(cfg, PAGED, call, lambda us: nbytes / us / 1e3, agree)
+            print(f"| B={b} ctx~{ctx_avg} next_n={next_n} | " + " | ".join(cells) + " |", flush=True)
+            del cache, bt, q, w
+            torch.cuda.empty_cache()
+
+
+def main():
+    if not torch.cuda.is_available():
+        raise SystemExit("tune_head_mma: needs a CUDA GPU")
+    dev = torch.device("cuda")
+    print(f"# Head sum on CUDA cores vs MMA, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+          f"{torch.cuda.get_device_name()}, configs {configs.arch_key(dev)}, torch {torch.__version__}, "
+          f"triton {triton.__version__}\n")
+    if "--skip-prefill" not in sys.argv:
+        prefill(dev)
+    if "--skip-paged" not in sys.argv:
+        paged(dev)
+
+
+if __name__ == "__main__":
+    main()
