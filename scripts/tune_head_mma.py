@@ -18,12 +18,11 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from bench_indexer import D, H, make_keys, make_q, paged_case  # noqa: E402
+from bench_indexer import D, H, make_keys, make_q  # noqa: E402
 from sm12x.kernels import configs  # noqa: E402
 from sm12x.kernels import mqa_logits as mqa  # noqa: E402
-from sm12x.kernels import paged_mqa_logits as pm  # noqa: E402
 from sm12x.kernels.tolerance import deepgemm_diff  # noqa: E402
-from tune_tma import run_variants  # noqa: E402
+from tune_tma import paged_table, run_variants  # noqa: E402
 
 PREFILL = [("CUDA-core sum, BLOCK_N 128", {"head_mma": False, "BLOCK_N": 128, "rows": 128}),
            ("CUDA-core sum, BLOCK_N 64", {"head_mma": False, "BLOCK_N": 64, "rows": 128}),
@@ -66,26 +65,6 @@ def prefill(dev):
         torch.cuda.empty_cache()
 
 
-def paged(dev):
-    cfg = configs.pick(pm.CONFIGS, dev)["fp8"]
-    print("\n| paged (GB/s) | " + " | ".join(n for n, _ in PAGED) + " |")
-    print("|---|" + "---:|" * len(PAGED))
-    for b, ctx_avg in ((256, 8192), (256, 65536), (1024, 8192), (4096, 8192), (4, 65536)):
-        for next_n in (1, 2):
-            torch.manual_seed(0)
-            ctx, cache, bt, cl, (q, _), w, mcl = paged_case(b, ctx_avg, next_n, False)
-            nbytes = int(ctx.long().sum()) * (D + 4) + int(cl.long().sum()) * 4 + q.numel() + w.numel() * 4
-
-            def call(out):
-                out = pm.alloc_logits(b * next_n, mcl, torch.float32, dev) if out is None else out
-                return pm.launch(q, None, cache, w, cl, bt, mcl, out, clean=True, out_mode=0)
-
-            cells = run_variants(cfg, PAGED, call, lambda us: nbytes / us / 1e3, agree)
-            print(f"| B={b} ctx~{ctx_avg} next_n={next_n} | " + " | ".join(cells) + " |", flush=True)
-            del cache, bt, q, w
-            torch.cuda.empty_cache()
-
-
 def main():
     if not torch.cuda.is_available():
         raise SystemExit("tune_head_mma: needs a CUDA GPU")
@@ -96,7 +75,9 @@ def main():
     if "--skip-prefill" not in sys.argv:
         prefill(dev)
     if "--skip-paged" not in sys.argv:
-        paged(dev)
+        print()
+        paged_table(dev, PAGED, ((256, 8192), (256, 65536), (1024, 8192), (4096, 8192), (4, 65536)), agree,
+                    "paged (GB/s)")
 
 
 if __name__ == "__main__":

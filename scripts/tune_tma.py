@@ -50,11 +50,16 @@ def run_variants(cfg: dict, variants, call, rate, same=None):
     return cells
 
 
-def paged(dev):
+SHAPES = ((256, 8192), (256, 32768), (256, 65536), (1024, 8192), (4096, 8192), (4, 65536))
+
+
+def paged_table(dev, variants, shapes=SHAPES, same=None, label="paged"):
+    """GB/s of each variant of the FP8 paged config on ``bench_indexer``'s inputs, next_n 1 and 2,
+    as a markdown table (``same`` as in ``run_variants``)."""
     cfg = configs.pick(pm.CONFIGS, dev)["fp8"]
-    print("| paged | " + " | ".join(n for n, _ in PAGED) + " |")
-    print("|---|" + "---:|" * len(PAGED))
-    for b, ctx_avg in ((256, 8192), (256, 32768), (256, 65536), (1024, 8192), (4096, 8192), (4, 65536)):
+    print(f"| {label} | " + " | ".join(n for n, _ in variants) + " |")
+    print("|---|" + "---:|" * len(variants))
+    for b, ctx_avg in shapes:
         for next_n in (1, 2):
             torch.manual_seed(0)
             ctx, cache, bt, cl, (q, _), w, mcl = paged_case(b, ctx_avg, next_n, False)
@@ -64,7 +69,7 @@ def paged(dev):
                 out = pm.alloc_logits(b * next_n, mcl, torch.float32, dev) if out is None else out
                 return pm.launch(q, None, cache, w, cl, bt, mcl, out, clean=True, out_mode=0)
 
-            cells = run_variants(cfg, PAGED, call, lambda us: nbytes / us / 1e3)
+            cells = run_variants(cfg, variants, call, lambda us: nbytes / us / 1e3, same)
             print(f"| B={b} ctx~{ctx_avg} next_n={next_n} | " + " | ".join(cells) + " |", flush=True)
             del cache, bt, q, w
             torch.cuda.empty_cache()
@@ -77,7 +82,7 @@ def main():
     print(f"# TMA key loads, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"{torch.cuda.get_device_name()}, "
           f"configs {configs.arch_key(dev)}, torch {torch.__version__}, triton {triton.__version__}\n")
-    paged(dev)
+    paged_table(dev, PAGED)
 
 
 if __name__ == "__main__":
