@@ -34,6 +34,7 @@ import triton
 import triton.language as tl
 
 from sm12x.kernels import configs
+from sm12x.kernels.rounding import round_bf16
 
 OP = "fp8_mqa_logits"
 
@@ -207,14 +208,6 @@ def head_reduce(s, w, BLOCK_Q: tl.constexpr, H: tl.constexpr, KEY_ROWS: tl.const
     else:
         sw = s * w[:, None]
         return tl.sum(tl.reshape(sw, (BLOCK_Q, H, s.shape[1])), axis=1)
-
-
-@triton.jit
-def round_bf16(x):
-    """float32 -> the nearest bfloat16 value (ties to even), kept in float32 (finite x)."""
-    bits = x.to(tl.uint32, bitcast=True)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return bits.to(tl.float32, bitcast=True)
 
 
 @triton.jit

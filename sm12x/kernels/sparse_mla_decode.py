@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 from sm12x.kernels import checks, configs
+from sm12x.kernels.rounding import round_bf16
 
 OP = "sparse_mla_decode"
 D_V = 512
@@ -155,9 +156,7 @@ def _to_bf16(x, INTERPRET: tl.constexpr):
     """fp32 -> bf16, round to nearest even. Triton 3.9's interpreter truncates instead, so it
     gets the rounding done by hand (finite inputs)."""
     if INTERPRET:
-        bits = x.to(tl.uint32, bitcast=True)
-        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-        return bits.to(tl.float32, bitcast=True).to(tl.bfloat16)
+        return round_bf16(x).to(tl.bfloat16)
     else:
         return x.to(tl.bfloat16)
 
