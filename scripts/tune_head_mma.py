@@ -18,11 +18,9 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-from bench_indexer import D, H, make_keys, make_q  # noqa: E402
 from sm12x.kernels import configs  # noqa: E402
-from sm12x.kernels import mqa_logits as mqa  # noqa: E402
-from sm12x.kernels.tolerance import deepgemm_diff  # noqa: E402
-from tune_tma import paged_table, run_variants  # noqa: E402
+from tune_logits_variants import agree, prefill_table  # noqa: E402
+from tune_tma import paged_table  # noqa: E402
 
 PREFILL = [("CUDA-core sum, BLOCK_N 128", {"head_mma": False, "BLOCK_N": 128, "rows": 128}),
            ("CUDA-core sum, BLOCK_N 64", {"head_mma": False, "BLOCK_N": 64, "rows": 128}),
@@ -38,33 +36,6 @@ PAGED = [("CUDA-core sum", {"head_mma": False}),
          ("head MMA, 128 rows", {"head_mma": True, "rows": 128, "pair": False})]
 
 
-def agree(out, first):
-    return deepgemm_diff(out.float(), first.float()) < 1e-5
-
-
-def prefill(dev):
-    cfg = configs.pick(mqa.CONFIGS, dev)["fp8"]
-    print("| prefill (TFLOPS) | " + " | ".join(n for n, _ in PREFILL) + " |")
-    print("|---|" + "---:|" * len(PREFILL))
-    for s, s_kv in ((2048, 8192), (4096, 32768), (8192, 65536)):
-        torch.manual_seed(0)
-        q, _ = make_q((s, H), False)
-        k, k_sf = make_keys(s_kv, False)
-        w = torch.randn(s, H, device=dev)
-        ks = torch.zeros(s, dtype=torch.int32, device=dev)
-        ke = torch.arange(s, dtype=torch.int32, device=dev) + (s_kv - s) + 1  # causal
-        flops = 2 * int((ke - ks).sum()) * H * D
-
-        def call(out):
-            out = mqa.alloc_logits(s, s_kv, H, torch.float32, dev) if out is None else out
-            return mqa.launch(q, None, k, k_sf, w, ks, ke, out, clean=True, compressed=False, out_mode=0)
-
-        cells = run_variants(cfg, PREFILL, call, lambda us: flops / us / 1e6, agree)
-        print(f"| S={s} S_kv={s_kv} | " + " | ".join(cells) + " |", flush=True)
-        del q, k, k_sf, w
-        torch.cuda.empty_cache()
-
-
 def main():
     if not torch.cuda.is_available():
         raise SystemExit("tune_head_mma: needs a CUDA GPU")
@@ -73,7 +44,7 @@ def main():
           f"{torch.cuda.get_device_name()}, configs {configs.arch_key(dev)}, torch {torch.__version__}, "
           f"triton {triton.__version__}\n")
     if "--skip-prefill" not in sys.argv:
-        prefill(dev)
+        prefill_table(dev, PREFILL)
     if "--skip-paged" not in sys.argv:
         print()
         paged_table(dev, PAGED, ((256, 8192), (256, 65536), (1024, 8192), (4096, 8192), (4, 65536)), agree,
