@@ -57,8 +57,11 @@ CONFIGS = {
         # tma: key tiles by TMA copies, 2 stages: H200 next_n 1 / 2 +0.5-2.4% / +2.3-5.8% over
         # pointer loads with 3 stages (RESULTS.md, ninth session); sm_120 keeps pointer loads (not
         # measured there)
+        # pair_stages: token pairs take 3 stages (a second key tile in flight while one is computed):
+        # H200 next_n 2 +5-18%, where one token per program loses up to 11% with them (B=4 x 64K;
+        # RESULTS.md, eleventh session)
         "fp8": {"key_rows": True, "pair": True, "rows": 64, "SUB_N": 64, "N_ITERS": 32, "num_warps": 4,
-                "num_stages": 2, "maxnreg": 64, "tma": True},
+                "num_stages": 2, "pair_stages": 3, "maxnreg": 64, "tma": True},
         # FP4 as tl.dot_scaled (emulated on sm_90): H200, B=256, 16K-64K context, next_n 1 / 2:
         # 301-318 / 168-173 GB/s with e4m3 group dots, 590-642 / 454-478 with this (RESULTS.md)
         "fp4": {"fp4_mma": True, "key_rows": True, "rows": 128, "SUB_N": 64, "N_ITERS": 32, "num_warps": 4,
@@ -99,6 +102,12 @@ def _token_group(q_ptr, qsf_ptr, w_ptr, ctx_ptr, b, t0, next_n, max_context_len,
 
 
 @triton.jit
+def _entry(blocks, j):
+    """Element j of the block-table slice ``blocks`` (0 past its end) as int64, without a load."""
+    return tl.sum(tl.where(tl.arange(0, blocks.shape[0]) == j, blocks, 0)).to(tl.int64)
+
+
+@triton.jit
 def _store_scores(out_ptr, out_row, v, p, c, t_ok, end, num_cols, max_context_len, CLEAN: tl.constexpr):
     """Store one token group's scores for positions p (out columns c)."""
     m = t_ok[:, None] & ((c < num_cols) & (p < max_context_len))[None, :]
@@ -112,7 +121,8 @@ def _paged_mqa_logits_kernel(
     q_ptr, qsf_ptr, kv_ptr, kvf_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr,
     next_n, max_context_len, stride_kv, stride_bt, stride_w, stride_out, col_start, num_cols,
     H: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_KV: tl.constexpr, SUB_N: tl.constexpr,
-    N_ITERS: tl.constexpr, IS_FP4: tl.constexpr, CTX_2D: tl.constexpr, CLEAN: tl.constexpr,
+    N_ITERS: tl.constexpr, SLOTS: tl.constexpr,  # SLOTS: N_ITERS rounded up to a power of 2
+    IS_FP4: tl.constexpr, CTX_2D: tl.constexpr, CLEAN: tl.constexpr,
     KEY_ROWS: tl.constexpr, PAIR: tl.constexpr, FP4_MMA: tl.constexpr,
     OUT_MODE: tl.constexpr,  # 0: float32, 1: bfloat16
     KV_DESC: tl.constexpr,  # kv_ptr is a TMA descriptor of the cache as D-byte rows (``tma_cache``)
@@ -151,19 +161,20 @@ def _paged_mqa_logits_kernel(
     # the other paths, where it bounds register use.
     if KEY_ROWS and ((not IS_FP4) or (FP4_MMA and SUB_N == BLOCK_KV and BLOCK_T <= 2)):
         i = tl.arange(0, BLOCK_KV)
-        # The k scales are loaded one block ahead (and their block-table entry two ahead): Triton
-        # pipelines the key tile but not these, and a load right before its use stalled every
-        # block on memory latency.
-        first = tl.load(bt_row + blk0, mask=n_live > 0, other=0).to(tl.int64)
-        ks_next = tl.load(kvf_ptr + (first * stride_kv + BLOCK_KV * DB) // 4 + i, mask=i < n_live * BLOCK_KV,
-                          other=0)
-        nxt = tl.load(bt_row + blk0 + 1, mask=n_live > 1, other=0).to(tl.int64)
+        # The chunk's block-table entries are loaded once, before the loop: a key tile whose address
+        # came from a load inside the loop was fetched only one block ahead (Triton gives such an
+        # indirect load chain one stage), so every block waited for its own copy.
+        slots = tl.arange(0, SLOTS)
+        blocks = tl.load(bt_row + blk0 + slots, mask=slots < n_live, other=0)
+        # The k scales are loaded one block ahead: Triton pipelines the key tile but not these, and
+        # a load right before its use stalled every block on memory latency.
+        ks_next = tl.load(kvf_ptr + (_entry(blocks, 0) * stride_kv + BLOCK_KV * DB) // 4 + i,
+                          mask=i < n_live * BLOCK_KV, other=0)
         for it in range(0, n_live):
-            phys = tl.load(bt_row + blk0 + it).to(tl.int64)
+            phys = _entry(blocks, it)
             ks = ks_next
-            ks_next = tl.load(kvf_ptr + (nxt * stride_kv + BLOCK_KV * DB) // 4 + i,
+            ks_next = tl.load(kvf_ptr + (_entry(blocks, it + 1) * stride_kv + BLOCK_KV * DB) // 4 + i,
                               mask=i < (n_live - 1 - it) * BLOCK_KV, other=0)
-            nxt = tl.load(bt_row + blk0 + it + 2, mask=it + 2 < n_live, other=0).to(tl.int64)
             p = (blk0 + it) * BLOCK_KV + i  # positions
             c = p - col_start
             if KV_DESC:  # block n's keys are rows n * stride_kv / D .. + BLOCK_KV of the descriptor
@@ -253,7 +264,7 @@ def launch(q, q_sf, kv_cache, weights, context_lens, block_table, max_context_le
     row_programs = bsz * triton.cdiv(next_n, 2 * bt if pair else bt)
     n_iters = cfg["N_ITERS"] if config else configs.fit_iters(
         cfg["N_ITERS"], triton.cdiv(num_cols, block_kv), row_programs, q.device,
-        per_sm=PROGRAMS_PER_SM, min_iters=MIN_ITERS)
+        per_sm=PROGRAMS_PER_SM, min_iters=cfg.get("min_iters", MIN_ITERS))
     grid = (row_programs, triton.cdiv(triton.cdiv(num_cols, block_kv), n_iters))
     if bsz == 0 or num_cols <= 0:
         return out
@@ -264,13 +275,19 @@ def launch(q, q_sf, kv_cache, weights, context_lens, block_table, max_context_le
             next_n, max_context_len, kv_cache.stride(0), block_table.stride(0), weights.stride(0),
             out.stride(0), col_start, num_cols)
     kwargs = dict(H=h, D=d, BLOCK_T=bt, BLOCK_KV=block_kv, SUB_N=min(cfg["SUB_N"], block_kv), N_ITERS=n_iters,
+                  SLOTS=triton.next_power_of_2(n_iters),
                   IS_FP4=is_fp4, CTX_2D=context_lens.dim() == 2, CLEAN=clean, KEY_ROWS=key_rows(cfg, bt, h),
                   PAIR=pair, FP4_MMA=uses_fp4_mma(cfg, is_fp4), OUT_MODE=out_mode,
                   KV_DESC=kv_desc is not None, HEAD_MMA=head_mma(cfg, is_fp4) if key_rows(cfg, bt, h) else 0,
-                  num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+                  num_warps=cfg["num_warps"], num_stages=stages(cfg, pair))
     budget = _budget_unless_spilling(args, kwargs, register_budget(cfg), q.device)
     _paged_mqa_logits_kernel[grid](*args, **kwargs, **budget)
     return out
+
+
+def stages(cfg: dict, pair: bool) -> int:
+    """Pipeline depth: the config's ``pair_stages`` for token pairs when it sets one."""
+    return cfg.get("pair_stages", cfg["num_stages"]) if pair else cfg["num_stages"]
 
 
 def tma_cache(cfg: dict, vals, is_fp4: bool, keys_on_m: bool):
@@ -353,7 +370,7 @@ def _signature(is_fp4: bool, out_mode: int, kv_box=None):
         "next_n": "i32", "max_context_len": "i32", "stride_kv": "i64", "stride_bt": "i32",
         "stride_w": "i32", "stride_out": "i64", "col_start": "i32", "num_cols": "i32",
     }
-    for name in ("H", "D", "BLOCK_T", "BLOCK_KV", "SUB_N", "N_ITERS", "IS_FP4", "CTX_2D", "CLEAN", "KEY_ROWS",
+    for name in ("H", "D", "BLOCK_T", "BLOCK_KV", "SUB_N", "N_ITERS", "SLOTS", "IS_FP4", "CTX_2D", "CLEAN", "KEY_ROWS",
                  "PAIR", "FP4_MMA", "OUT_MODE", "KV_DESC", "HEAD_MMA"):
         sig[name] = "constexpr"
     return sig
@@ -394,6 +411,7 @@ def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 64), dims=(128,), bl
                                 kv_desc = bool(cfg.get("tma")) and key_rows(cfg, bt, h) and not is_fp4
                                 const = dict(H=h, D=d, BLOCK_T=bt, BLOCK_KV=bkv, SUB_N=min(cfg["SUB_N"], bkv),
                                              N_ITERS=cfg["N_ITERS"],
+                                             SLOTS=triton.next_power_of_2(cfg["N_ITERS"]),
                                              IS_FP4=is_fp4, CTX_2D=ctx2d, CLEAN=clean,
                                              KEY_ROWS=key_rows(cfg, bt, h), PAIR=pair,
                                              FP4_MMA=uses_fp4_mma(cfg, is_fp4), OUT_MODE=out_mode,
@@ -406,5 +424,5 @@ def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 64), dims=(128,), bl
                                     _paged_mqa_logits_kernel,
                                     _signature(is_fp4, out_mode, (bkv, d) if kv_desc else None), const,
                                     target=target, num_warps=cfg["num_warps"],
-                                    num_stages=cfg["num_stages"], config_name=name, maxnreg=cfg.get("maxnreg")))
+                                    num_stages=stages(cfg, pair), config_name=name, maxnreg=cfg.get("maxnreg")))
     return reports
