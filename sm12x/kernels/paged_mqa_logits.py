@@ -37,7 +37,8 @@ SPLIT_ALIGN = 256  # DeepGEMM rounds the logits row to a multiple of 256 before 
 # this memory-bound kernel keeps ~8 programs resident per SM, and programs of ragged requests
 # need many waves to even out (H200, batch 256, next_n 1: 8K context 2766 -> 3433 GB/s at 8
 # blocks per program, 64K 3794 GB/s at 32), but not below MIN_ITERS blocks (each program loads
-# its q tile; batch 1 at 256K context: 18.2 us with 32, 8.6 us with 4).
+# its q tile; batch 1 at 256K context: 18.2 us with 32, 8.6 us with 4; a config's ``min_iters``
+# overrides it, for tuning).
 # key_rows as in mqa_logits (H200, B=256, ctx <= 8192: next_n 1 111 -> 72 us, next_n 2 173 -> 104 us).
 # pair: with next_n > BLOCK_T, two token groups per program share each key tile (``pair_tokens``);
 # with the k-scale prefetch it took H200 next_n 2 from 2.41-2.55 to 2.63-2.96 TB/s (RESULTS.md).
