@@ -44,8 +44,14 @@ SPLIT_ALIGN = 256  # DeepGEMM rounds the logits row to a multiple of 256 before 
 # with the k-scale prefetch it took H200 next_n 2 from 2.41-2.55 to 2.63-2.96 TB/s (RESULTS.md).
 CONFIGS = {
     "sm_120": {
+        # pair_stages 3 (as sm_90): with 2 stages Triton keeps one key-tile buffer, so the next
+        # tile's copy cannot overlap the current tile's MMA. The pair variant takes 136 registers,
+        # 3 programs per SM either way, and 3 x 33 KB of shared memory still fits an SM12x SM's
+        # 100 KB. This config on the H200: next_n 2 +14-21% (RESULTS.md, eleventh session); not
+        # measured on an SM12x GPU. One-token programs keep 2 stages (a third costs them one of 4
+        # programs per SM there).
         "fp8": {"key_rows": True, "pair": True, "rows": 64, "SUB_N": 64, "N_ITERS": 16, "num_warps": 4,
-                "num_stages": 2},
+                "num_stages": 2, "pair_stages": 3},
         # FP4: one block-scaled e2m1 MMA per 64-token slice (tl.dot_scaled, in hardware on sm_120);
         # rows 128: two query tokens share each key slice
         "fp4": {"fp4_mma": True, "key_rows": True, "rows": 128, "SUB_N": 64, "N_ITERS": 16, "num_warps": 4,
