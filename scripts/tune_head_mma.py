@@ -30,7 +30,7 @@ PREFILL = [("CUDA-core sum, BLOCK_N 128", {"head_mma": False, "BLOCK_N": 128, "r
             {"head_mma": True, "BLOCK_N": 64, "rows": 256, "num_stages": 4})]
 PAGED = [("CUDA-core sum", {"head_mma": False}),
          ("head MMA", {"head_mma": True}),
-         ("head MMA, 3 stages", {"head_mma": True, "num_stages": 3}),
+         ("head MMA, 3 stages", {"head_mma": True, "num_stages": 3, "pair_stages": 3}),
          # next_n 2: both tokens' heads in one dot (128 rows) instead of a dot per token
          ("CUDA-core sum, 128 rows", {"head_mma": False, "rows": 128, "pair": False}),
          ("head MMA, 128 rows", {"head_mma": True, "rows": 128, "pair": False})]

@@ -22,10 +22,11 @@ from gpu_timing import time_us  # noqa: E402
 from sm12x.kernels import configs  # noqa: E402
 from sm12x.kernels import paged_mqa_logits as pm  # noqa: E402
 
-PAGED = [("pointers, 3 stages", {"tma": False, "num_stages": 3}),
-         ("TMA, 3 stages", {"tma": True, "num_stages": 3}),
-         ("TMA, 2 stages", {"tma": True, "num_stages": 2}),
-         ("pointers, 2 stages", {"tma": False, "num_stages": 2})]
+# (pair_stages too: the configs give token pairs their own depth)
+PAGED = [("pointers, 3 stages", {"tma": False, "num_stages": 3, "pair_stages": 3}),
+         ("TMA, 3 stages", {"tma": True, "num_stages": 3, "pair_stages": 3}),
+         ("TMA, 2 stages", {"tma": True, "num_stages": 2, "pair_stages": 2}),
+         ("pointers, 2 stages", {"tma": False, "num_stages": 2, "pair_stages": 2})]
 
 
 def run_variants(cfg: dict, variants, call, rate, same=None):
