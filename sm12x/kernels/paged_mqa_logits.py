@@ -163,16 +163,16 @@ def _paged_mqa_logits_kernel(
     blk0 = col_start // BLOCK_KV + pid_n * N_ITERS
     n_live = tl.minimum(tl.maximum(tl.cdiv(span - blk0 * BLOCK_KV, BLOCK_KV), 0), N_ITERS)
     bt_row = bt_ptr + b.to(tl.int64) * stride_bt
+    # The chunk's block-table entries are loaded once, before the loop: a key tile whose address
+    # came from a load inside the loop was fetched only one block ahead (Triton gives such an
+    # indirect load chain one stage), so every block waited for its own copy.
+    slots = tl.arange(0, SLOTS)
+    blocks = tl.load(bt_row + blk0 + slots, mask=slots < n_live, other=0)
     # Keys on M, whole blocks: FP8, and FP4 on the block-scaled MMA for up to 2 tokens per program
     # (with 4, H32 spilled 8 B on sm_120 in the variant for unaligned inputs). SUB_N slices only
     # the other paths, where it bounds register use.
     if KEY_ROWS and ((not IS_FP4) or (FP4_MMA and SUB_N == BLOCK_KV and BLOCK_T <= 2)):
         i = tl.arange(0, BLOCK_KV)
-        # The chunk's block-table entries are loaded once, before the loop: a key tile whose address
-        # came from a load inside the loop was fetched only one block ahead (Triton gives such an
-        # indirect load chain one stage), so every block waited for its own copy.
-        slots = tl.arange(0, SLOTS)
-        blocks = tl.load(bt_row + blk0 + slots, mask=slots < n_live, other=0)
         # The k scales are loaded one block ahead: Triton pipelines the key tile but not these, and
         # a load right before its use stalled every block on memory latency.
         ks_next = tl.load(kvf_ptr + (_entry(blocks, 0) * stride_kv + BLOCK_KV * DB) // 4 + i,
@@ -198,7 +198,7 @@ def _paged_mqa_logits_kernel(
                 _store_scores(out_ptr, out_row2, v2, p, c, t_ok2, end2, num_cols, max_context_len, CLEAN)
     else:
         for it in range(0, n_live):
-            phys = tl.load(bt_row + blk0 + it).to(tl.int64)
+            phys = _entry(blocks, it)
             for sub in tl.static_range(BLOCK_KV // SUB_N):  # SUB_N-token slices bound register use (FP4)
                 i = sub * SUB_N + tl.arange(0, SUB_N)  # token in the block
                 p = (blk0 + it) * BLOCK_KV + i  # positions

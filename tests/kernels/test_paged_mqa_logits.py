@@ -299,6 +299,22 @@ def test_gpu_production(monkeypatch, configs_env, fp4, b, next_n, avg_ctx):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("configs_env", ["sm_120", ""])
+@pytest.mark.parametrize("fp4,h,next_n", [(False, 8, 1), (False, 8, 2), (False, 16, 1), (True, 32, 4),
+                                          (True, 16, 1)])
+def test_gpu_production_narrow_heads(monkeypatch, configs_env, fp4, h, next_n):
+    """Fewer than 32 query-head rows per program (or FP4 with 4 tokens): the loop without keys on M."""
+    if configs_env:
+        monkeypatch.setenv("SM12X_KERNEL_CONFIGS", configs_env)
+    else:
+        monkeypatch.delenv("SM12X_KERNEL_CONFIGS", raising=False)
+    qq, cache, w, cl, bt, mcl = _production(128, next_n, 16384, fp4, h=h)
+    meta = api.get_paged_mqa_logits_metadata(cl, 64, api.get_num_sms())
+    logits = api.fp8_fp4_paged_mqa_logits(qq, cache, w, cl, bt, meta, mcl)
+    _sample_check(logits, qq, cache, w, cl, bt, fp4)
+
+
+@pytest.mark.gpu
 def test_gpu_register_budget_only_where_spill_free():
     """A config's maxnreg is used for the variants that compile under it without spilling and
     dropped for the others; both give the reference logits. On sm_90, 64 registers suit the
