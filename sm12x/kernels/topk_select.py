@@ -91,11 +91,12 @@ def _row_topk_keys_kernel(x_ptr, stride_x, W, base_ptr, col_start, out_ptr, stri
     above = K + 1
     if HAS_FLOOR:
         floor = tl.load(floor_ptr + r)
-        above = 0
+        counts = tl.zeros((BLOCK,), dtype=tl.int32)  # summed once after the loop, not per block
         for c0 in range(0, W, BLOCK):
             c = c0 + tl.arange(0, BLOCK)
             v = tl.load(row + c, mask=c < W, other=float("-inf"))
-            above += tl.sum(((c < W) & (_key(v, c, col_start, base) > floor)).to(tl.int32))
+            counts += ((c < W) & (_key(v, c, col_start, base) > floor)).to(tl.int32)
+        above = tl.sum(counts)
     if above <= K:
         _write_above_floor(row, W, floor, above, K, col_start, base, out_row, BLOCK)
     else:
