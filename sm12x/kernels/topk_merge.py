@@ -1,0 +1,96 @@
+"""Merge a running top-k with a window's candidates, both as int64 sort keys (``topk_select``).
+
+Contract: ``merge_topk_keys(best, cand, out)`` with ``best`` int64 [R, k] (or None), ``cand``
+int64 [R, m] in any order and ``out`` int64 [R, k] (it may be ``best`` itself): out[r] holds the
+k largest keys of best[r] and cand[r] together, sorted descending, INT64_MIN where there are fewer
+than k. Sort keys are distinct apart from INT64_MIN (invisible), so the result is deterministic.
+
+How: one program per row loads both lists into one vector, padded with INT64_MIN to a power of
+two, sorts it (``tl.sort``, a bitonic network) and stores the first k. Wider than ``MAX_WIDTH``
+(top-k above 512) it uses ``torch.topk`` of the concatenation, which is faster there. The fused indexer top-k
+merges once per window; as ``torch.topk`` of [4096, 1024] int64 those merges took 6.3 of its
+31.8 ms at S=4096 x S_kv=262,144 on the H200 (profiler, 2026-12-03).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from sm12x.kernels.checks import require, require_dtype
+
+OP = "merge_topk_keys"
+INT64_MIN = -(1 << 63)
+# Entries one program sorts. H200 (2026-12-03), kernel vs torch.topk of the concatenation: R=4096,
+# top-512 + 512: 175 us with 16 warps (209 / 313 / 230 with 2 / 4 / 8) vs 466 us; R=1024, top-2048
+# + 2048: 470-725 us vs 292 us, so wider merges stay with torch.
+MAX_WIDTH = 1024
+NUM_WARPS = 16
+
+
+@triton.jit
+def _merge_kernel(best_ptr, stride_b, cand_ptr, stride_c, M, out_ptr, stride_o, K,
+                  HAS_BEST: tl.constexpr, WIDTH: tl.constexpr):
+    r = tl.program_id(0).to(tl.int64)
+    i = tl.arange(0, WIDTH)
+    lowest = tl.full((WIDTH,), -9223372036854775807 - 1, tl.int64)
+    if HAS_BEST:  # entries 0..K-1 from best, K..K+M-1 from cand
+        j = i - K
+        keys = tl.load(cand_ptr + r * stride_c + j, mask=(j >= 0) & (j < M), other=lowest)
+        keys = tl.where(i < K, tl.load(best_ptr + r * stride_b + i, mask=i < K, other=lowest), keys)
+    else:
+        keys = tl.load(cand_ptr + r * stride_c + i, mask=i < M, other=lowest)
+    keys = tl.sort(keys, descending=True)
+    tl.store(out_ptr + r * stride_o + i, keys, mask=i < K)
+
+
+def _rows(t, name, rows=None):
+    require_dtype(t, (torch.int64,), OP, name)
+    require(t.dim() == 2 and t.stride(1) == 1 and (rows is None or t.shape[0] == rows), OP, name,
+            lambda: f"shape {list(t.shape)} strides {tuple(t.stride())}",
+            f"an int64 [{'R' if rows is None else rows}, n] matrix with unit column stride")
+
+
+def merge_topk_keys(best: torch.Tensor | None, cand: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """The ``out.shape[1]`` largest keys of each row of ``best`` and ``cand``, sorted descending,
+    into ``out`` (see the module docstring); returns ``out``."""
+    _rows(cand, "cand")
+    rows = cand.shape[0]
+    _rows(out, "out", rows)
+    k = out.shape[1]
+    require(k >= 1, OP, "out", lambda: f"shape {list(out.shape)}", "at least one column")
+    if best is not None:
+        _rows(best, "best", rows)
+        require(best.shape[1] == k, OP, "best", lambda: f"shape {list(best.shape)}",
+                f"[{rows}, {k}] (as out)")
+    width = triton.next_power_of_2(max(k, (k if best is not None else 0) + cand.shape[1]))  # >= k: out
+    if rows == 0:
+        return out
+    if width > MAX_WIDTH:
+        merged = cand if best is None else torch.cat([best, cand], dim=1)
+        if merged.shape[1] < k:
+            pad = torch.full((rows, k - merged.shape[1]), INT64_MIN, dtype=torch.int64, device=cand.device)
+            merged = torch.cat([merged, pad], dim=1)
+        out.copy_(merged.topk(k, dim=1, sorted=True).values)
+        return out
+    _merge_kernel[(rows,)](best if best is not None else cand, best.stride(0) if best is not None else 0,
+                           cand, cand.stride(0), cand.shape[1], out, out.stride(0), k,
+                           HAS_BEST=best is not None, WIDTH=width, num_warps=NUM_WARPS)
+    return out
+
+
+def compile_reports(targets=("sm_120", "sm_121")):
+    """Compile the merge for ``targets`` at its widest (top-512 and 512 candidates) -> list of
+    CompileReport."""
+    from sm12x.kernels.compile_check import compile_kernel
+    from sm12x.kernels.mqa_logits import interpreting, reports_in_subprocess
+
+    if interpreting():
+        return reports_in_subprocess(__name__, targets=tuple(targets))
+    sig = {"best_ptr": "*i64", "stride_b": "i64", "cand_ptr": "*i64", "stride_c": "i64", "M": "i32",
+           "out_ptr": "*i64", "stride_o": "i64", "K": "i32", "HAS_BEST": "constexpr", "WIDTH": "constexpr"}
+    reports = []
+    for t in targets:
+        reports.append(compile_kernel(_merge_kernel, sig, {"HAS_BEST": True, "WIDTH": MAX_WIDTH}, target=t,
+                                      num_warps=NUM_WARPS, num_stages=1, config_name=f"merge W{MAX_WIDTH}"))
+    return reports

@@ -1,0 +1,64 @@
+"""Merge of a running top-k with candidates (``topk_merge.merge_topk_keys``) against torch.topk."""
+import pytest
+import torch
+
+from sm12x.kernels.topk_merge import INT64_MIN, merge_topk_keys
+
+
+def random_keys(r, n, seed, invisible=0.1):
+    """Distinct int64 keys (value in the high half, a unique index in the low half), some INT64_MIN."""
+    g = torch.Generator().manual_seed(seed)
+    hi = torch.randint(-1000, 1000, (r, n), generator=g)  # many equal values: the low half decides
+    lo = torch.stack([torch.randperm(1 << 20, generator=g)[:n] for _ in range(r)])
+    keys = (hi << 32) | lo
+    return torch.where(torch.rand(r, n, generator=g) < invisible, torch.full_like(keys, INT64_MIN), keys)
+
+
+def expected(best, cand, k):
+    merged = cand if best is None else torch.cat([best, cand], dim=1)
+    if merged.shape[1] < k:
+        merged = torch.cat([merged, torch.full((merged.shape[0], k - merged.shape[1]), INT64_MIN)], dim=1)
+    return merged.topk(k, dim=1, sorted=True).values
+
+
+@pytest.mark.parametrize("r,k,m", [(5, 512, 512), (3, 7, 20), (4, 64, 3), (2, 2048, 2048), (3, 100, 1)])
+def test_merge_matches_topk(device, r, k, m):
+    both = random_keys(r, k + m, seed=k + m)
+    best = both[:, :k].sort(dim=1, descending=True).values
+    cand = both[:, k:]
+    out = torch.empty(r, k, dtype=torch.int64)
+    got = merge_topk_keys(best.to(device), cand.to(device), out.to(device)).cpu()
+    assert torch.equal(got, expected(best, cand, k))
+
+
+def test_first_window_pads_with_int64_min(device):
+    cand = random_keys(4, 30, seed=1)
+    got = merge_topk_keys(None, cand.to(device), torch.empty(4, 50, dtype=torch.int64, device=device)).cpu()
+    assert torch.equal(got, expected(None, cand, 50))
+    assert (got[:, 30:] == INT64_MIN).all()
+
+
+def test_in_place_into_best(device):
+    both = random_keys(3, 96, seed=2)
+    best = both[:, :64].sort(dim=1, descending=True).values.to(device)
+    want = expected(best.cpu(), both[:, 64:], 64)
+    assert merge_topk_keys(best, both[:, 64:].contiguous().to(device), best) is best
+    assert torch.equal(best.cpu(), want)
+
+
+def test_wider_than_one_program_falls_back_to_torch(device):
+    both = random_keys(2, 3000 + 2000, seed=3)
+    best = both[:, :3000].sort(dim=1, descending=True).values
+    out = torch.empty(2, 3000, dtype=torch.int64, device=device)
+    got = merge_topk_keys(best.to(device), both[:, 3000:].contiguous().to(device), out).cpu()
+    assert torch.equal(got, expected(best, both[:, 3000:], 3000))
+
+
+def test_bad_inputs_name_the_argument():
+    cand = torch.zeros(2, 8, dtype=torch.int64)
+    with pytest.raises(ValueError, match="merge_topk_keys.*cand"):
+        merge_topk_keys(None, cand.float(), torch.empty(2, 4, dtype=torch.int64))
+    with pytest.raises(ValueError, match="merge_topk_keys.*out"):
+        merge_topk_keys(None, cand, torch.empty(3, 4, dtype=torch.int64))
+    with pytest.raises(ValueError, match="merge_topk_keys.*best"):
+        merge_topk_keys(torch.zeros(2, 5, dtype=torch.int64), cand, torch.empty(2, 4, dtype=torch.int64))
