@@ -7,9 +7,10 @@ see the key); ``topk_select.row_topk_keys`` picks each row's best ``topk`` of th
 radix select (or, once the running set is full, just the keys above its worst) and returns them
 as int64 sort keys -- the float mapped to an order-preserving int32 in the high half,
 (2**31-1 - index) in the low half, INT64_MIN for invisible keys. Windows are merged into a
-running [rows, topk] set. Memory is O(rows x topk) plus the workspace, independent of S_kv
-(the default budget holds e.g. 256 rows x 262,144 keys or 4096 rows x 16,384). No host sync: the
-loop bounds come from shapes and ``max_context_len`` only (CUDA-graph safe).
+running [rows, topk] set (``topk_merge``). Memory is O(rows x topk) plus the workspace,
+independent of S_kv (the default budget holds e.g. 256 rows x 262,144 keys or 4096 rows x
+16,384). No host sync: the loop bounds come from shapes and ``max_context_len`` only
+(CUDA-graph safe).
 
 Index conventions (int32 output, -1 padded at the end when a row sees fewer than topk keys):
 
@@ -30,6 +31,7 @@ import torch
 from sm12x.kernels import configs
 from sm12x.kernels import mqa_logits as _mqa
 from sm12x.kernels import paged_mqa_logits as _paged
+from sm12x.kernels.topk_merge import merge_topk_keys
 from sm12x.kernels.topk_select import row_topk_keys
 
 DEFAULT_WORKSPACE_BYTES = 256 << 20
@@ -46,13 +48,6 @@ def decode_keys(keys: torch.Tensor, topk: int) -> torch.Tensor:
     return idx
 
 
-def _merge(best, cand, topk):
-    """Running best keys + a window's candidates -> the best ``topk``, sorted best first."""
-    if best is not None:
-        cand = torch.cat([best, cand], dim=1)
-    return cand.topk(min(topk, cand.shape[1]), dim=1, sorted=True).values
-
-
 def _plan(rows: int, cols: int, unit: int, topk: int, budget: int, elem_bytes: int = 4):
     """(rows per pass, columns per window): window a multiple of ``unit``, workspace <= budget."""
     cols_needed = -(-cols // unit) * unit
@@ -65,9 +60,9 @@ def _plan(rows: int, cols: int, unit: int, topk: int, budget: int, elem_bytes: i
 
 def _window_keys(logits, topk, col_start, base, best):
     """The best min(topk, width) keys of each row of a logits window (unsorted) that can still
-    enter the running ``best`` (sorted, best first): once it holds topk keys, only keys above its
-    last one count, which lets most windows skip the radix passes."""
-    floor = best[:, -1].contiguous() if best is not None and best.shape[1] == topk else None
+    enter the running ``best`` (sorted, best first): only keys above its last one count, which
+    lets most windows skip the radix passes."""
+    floor = best[:, -1].contiguous() if best is not None else None
     return row_topk_keys(logits, min(topk, logits.shape[1]), col_start=col_start, base=base,
                          floor=floor)
 
@@ -98,6 +93,7 @@ def mqa_topk_indices(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, topk:
         return result
     row_block, win = _plan(s, s_kv, unit, topk, workspace_bytes)
     ws = torch.empty((row_block, win), dtype=torch.float32, device=qv.device)
+    best_ws = torch.empty((row_block, topk), dtype=torch.int64, device=qv.device)  # running top-k
     for r0 in range(0, s, row_block):
         r1 = min(s, r0 + row_block)
         best = None
@@ -109,7 +105,8 @@ def mqa_topk_indices(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, topk:
             _mqa.launch(qv[r0:r1], None if qs is None else qs[r0:r1], k, k_sf, weights[r0:r1],
                         cu_seq_len_k_start[r0:r1], cu_seq_len_k_end[r0:r1], w_,
                         clean=True, compressed=False, out_mode=0, col_start=c0, num_cols=n)
-            best = _merge(best, _window_keys(w_, topk, c0, cu_seq_len_k_start[r0:r1], best), topk)
+            best = merge_topk_keys(best, _window_keys(w_, topk, c0, cu_seq_len_k_start[r0:r1], best),
+                                   best_ws[: r1 - r0])
         if best is None:
             best = torch.full((r1 - r0, 0), INT64_MIN, dtype=torch.int64, device=qv.device)
         idx = decode_keys(best, topk)
@@ -143,6 +140,7 @@ def paged_mqa_topk_indices(q, kv_cache, weights, context_lens, block_table, max_
     row_block, win = _plan(rows, max_context_len, unit, topk, workspace_bytes)
     req_block = max(1, row_block // next_n)
     ws = torch.empty((req_block * next_n, win), dtype=torch.float32, device=qv.device)
+    best_ws = torch.empty((req_block * next_n, topk), dtype=torch.int64, device=qv.device)  # running top-k
     for b0 in range(0, qv.shape[0], req_block):
         b1 = min(qv.shape[0], b0 + req_block)
         r0, r1 = b0 * next_n, b1 * next_n
@@ -153,7 +151,7 @@ def paged_mqa_topk_indices(q, kv_cache, weights, context_lens, block_table, max_
             _paged.launch(qv[b0:b1], None if qs is None else qs[b0:b1], kv_cache, weights[r0:r1],
                           context_lens[b0:b1], block_table[b0:b1], max_context_len, w_,
                           clean=True, out_mode=0, col_start=c0, num_cols=n)
-            best = _merge(best, _window_keys(w_, topk, c0, None, best), topk)
+            best = merge_topk_keys(best, _window_keys(w_, topk, c0, None, best), best_ws[: r1 - r0])
         if best is None:
             best = torch.full((r1 - r0, 0), INT64_MIN, dtype=torch.int64, device=qv.device)
         result[r0:r1] = decode_keys(best, topk)
@@ -172,10 +170,10 @@ def _check_topk(op, topk, out, rows, device):
 
 def compile_reports(targets=("sm_120", "sm_121"), heads=(64,), dims=(128,)):
     """Compile what the fused top-k runs for ``targets``: the clean float32 variants of both logits
-    kernels and the radix-select kernel."""
-    from sm12x.kernels import topk_select
+    kernels, the radix-select kernels and the merge."""
+    from sm12x.kernels import topk_merge, topk_select
 
     reports = _mqa.compile_reports(targets, heads, dims, variants=((0, True, False),))
     reports += _paged.compile_reports(targets, heads, dims, block_kvs=(32, 64), next_ns=(1, 2),
                                       variants=((0, True, True), (0, True, False)))
-    return reports + topk_select.compile_reports(targets)
+    return reports + topk_select.compile_reports(targets) + topk_merge.compile_reports(targets)
