@@ -7,9 +7,9 @@ than k. Sort keys are distinct apart from INT64_MIN (invisible), so the result i
 
 How: one program per row loads both lists into one vector, padded with INT64_MIN to a power of
 two, sorts it (``tl.sort``, a bitonic network) and stores the first k. Wider than ``MAX_WIDTH``
-(top-k above 512) it uses ``torch.topk`` of the concatenation, which is faster there. The fused indexer top-k
-merges once per window; as ``torch.topk`` of [4096, 1024] int64 those merges took 6.3 of its
-31.8 ms at S=4096 x S_kv=262,144 on the H200 (profiler, 2026-12-03).
+(top-k above 512) it uses ``torch.topk`` of the concatenation, which is faster there. The fused
+indexer top-k merges once per window; as ``torch.topk`` of [4096, 1024] int64 those merges took
+6.3 of its 31.8 ms at S=4096 x S_kv=262,144 on the H200 (profiler, 2026-12-03).
 """
 from __future__ import annotations
 
