@@ -83,9 +83,9 @@ def time_fn(fn, iters, flush, graph=False):
     """Median µs of ``fn`` between CUDA events. With ``graph`` the call is captured once in a CUDA
     graph and replayed, so host launch overhead is excluded (as in CUDA-graph decode)."""
     import torch
-    from gpu_timing import graphed
+    from gpu_timing import FLUSH_BYTES, graphed
 
-    scratch = torch.empty(512 * 1024 * 1024, dtype=torch.uint8, device="cuda") if flush else None
+    scratch = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda") if flush else None
     fn()  # compile / warm up
     torch.cuda.synchronize()
     run = graphed(fn) if graph else fn
