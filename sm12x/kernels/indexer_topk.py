@@ -4,10 +4,12 @@ cache, without materialising the [rows, S_kv] logits.
 How: the MQA-logits kernels fill a float32 workspace of at most ``workspace_bytes`` (default
 256 MiB) with the logits of a block of rows over a window of key columns (-inf where a row cannot
 see the key); ``topk_select.row_topk_keys`` picks each row's best ``topk`` of the window by
-radix select (or, once the running set is full, just the keys above its worst) and returns them
-as int64 sort keys -- the float mapped to an order-preserving int32 in the high half,
-(2**31-1 - index) in the low half, INT64_MIN for invisible keys. Windows are merged into a
-running [rows, topk] set (``topk_merge``). Memory is O(rows x topk) plus the workspace,
+radix select and returns them as int64 sort keys -- the float mapped to an order-preserving int32
+in the high half, (2**31-1 - index) in the low half, INT64_MIN for invisible keys. Windows are
+merged into a running [rows, topk] set (``topk_merge``). Once that set is full, only a window's
+keys above its worst can enter: rows with few of them (most rows after the first windows) fold
+them in with one pass and a binary-search merge (``topk_fold``); the others count and write just
+those keys, or run the radix passes when there are more than topk. Memory is O(rows x topk) plus the workspace,
 independent of S_kv (the default budget holds e.g. 256 rows x 262,144 keys or 4096 rows x
 16,384). No host sync: the loop bounds come from shapes and ``max_context_len`` only
 (CUDA-graph safe).
@@ -31,6 +33,7 @@ import torch
 from sm12x.kernels import configs
 from sm12x.kernels import mqa_logits as _mqa
 from sm12x.kernels import paged_mqa_logits as _paged
+from sm12x.kernels.topk_fold import fold_above_floor
 from sm12x.kernels.topk_merge import merge_topk_keys
 from sm12x.kernels.topk_select import row_topk_keys
 
@@ -58,13 +61,41 @@ def _plan(rows: int, cols: int, unit: int, topk: int, budget: int, elem_bytes: i
     return row_block, win
 
 
-def _window_keys(logits, topk, col_start, base, best):
-    """The best min(topk, width) keys of each row of a logits window (unsorted) that can still
-    enter the running ``best`` (sorted, best first): only keys above its last one count, which
-    lets most windows skip the radix passes."""
-    floor = best[:, -1].contiguous() if best is not None else None
-    return row_topk_keys(logits, min(topk, logits.shape[1]), col_start=col_start, base=base,
-                         floor=floor)
+class _RunningTopk:
+    """The running top-k of a block of rows as windows of logits come in: int64 sort keys,
+    sorted best first (``best``, a view of a buffer allocated once per call)."""
+
+    def __init__(self, rows, topk, device):
+        self.topk = topk
+        self.best_ws = torch.empty((rows, topk), dtype=torch.int64, device=device)
+        self.scratch = torch.empty((rows, topk), dtype=torch.int64, device=device)  # candidates
+        self.done = torch.empty((rows,), dtype=torch.int32, device=device)
+        self.best = None
+
+    def start(self):
+        self.best = None
+
+    def add(self, logits, col_start, base):
+        """Fold a window ([rows, width] float32, columns from ``col_start``) in. Once the set is
+        full, only keys above its last one can enter: rows with few of them are merged in place
+        (``fold_above_floor``); the rest take the window's best keys above that floor (radix
+        select) and a sort merge."""
+        rows, width = logits.shape
+        k_w = min(self.topk, width)
+        cand = self.scratch[:rows, :k_w]
+        out = self.best_ws[:rows]
+        if self.best is None:
+            self.best = merge_topk_keys(None, row_topk_keys(logits, k_w, col_start, base, out=cand), out)
+            return
+        done = fold_above_floor(logits, self.best, col_start, base, self.scratch[:rows], self.done[:rows])
+        cand = row_topk_keys(logits, k_w, col_start, base, out=cand, floor=self.best[:, -1].contiguous(),
+                             skip=done)
+        self.best = merge_topk_keys(self.best, cand, out, skip=done)
+
+    def result(self, rows, device):
+        if self.best is None:
+            return torch.full((rows, 0), INT64_MIN, dtype=torch.int64, device=device)
+        return self.best
 
 
 def _split_q(q):
@@ -93,10 +124,10 @@ def mqa_topk_indices(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, topk:
         return result
     row_block, win = _plan(s, s_kv, unit, topk, workspace_bytes)
     ws = torch.empty((row_block, win), dtype=torch.float32, device=qv.device)
-    best_ws = torch.empty((row_block, topk), dtype=torch.int64, device=qv.device)  # running top-k
+    running = _RunningTopk(row_block, topk, qv.device)
     for r0 in range(0, s, row_block):
         r1 = min(s, r0 + row_block)
-        best = None
+        running.start()
         for c0 in range(0, max(s_kv, 1), win):
             n = min(win, s_kv - c0)
             if n <= 0:
@@ -105,11 +136,8 @@ def mqa_topk_indices(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, topk:
             _mqa.launch(qv[r0:r1], None if qs is None else qs[r0:r1], k, k_sf, weights[r0:r1],
                         cu_seq_len_k_start[r0:r1], cu_seq_len_k_end[r0:r1], w_,
                         clean=True, compressed=False, out_mode=0, col_start=c0, num_cols=n)
-            best = merge_topk_keys(best, _window_keys(w_, topk, c0, cu_seq_len_k_start[r0:r1], best),
-                                   best_ws[: r1 - r0])
-        if best is None:
-            best = torch.full((r1 - r0, 0), INT64_MIN, dtype=torch.int64, device=qv.device)
-        idx = decode_keys(best, topk)
+            running.add(w_, c0, cu_seq_len_k_start[r0:r1])
+        idx = decode_keys(running.result(r1 - r0, qv.device), topk)
         if not relative:
             idx = torch.where(idx >= 0, idx + cu_seq_len_k_start[r0:r1, None], idx)
         result[r0:r1] = idx
@@ -140,21 +168,19 @@ def paged_mqa_topk_indices(q, kv_cache, weights, context_lens, block_table, max_
     row_block, win = _plan(rows, max_context_len, unit, topk, workspace_bytes)
     req_block = max(1, row_block // next_n)
     ws = torch.empty((req_block * next_n, win), dtype=torch.float32, device=qv.device)
-    best_ws = torch.empty((req_block * next_n, topk), dtype=torch.int64, device=qv.device)  # running top-k
+    running = _RunningTopk(req_block * next_n, topk, qv.device)
     for b0 in range(0, qv.shape[0], req_block):
         b1 = min(qv.shape[0], b0 + req_block)
         r0, r1 = b0 * next_n, b1 * next_n
-        best = None
+        running.start()
         for c0 in range(0, max_context_len, win):
             n = min(win, max_context_len - c0)
             w_ = ws[: r1 - r0, :n]
             _paged.launch(qv[b0:b1], None if qs is None else qs[b0:b1], kv_cache, weights[r0:r1],
                           context_lens[b0:b1], block_table[b0:b1], max_context_len, w_,
                           clean=True, out_mode=0, col_start=c0, num_cols=n)
-            best = merge_topk_keys(best, _window_keys(w_, topk, c0, None, best), best_ws[: r1 - r0])
-        if best is None:
-            best = torch.full((r1 - r0, 0), INT64_MIN, dtype=torch.int64, device=qv.device)
-        result[r0:r1] = decode_keys(best, topk)
+            running.add(w_, c0, None)
+        result[r0:r1] = decode_keys(running.result(r1 - r0, qv.device), topk)
     return result
 
 
@@ -171,9 +197,10 @@ def _check_topk(op, topk, out, rows, device):
 def compile_reports(targets=("sm_120", "sm_121"), heads=(64,), dims=(128,)):
     """Compile what the fused top-k runs for ``targets``: the clean float32 variants of both logits
     kernels, the radix-select kernels and the merge."""
-    from sm12x.kernels import topk_merge, topk_select
+    from sm12x.kernels import topk_fold, topk_merge, topk_select
 
     reports = _mqa.compile_reports(targets, heads, dims, variants=((0, True, False),))
     reports += _paged.compile_reports(targets, heads, dims, block_kvs=(32, 64), next_ns=(1, 2),
                                       variants=((0, True, True), (0, True, False)))
-    return reports + topk_select.compile_reports(targets) + topk_merge.compile_reports(targets)
+    return (reports + topk_select.compile_reports(targets) + topk_merge.compile_reports(targets)
+            + topk_fold.compile_reports(targets))

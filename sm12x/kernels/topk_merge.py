@@ -29,9 +29,12 @@ NUM_WARPS = 16
 
 
 @triton.jit
-def _merge_kernel(best_ptr, stride_b, cand_ptr, stride_c, M, out_ptr, stride_o, K,
-                  HAS_BEST: tl.constexpr, WIDTH: tl.constexpr):
+def _merge_kernel(best_ptr, stride_b, cand_ptr, stride_c, M, out_ptr, stride_o, K, skip_ptr,
+                  HAS_BEST: tl.constexpr, HAS_SKIP: tl.constexpr, WIDTH: tl.constexpr):
     r = tl.program_id(0).to(tl.int64)
+    if HAS_SKIP:
+        if tl.load(skip_ptr + r) != 0:
+            return
     i = tl.arange(0, WIDTH)
     lowest = tl.full((WIDTH,), -9223372036854775807 - 1, tl.int64)
     if HAS_BEST:  # entries 0..K-1 from best, K..K+M-1 from cand
@@ -51,14 +54,20 @@ def _rows(t, name, rows=None):
             f"an int64 [{'R' if rows is None else rows}, n] matrix with unit column stride")
 
 
-def merge_topk_keys(best: torch.Tensor | None, cand: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+def merge_topk_keys(best: torch.Tensor | None, cand: torch.Tensor, out: torch.Tensor,
+                    skip: torch.Tensor | None = None) -> torch.Tensor:
     """The ``out.shape[1]`` largest keys of each row of ``best`` and ``cand``, sorted descending,
-    into ``out`` (see the module docstring); returns ``out``."""
+    into ``out`` (see the module docstring); returns ``out``. Rows r with ``skip[r]`` != 0 (int32
+    [R], optional) are left as they are in ``out``."""
     _rows(cand, "cand")
     rows = cand.shape[0]
     _rows(out, "out", rows)
     k = out.shape[1]
     require(k >= 1, OP, "out", lambda: f"shape {list(out.shape)}", "at least one column")
+    if skip is not None:
+        require_dtype(skip, (torch.int32,), OP, "skip")
+        require(skip.shape == (rows,) and skip.stride(0) == 1, OP, "skip",
+                lambda: f"shape {list(skip.shape)}", f"contiguous [{rows}]")
     if best is not None:
         _rows(best, "best", rows)
         require(best.shape[1] == k, OP, "best", lambda: f"shape {list(best.shape)}",
@@ -71,11 +80,13 @@ def merge_topk_keys(best: torch.Tensor | None, cand: torch.Tensor, out: torch.Te
         if merged.shape[1] < k:
             pad = torch.full((rows, k - merged.shape[1]), INT64_MIN, dtype=torch.int64, device=cand.device)
             merged = torch.cat([merged, pad], dim=1)
-        out.copy_(merged.topk(k, dim=1, sorted=True).values)
+        merged = merged.topk(k, dim=1, sorted=True).values
+        out.copy_(merged if skip is None else torch.where(skip[:, None] != 0, out, merged))
         return out
     _merge_kernel[(rows,)](best if best is not None else cand, best.stride(0) if best is not None else 0,
                            cand, cand.stride(0), cand.shape[1], out, out.stride(0), k,
-                           HAS_BEST=best is not None, WIDTH=width, num_warps=NUM_WARPS)
+                           skip if skip is not None else cand, HAS_BEST=best is not None,
+                           HAS_SKIP=skip is not None, WIDTH=width, num_warps=NUM_WARPS)
     return out
 
 
@@ -88,9 +99,11 @@ def compile_reports(targets=("sm_120", "sm_121")):
     if interpreting():
         return reports_in_subprocess(__name__, targets=tuple(targets))
     sig = {"best_ptr": "*i64", "stride_b": "i64", "cand_ptr": "*i64", "stride_c": "i64", "M": "i32",
-           "out_ptr": "*i64", "stride_o": "i64", "K": "i32", "HAS_BEST": "constexpr", "WIDTH": "constexpr"}
+           "out_ptr": "*i64", "stride_o": "i64", "K": "i32", "skip_ptr": "*i32", "HAS_BEST": "constexpr",
+           "HAS_SKIP": "constexpr", "WIDTH": "constexpr"}
     reports = []
     for t in targets:
-        reports.append(compile_kernel(_merge_kernel, sig, {"HAS_BEST": True, "WIDTH": MAX_WIDTH}, target=t,
+        reports.append(compile_kernel(_merge_kernel, sig, {"HAS_BEST": True, "HAS_SKIP": True,
+                                                            "WIDTH": MAX_WIDTH}, target=t,
                                       num_warps=NUM_WARPS, num_stages=1, config_name=f"merge W{MAX_WIDTH}"))
     return reports

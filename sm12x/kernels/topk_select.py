@@ -49,7 +49,7 @@ def _ordered_u32(v):
 
 
 @triton.jit
-def _key(v, c, col_start, base):
+def sort_key(v, c, col_start, base):
     """The int64 sort key of value ``v`` at column ``c`` (see the module docstring)."""
     b = v.to(tl.int32, bitcast=True)
     b = tl.where(b < 0, b ^ 0x7FFFFFFF, b)  # signed order of the float
@@ -69,7 +69,7 @@ def _write_keys(v, c, end, t, n_gt, n_eq, need, first_eq, col_start, base, out_r
     eq = (c < end) & (u == t)
     pos_gt = n_gt + tl.cumsum(gt.to(tl.int32), 0) - 1
     rank_eq = n_eq + tl.cumsum(eq.to(tl.int32), 0) - 1
-    key = _key(v, c, col_start, base)
+    key = sort_key(v, c, col_start, base)
     tl.store(out_row + pos_gt, key, mask=gt)
     tl.store(out_row + first_eq + rank_eq, key, mask=eq & (rank_eq < need))
     return n_gt + tl.sum(gt.to(tl.int32)), n_eq + tl.sum(eq.to(tl.int32))
@@ -77,9 +77,12 @@ def _write_keys(v, c, end, t, n_gt, n_eq, need, first_eq, col_start, base, out_r
 
 @triton.jit
 def _row_topk_keys_kernel(x_ptr, stride_x, W, base_ptr, col_start, out_ptr, stride_o, K, floor_ptr,
-                          HAS_BASE: tl.constexpr, HAS_FLOOR: tl.constexpr, BLOCK: tl.constexpr,
-                          RADIX_BITS: tl.constexpr):
+                          skip_ptr, HAS_BASE: tl.constexpr, HAS_FLOOR: tl.constexpr,
+                          HAS_SKIP: tl.constexpr, BLOCK: tl.constexpr, RADIX_BITS: tl.constexpr):
     r = tl.program_id(0)
+    if HAS_SKIP:
+        if tl.load(skip_ptr + r) != 0:
+            return
     row = x_ptr + r.to(tl.int64) * stride_x
     base = 0
     if HAS_BASE:
@@ -95,7 +98,7 @@ def _row_topk_keys_kernel(x_ptr, stride_x, W, base_ptr, col_start, out_ptr, stri
         for c0 in range(0, W, BLOCK):
             c = c0 + tl.arange(0, BLOCK)
             v = tl.load(row + c, mask=c < W, other=float("-inf"))
-            counts += ((c < W) & (_key(v, c, col_start, base) > floor)).to(tl.int32)
+            counts += ((c < W) & (sort_key(v, c, col_start, base) > floor)).to(tl.int32)
         above = tl.sum(counts)
     if above <= K:
         _write_above_floor(row, W, floor, above, K, col_start, base, out_row, BLOCK)
@@ -110,7 +113,7 @@ def _write_above_floor(row, W, floor, above, K, col_start, base, out_row, BLOCK:
     for c0 in range(0, W, BLOCK):
         c = c0 + tl.arange(0, BLOCK)
         v = tl.load(row + c, mask=c < W, other=float("-inf"))
-        key = _key(v, c, col_start, base)
+        key = sort_key(v, c, col_start, base)
         take = (c < W) & (key > floor)
         tl.store(out_row + n + tl.cumsum(take.to(tl.int32), 0) - 1, key, mask=take)
         n += tl.sum(take.to(tl.int32))
@@ -176,11 +179,15 @@ def _digits_so_far(hist_ptr, r, R, K, P: tl.constexpr, RADIX_BITS: tl.constexpr)
 
 
 @triton.jit
-def _segment_hist_kernel(x_ptr, stride_x, W, hist_ptr, R, K, P: tl.constexpr,
-                         SEGMENT: tl.constexpr, BLOCK: tl.constexpr, RADIX_BITS: tl.constexpr):
+def _segment_hist_kernel(x_ptr, stride_x, W, hist_ptr, R, K, skip_ptr, P: tl.constexpr,
+                         SEGMENT: tl.constexpr, BLOCK: tl.constexpr, RADIX_BITS: tl.constexpr,
+                         HAS_SKIP: tl.constexpr):
     """Pass P: add the digit histogram of one segment of row r into hist[P, r]."""
     r = tl.program_id(0)
     g = tl.program_id(1)
+    if HAS_SKIP:
+        if tl.load(skip_ptr + r) != 0:
+            return
     row = x_ptr + r.to(tl.int64) * stride_x
     NBINS: tl.constexpr = 1 << RADIX_BITS
     bins = tl.arange(0, NBINS)
@@ -199,12 +206,15 @@ def _segment_hist_kernel(x_ptr, stride_x, W, hist_ptr, R, K, P: tl.constexpr,
 
 
 @triton.jit
-def _segment_count_kernel(x_ptr, stride_x, W, hist_ptr, R, K, cnt_ptr, G,
+def _segment_count_kernel(x_ptr, stride_x, W, hist_ptr, R, K, cnt_ptr, G, skip_ptr,
                           PASSES: tl.constexpr, SEGMENT: tl.constexpr, BLOCK: tl.constexpr,
-                          RADIX_BITS: tl.constexpr):
+                          RADIX_BITS: tl.constexpr, HAS_SKIP: tl.constexpr):
     """Entries > T and == T in one segment of row r -> cnt[r, g, 0:2]."""
     r = tl.program_id(0)
     g = tl.program_id(1)
+    if HAS_SKIP:
+        if tl.load(skip_ptr + r) != 0:
+            return
     row = x_ptr + r.to(tl.int64) * stride_x
     t, _, need = _digits_so_far(hist_ptr, r, R, K, PASSES, RADIX_BITS)
     n_gt = 0
@@ -222,12 +232,15 @@ def _segment_count_kernel(x_ptr, stride_x, W, hist_ptr, R, K, cnt_ptr, G,
 
 @triton.jit
 def _segment_write_kernel(x_ptr, stride_x, W, hist_ptr, R, K, cnt_ptr, G, base_ptr, col_start,
-                          out_ptr, stride_o, HAS_BASE: tl.constexpr, PASSES: tl.constexpr,
+                          out_ptr, stride_o, skip_ptr, HAS_BASE: tl.constexpr, PASSES: tl.constexpr,
                           SEGMENT: tl.constexpr, G_POW2: tl.constexpr, BLOCK: tl.constexpr,
-                          RADIX_BITS: tl.constexpr):
+                          RADIX_BITS: tl.constexpr, HAS_SKIP: tl.constexpr):
     """Write the keys of one segment's entries > T and of its share of the needed == T ones."""
     r = tl.program_id(0)
     g = tl.program_id(1)
+    if HAS_SKIP:
+        if tl.load(skip_ptr + r) != 0:
+            return
     row = x_ptr + r.to(tl.int64) * stride_x
     t, _, need = _digits_so_far(hist_ptr, r, R, K, PASSES, RADIX_BITS)
     before = tl.arange(0, G_POW2)
@@ -248,11 +261,14 @@ def _segment_write_kernel(x_ptr, stride_x, W, hist_ptr, R, K, cnt_ptr, G, base_p
 
 
 def row_topk_keys(x: torch.Tensor, k: int, col_start: int = 0, base: torch.Tensor | None = None,
-                  out: torch.Tensor | None = None, floor: torch.Tensor | None = None) -> torch.Tensor:
+                  out: torch.Tensor | None = None, floor: torch.Tensor | None = None,
+                  skip: torch.Tensor | None = None) -> torch.Tensor:
     """Keys of the k largest entries of each row of ``x`` (see the module docstring).
     ``floor`` (int64 [R], optional): only entries whose key is > floor[r] count; rows with fewer
     than k of them are padded with INT64_MIN. A running top-k passes its k-th best key here:
-    then most windows skip the radix passes (one counting pass and one writing pass instead)."""
+    then most windows skip the radix passes (one counting pass and one writing pass instead).
+    ``skip`` (int32 [R], optional): rows r with skip[r] != 0 need no answer: they are not read and
+    their out rows are left as they are."""
     require_dtype(x, (torch.float32,), OP, "x")
     require(x.dim() == 2 and x.stride(1) == 1, OP, "x",
             lambda: f"shape {list(x.shape)} strides {tuple(x.stride())}",
@@ -266,6 +282,10 @@ def row_topk_keys(x: torch.Tensor, k: int, col_start: int = 0, base: torch.Tenso
         require_dtype(floor, (torch.int64,), OP, "floor")
         require(floor.shape == (x.shape[0],) and floor.stride(0) == 1, OP, "floor",
                 lambda: f"shape {list(floor.shape)}", lambda: f"contiguous [{x.shape[0]}]")
+    if skip is not None:
+        require_dtype(skip, (torch.int32,), OP, "skip")
+        require(skip.shape == (x.shape[0],) and skip.stride(0) == 1, OP, "skip",
+                lambda: f"shape {list(skip.shape)}", lambda: f"contiguous [{x.shape[0]}]")
     if out is None:
         out = torch.empty((x.shape[0], k), dtype=torch.int64, device=x.device)
     require(out.shape == (x.shape[0], k) and out.dtype == torch.int64 and out.stride(1) == 1, OP,
@@ -278,19 +298,23 @@ def row_topk_keys(x: torch.Tensor, k: int, col_start: int = 0, base: torch.Tenso
     if g == 1:
         _row_topk_keys_kernel[(r,)](
             x, x.stride(0), w, base_arg, col_start, out, out.stride(0), k,
-            floor if floor is not None else out, HAS_BASE=base is not None,
-            HAS_FLOOR=floor is not None, BLOCK=BLOCK, RADIX_BITS=RADIX_BITS, num_warps=NUM_WARPS)
+            floor if floor is not None else out, skip if skip is not None else base_arg,
+            HAS_BASE=base is not None, HAS_FLOOR=floor is not None, HAS_SKIP=skip is not None,
+            BLOCK=BLOCK, RADIX_BITS=RADIX_BITS, num_warps=NUM_WARPS)
         return out
     # Wide rows: the floor is only a shortcut, and this path does not take it (the keys <= floor
     # it may return lose to the running top-k that set the floor anyway).
     hist = torch.zeros((PASSES, r, 1 << RADIX_BITS), dtype=torch.int32, device=x.device)
     cnt = torch.empty((r, g, 2), dtype=torch.int32, device=x.device)
-    common = dict(SEGMENT=SEGMENT, BLOCK=BLOCK, RADIX_BITS=RADIX_BITS, num_warps=NUM_WARPS)
+    skip_arg = skip if skip is not None else cnt
+    common = dict(SEGMENT=SEGMENT, BLOCK=BLOCK, RADIX_BITS=RADIX_BITS, HAS_SKIP=skip is not None,
+                  num_warps=NUM_WARPS)
     for p in range(PASSES):
-        _segment_hist_kernel[(r, g)](x, x.stride(0), w, hist, r, k, P=p, **common)
-    _segment_count_kernel[(r, g)](x, x.stride(0), w, hist, r, k, cnt, g, PASSES=PASSES, **common)
+        _segment_hist_kernel[(r, g)](x, x.stride(0), w, hist, r, k, skip_arg, P=p, **common)
+    _segment_count_kernel[(r, g)](x, x.stride(0), w, hist, r, k, cnt, g, skip_arg, PASSES=PASSES,
+                                  **common)
     _segment_write_kernel[(r, g)](
-        x, x.stride(0), w, hist, r, k, cnt, g, base_arg, col_start, out, out.stride(0),
+        x, x.stride(0), w, hist, r, k, cnt, g, base_arg, col_start, out, out.stride(0), skip_arg,
         HAS_BASE=base is not None, PASSES=PASSES, G_POW2=triton.next_power_of_2(g), **common)
     return out
 
@@ -303,18 +327,20 @@ def compile_reports(targets=("sm_120", "sm_121")):
     if interpreting():
         return reports_in_subprocess(__name__, targets=tuple(targets))
     rows = {"x_ptr": "*fp32", "stride_x": "i64", "W": "i32"}
-    seg = {**rows, "hist_ptr": "*i32", "R": "i32", "K": "i32"}
+    seg = {**rows, "hist_ptr": "*i32", "R": "i32", "K": "i32", "skip_ptr": "*i32"}
     consts = {"BLOCK": BLOCK, "RADIX_BITS": RADIX_BITS}
     kernels = [
         (_row_topk_keys_kernel, {**rows, "base_ptr": "*i32", "col_start": "i32", "out_ptr": "*i64",
-                                 "stride_o": "i64", "K": "i32", "floor_ptr": "*i64"},
-         {"HAS_BASE": True, "HAS_FLOOR": True}, "row"),
-        (_segment_hist_kernel, seg, {"P": PASSES - 1, "SEGMENT": SEGMENT}, "segment histogram"),
+                                 "stride_o": "i64", "K": "i32", "floor_ptr": "*i64", "skip_ptr": "*i32"},
+         {"HAS_BASE": True, "HAS_FLOOR": True, "HAS_SKIP": True}, "row"),
+        (_segment_hist_kernel, seg, {"P": PASSES - 1, "SEGMENT": SEGMENT, "HAS_SKIP": True},
+         "segment histogram"),
         (_segment_count_kernel, {**seg, "cnt_ptr": "*i32", "G": "i32"},
-         {"PASSES": PASSES, "SEGMENT": SEGMENT}, "segment count"),
+         {"PASSES": PASSES, "SEGMENT": SEGMENT, "HAS_SKIP": True}, "segment count"),
         (_segment_write_kernel, {**seg, "cnt_ptr": "*i32", "G": "i32", "base_ptr": "*i32",
                                  "col_start": "i32", "out_ptr": "*i64", "stride_o": "i64"},
-         {"HAS_BASE": True, "PASSES": PASSES, "SEGMENT": SEGMENT, "G_POW2": 64}, "segment write"),
+         {"HAS_BASE": True, "PASSES": PASSES, "SEGMENT": SEGMENT, "G_POW2": 64, "HAS_SKIP": True},
+         "segment write"),
     ]
     reports = []
     for fn, sig, const, name in kernels:

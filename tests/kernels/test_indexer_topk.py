@@ -103,6 +103,16 @@ def test_paged_topk(device, fp4, next_n, ctx2d, topk):
     assert torch.equal(counts, ends.clamp(min=0, max=topk))
 
 
+@pytest.mark.parametrize("topk", [5, 300])
+def test_paged_topk_segmented_windows(device, monkeypatch, topk):
+    """Windows wider than the radix select's SEGMENT: the fold's skip flags go through the
+    segmented select (and the merge) as well."""
+    from sm12x.kernels import topk_select
+
+    monkeypatch.setattr(topk_select, "SEGMENT", 128)
+    test_paged_topk(device, False, 2, True, topk)
+
+
 def test_topk_errors(device):
     inp = make_inputs(2, 64, 8, 32, False, device)
     ks = torch.zeros(2, dtype=torch.int32, device=device)
@@ -136,6 +146,22 @@ def test_gpu_prefill_topk_matches_logits(topk):
     ke = torch.arange(s, dtype=torch.int32, device="cuda") + (s_kv - s) + 1
     logits = api.fp8_mqa_logits(q, kv, w, ks, ke)
     idx = tk.mqa_topk_indices(q, kv, w, ks, ke, topk, workspace_bytes=64 << 20)
+    assert torch.equal(idx, ref_indexer_topk(logits, topk, ks, ke))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("topk", [512, 2048])
+def test_gpu_prefill_topk_many_windows(topk):
+    """Rows 16 windows long: the later windows fold their few new keys in (``topk_fold``)."""
+    s, s_kv, h, d = 256, 262144, 64, 128
+    torch.manual_seed(1)
+    q = torch.randn(s, h, d, device="cuda").to(torch.float8_e4m3fn)
+    kv = quant_fp8_per_token(torch.randn(s_kv, d, device="cuda"))
+    w = torch.randn(s, h, device="cuda")
+    ks = torch.randint(0, 1000, (s,), dtype=torch.int32, device="cuda")
+    ke = torch.arange(s, dtype=torch.int32, device="cuda") + (s_kv - s) + 1
+    logits = api.fp8_mqa_logits(q, kv, w, ks, ke)
+    idx = tk.mqa_topk_indices(q, kv, w, ks, ke, topk, workspace_bytes=s * 16384 * 4)
     assert torch.equal(idx, ref_indexer_topk(logits, topk, ks, ke))
 
 

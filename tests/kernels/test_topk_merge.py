@@ -62,3 +62,15 @@ def test_bad_inputs_name_the_argument():
         merge_topk_keys(None, cand, torch.empty(3, 4, dtype=torch.int64))
     with pytest.raises(ValueError, match="merge_topk_keys.*best"):
         merge_topk_keys(torch.zeros(2, 5, dtype=torch.int64), cand, torch.empty(2, 4, dtype=torch.int64))
+
+
+@pytest.mark.parametrize("k,m", [(64, 64), (3000, 2000)])  # the kernel, and torch above MAX_WIDTH
+def test_skipped_rows_are_left_alone(device, k, m):
+    both = random_keys(4, k + m, seed=k)
+    best = both[:, :k].sort(dim=1, descending=True).values
+    skip = torch.tensor([1, 0, 0, 1], dtype=torch.int32)
+    out = torch.full((4, k), 99, dtype=torch.int64)
+    got = merge_topk_keys(best.to(device), both[:, k:].contiguous().to(device), out.to(device),
+                          skip=skip.to(device)).cpu()
+    want = expected(best, both[:, k:], k)
+    assert torch.equal(got[1:3], want[1:3]) and (got[[0, 3]] == 99).all()

@@ -88,3 +88,21 @@ def test_bad_arguments_name_the_op_and_argument():
         row_topk_keys(x, 3, base=torch.zeros(3, dtype=torch.int32))
     with pytest.raises(ValueError, match="row_topk_keys.*floor"):
         row_topk_keys(x, 3, floor=torch.zeros(2, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("segment", [None, 1024])
+def test_skipped_rows_are_left_alone(device, monkeypatch, segment):
+    """Rows with skip != 0 are neither read nor written, on both paths; the others are exact."""
+    from sm12x.kernels import topk_select
+
+    if segment:
+        monkeypatch.setattr(topk_select, "SEGMENT", segment)
+    r, w, k = 5, 3000, 64
+    x = rows_with_ties(r, w, seed=7)
+    skip = torch.tensor([0, 1, 0, 1, 0], dtype=torch.int32)
+    out = torch.full((r, k), 123, dtype=torch.int64)
+    got = row_topk_keys(x.to(device), k, out=out.to(device), skip=skip.to(device)).cpu()
+    want = ref_keys(x, k)
+    keep = skip == 0
+    assert torch.equal(got[keep].sort(dim=1, descending=True).values, want[keep])
+    assert (got[~keep] == 123).all()
