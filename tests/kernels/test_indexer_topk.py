@@ -134,35 +134,33 @@ def test_topk_errors(device):
 # GPU
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("topk", [512, 2048])
-def test_gpu_prefill_topk_matches_logits(topk):
-    s, s_kv, h, d = 2048, 32768, 64, 128
-    torch.manual_seed(0)
+def _gpu_prefill_topk_check(s, s_kv, topk, seed, ks_max, workspace_bytes):
+    """Causal prefill rows (first visible key random below ``ks_max``): the fused top-k equals the
+    reference top-k of the kernel's own logits."""
+    h, d = 64, 128
+    torch.manual_seed(seed)
     q = torch.randn(s, h, d, device="cuda").to(torch.float8_e4m3fn)
     kv = quant_fp8_per_token(torch.randn(s_kv, d, device="cuda"))
     w = torch.randn(s, h, device="cuda")
-    ks = torch.zeros(s, dtype=torch.int32, device="cuda")
+    ks = torch.randint(0, ks_max, (s,), dtype=torch.int32, device="cuda") if ks_max else \
+        torch.zeros(s, dtype=torch.int32, device="cuda")
     ke = torch.arange(s, dtype=torch.int32, device="cuda") + (s_kv - s) + 1
     logits = api.fp8_mqa_logits(q, kv, w, ks, ke)
-    idx = tk.mqa_topk_indices(q, kv, w, ks, ke, topk, workspace_bytes=64 << 20)
+    idx = tk.mqa_topk_indices(q, kv, w, ks, ke, topk, workspace_bytes=workspace_bytes)
     assert torch.equal(idx, ref_indexer_topk(logits, topk, ks, ke))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("topk", [512, 2048])
+def test_gpu_prefill_topk_matches_logits(topk):
+    _gpu_prefill_topk_check(2048, 32768, topk, seed=0, ks_max=0, workspace_bytes=64 << 20)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("topk", [512, 2048])
 def test_gpu_prefill_topk_many_windows(topk):
     """Rows 16 windows long: the later windows fold their few new keys in (``topk_fold``)."""
-    s, s_kv, h, d = 256, 262144, 64, 128
-    torch.manual_seed(1)
-    q = torch.randn(s, h, d, device="cuda").to(torch.float8_e4m3fn)
-    kv = quant_fp8_per_token(torch.randn(s_kv, d, device="cuda"))
-    w = torch.randn(s, h, device="cuda")
-    ks = torch.randint(0, 1000, (s,), dtype=torch.int32, device="cuda")
-    ke = torch.arange(s, dtype=torch.int32, device="cuda") + (s_kv - s) + 1
-    logits = api.fp8_mqa_logits(q, kv, w, ks, ke)
-    idx = tk.mqa_topk_indices(q, kv, w, ks, ke, topk, workspace_bytes=s * 16384 * 4)
-    assert torch.equal(idx, ref_indexer_topk(logits, topk, ks, ke))
+    _gpu_prefill_topk_check(256, 262144, topk, seed=1, ks_max=1000, workspace_bytes=256 * 16384 * 4)
 
 
 @pytest.mark.gpu
