@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call for the topk-fold branch (H200, SM12X_FORCE=1): memcheck the fused top-k at a
+# One device call that checks the fold of topk_fold (H200, SM12X_FORCE=1): memcheck the fused top-k at a
 # small row count (the same window shape as production: 16,384 columns; PyTorch's caching
 # allocator off so an access past a tensor is past its allocation), then the GPU tests of the
 # top-k modules, the fused top-k at bench shapes three times, and the top-k benchmark.

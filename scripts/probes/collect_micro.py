@@ -1,4 +1,4 @@
-"""Probe (topk-fold branch, GPU): what makes the collect slow (a [4096, 16384] float32 window, ~64 keys above floor)."""
+"""Probe (GPU, the fold of topk_fold): what makes the collect slow (a [4096, 16384] float32 window, ~64 keys above floor)."""
 import os, sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)

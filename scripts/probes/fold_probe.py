@@ -1,4 +1,4 @@
-"""Probe (topk-fold branch, GPU): per-window time of the fused prefill top-k with the fold."""
+"""Probe (GPU, the fold of topk_fold): per-window time of the fused prefill top-k with the fold."""
 import os, sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT); sys.path.insert(0, os.path.join(ROOT, "scripts"))

@@ -1,4 +1,4 @@
-"""Probe (topk-fold branch, GPU): the fused prefill top-k at bench shapes, repeated; results must repeat exactly."""
+"""Probe (GPU, the fold of topk_fold): the fused prefill top-k at bench shapes, repeated; results must repeat exactly."""
 import os, sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT); sys.path.insert(0, os.path.join(ROOT, "scripts"))
