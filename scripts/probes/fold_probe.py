@@ -3,19 +3,12 @@ import os, sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT); sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import torch
+from probe_timing import ev_time
 from bench_indexer import H, make_q, make_keys
 from sm12x.kernels import configs
 from sm12x.kernels import mqa_logits as _mqa
 from sm12x.kernels.indexer_topk import _plan, _RunningTopk
 
-def ev_time(fn, iters=3):
-    fn(); torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(iters):
-        fn()
-    b.record(); b.synchronize()
-    return a.elapsed_time(b) / iters
 
 s, s_kv, topk = 4096, 262144, int(os.environ.get("TOPK", 512))
 q, _ = make_q((s, H), False)

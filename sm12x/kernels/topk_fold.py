@@ -4,7 +4,7 @@ Contract: ``fold_above_floor(x, best, col_start, base, scratch, done)`` with x f
 logits window as ``topk_select.row_topk_keys`` takes it), ``best`` int64 [R, k] sorted
 descending (the running top-k as ``topk_merge`` keeps it) and ``scratch`` int64 [R, >= k]. For
 each row, the window's keys (``topk_select``'s int64 sort key of each visible value) above
-best[r, k-1] are counted. When there are at most min(CANDIDATES, k) of them, they are merged into
+best[r, k-1] are counted. When there are at most ``fold_limits(k)[0]`` of them, they are merged into
 best[r] in place (best[r] becomes the k largest of both, sorted descending) and done[r] = 1;
 otherwise best[r] is left as it was and done[r] = 0, for ``row_topk_keys(..., skip=done)`` and
 ``merge_topk_keys(..., skip=done)`` to finish. No host sync (CUDA-graph safe).
@@ -37,9 +37,22 @@ OP = "fold_above_floor"
 # cross-warp steps). Merge of ~100 candidates into top-512: 0.05 ms with 4 warps (2026-12-03).
 COLS = 512
 COLLECT_WARPS = 1
+# Most candidates a row may have to be folded here, and the merge's warps: CANDIDATES / MERGE_WARPS
+# up to top-512, WIDE_* above. Fused top-k at S=4096 x S_kv=262,144 (H200, 2026-12-03): top-512
+# 23.97-24.12 ms with 256 / 4 warps, 24.06-24.28 with 512; top-2048 with topk_merge's skipping
+# merge: 33.4 ms with 1024 / 8 warps (33.1 with 16), 37.5 with 512 / 8, 37.8 with 2048 / 16
+# (sorting more candidates costs every folded row; fewer leave more rows to the select + merge).
+CANDIDATES = 256
 MERGE_WARPS = 4
-CANDIDATES = 256  # most candidates a row may have to be folded here
+WIDE_CANDIDATES = 1024
+WIDE_MERGE_WARPS = 8
 MAX_K = 2048  # best rows are loaded whole: wider ones are not folded (done stays 0)
+
+
+def fold_limits(k: int) -> tuple[int, int]:
+    """(most candidates a row of a top-``k`` may have to be folded, warps of the merge)."""
+    cand, warps = (CANDIDATES, MERGE_WARPS) if k <= 512 else (WIDE_CANDIDATES, WIDE_MERGE_WARPS)
+    return min(cand, k), warps
 
 
 @triton.jit
@@ -135,8 +148,8 @@ def fold_above_floor(x: torch.Tensor, best: torch.Tensor, col_start: int, base: 
     if k > MAX_K:
         return done.zero_()
     kp = triton.next_power_of_2(k)
-    cand = min(CANDIDATES, kp)
-    limit = min(cand, k)
+    limit, merge_warps = fold_limits(k)
+    cand = triton.next_power_of_2(limit)
     done.zero_()  # the collect counts each row's candidates here
     _collect_kernel[(rows, triton.cdiv(x.shape[1], COLS))](
         x, x.stride(0), x.shape[1], base if base is not None else done, col_start, best, best.stride(0),
@@ -144,12 +157,13 @@ def fold_above_floor(x: torch.Tensor, best: torch.Tensor, col_start: int, base: 
         num_warps=COLLECT_WARPS)
     _merge_kernel[(rows,)](best, best.stride(0), k, scratch, scratch.stride(0), done, limit, CAND=cand,
                            KP=kp, STEPS_K=k.bit_length(), STEPS_C=cand.bit_length(),
-                           num_warps=MERGE_WARPS)
+                           num_warps=merge_warps)
     return done
 
 
 def compile_reports(targets=("sm_120", "sm_121")):
-    """Compile the fold for ``targets`` at top-2048 (its widest best row) -> list of CompileReport."""
+    """Compile the fold for ``targets`` at top-512 and top-2048 (its widest best row) -> list of
+    CompileReport."""
     from sm12x.kernels.compile_check import compile_kernel
     from sm12x.kernels.mqa_logits import interpreting, reports_in_subprocess
 
@@ -161,9 +175,9 @@ def compile_reports(targets=("sm_120", "sm_121")):
     merge = {"best_ptr": "*i64", "stride_b": "i64", "K": "i32", "cand_ptr": "*i64", "stride_c": "i64",
              "done_ptr": "*i32", "limit": "i32"}
     kernels = [(_collect_kernel, collect, {"HAS_BASE": True, "COLS": COLS}, COLLECT_WARPS, f"collect {COLS}"),
-               (_merge_kernel, merge, {"CAND": CANDIDATES, "KP": MAX_K, "STEPS_K": MAX_K.bit_length(),
-                                       "STEPS_C": CANDIDATES.bit_length()}, MERGE_WARPS,
-                f"merge K{MAX_K} C{CANDIDATES}")]
+               *[(_merge_kernel, merge, {"CAND": cand, "KP": kp, "STEPS_K": kp.bit_length(),
+                                         "STEPS_C": cand.bit_length()}, warps, f"merge K{kp} C{cand}")
+                 for kp, (cand, warps) in ((512, fold_limits(512)), (MAX_K, fold_limits(MAX_K)))]]
     reports = []
     for fn, sig, const, warps, name in kernels:
         sig = {**sig, **{c: "constexpr" for c in const}}

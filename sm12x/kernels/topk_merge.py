@@ -7,7 +7,9 @@ than k. Sort keys are distinct apart from INT64_MIN (invisible), so the result i
 
 How: one program per row loads both lists into one vector, padded with INT64_MIN to a power of
 two, sorts it (``tl.sort``, a bitonic network) and stores the first k. Wider than ``MAX_WIDTH``
-(top-k above 512) it uses ``torch.topk`` of the concatenation, which is faster there. The fused
+(top-k above 512) it uses ``torch.topk`` of the concatenation, which is faster there, unless a
+skip vector is given (then most rows are usually skipped, and the kernel skips them; torch cannot)
+and the width is at most ``MAX_WIDTH_SKIPPING``. The fused
 indexer top-k merges once per window; as ``torch.topk`` of [4096, 1024] int64 those merges took
 6.3 of its 31.8 ms at S=4096 x S_kv=262,144 on the H200 (profiler, 2026-12-03).
 """
@@ -25,6 +27,11 @@ INT64_MIN = -(1 << 63)
 # top-512 + 512: 175 us with 16 warps (209 / 313 / 230 with 2 / 4 / 8) vs 466 us; R=1024, top-2048
 # + 2048: 470-725 us vs 292 us, so wider merges stay with torch.
 MAX_WIDTH = 1024
+# With a skip vector (the fused top-k's windows after the first, where topk_fold has merged most
+# rows): at top-2048 this kernel up to width 4096 instead of torch.topk of every row took the fused
+# top-k (S=4096 x 262,144) from 46.3 to 33.4 ms (H200, 2026-12-03; with the fold's 256-candidate
+# limit, which leaves most rows to the merge, 49.3 ms against torch's 44.9).
+MAX_WIDTH_SKIPPING = 4096
 NUM_WARPS = 16
 
 
@@ -75,7 +82,7 @@ def merge_topk_keys(best: torch.Tensor | None, cand: torch.Tensor, out: torch.Te
     width = triton.next_power_of_2(max(k, (k if best is not None else 0) + cand.shape[1]))  # >= k: out
     if rows == 0:
         return out
-    if width > MAX_WIDTH:
+    if width > (MAX_WIDTH if skip is None else MAX_WIDTH_SKIPPING):
         merged = cand if best is None else torch.cat([best, cand], dim=1)
         if merged.shape[1] < k:
             pad = torch.full((rows, k - merged.shape[1]), INT64_MIN, dtype=torch.int64, device=cand.device)
@@ -91,8 +98,8 @@ def merge_topk_keys(best: torch.Tensor | None, cand: torch.Tensor, out: torch.Te
 
 
 def compile_reports(targets=("sm_120", "sm_121")):
-    """Compile the merge for ``targets`` at its widest (top-512 and 512 candidates) -> list of
-    CompileReport."""
+    """Compile the merge for ``targets`` at its widest, without and with skipping (top-512 + 512 and
+    top-2048 + 2048) -> list of CompileReport."""
     from sm12x.kernels.compile_check import compile_kernel
     from sm12x.kernels.mqa_logits import interpreting, reports_in_subprocess
 
@@ -103,7 +110,8 @@ def compile_reports(targets=("sm_120", "sm_121")):
            "HAS_SKIP": "constexpr", "WIDTH": "constexpr"}
     reports = []
     for t in targets:
-        reports.append(compile_kernel(_merge_kernel, sig, {"HAS_BEST": True, "HAS_SKIP": True,
-                                                            "WIDTH": MAX_WIDTH}, target=t,
-                                      num_warps=NUM_WARPS, num_stages=1, config_name=f"merge W{MAX_WIDTH}"))
+        for width, skipping in ((MAX_WIDTH, False), (MAX_WIDTH_SKIPPING, True)):
+            reports.append(compile_kernel(_merge_kernel, sig, {"HAS_BEST": True, "HAS_SKIP": skipping,
+                                                                "WIDTH": width}, target=t,
+                                          num_warps=NUM_WARPS, num_stages=1, config_name=f"merge W{width}"))
     return reports

@@ -43,7 +43,8 @@ def expected(x, best, col_start, base, limit):
 
 
 @pytest.mark.parametrize("r,k,w_prev,w,fill", [(6, 64, 4096, 1000, 4096), (4, 512, 9000, 3000, 9000),
-                                                (5, 7, 500, 300, 500), (3, 100, 2000, 600, 2000)])
+                                                (5, 7, 500, 300, 500), (3, 100, 2000, 600, 2000),
+                                                (3, 600, 5000, 4000, 5000)])  # k > 512: the wide limits
 def test_fold_matches_topk(device, r, k, w_prev, w, fill):
     best = running_best(r, k, w_prev, seed=r + k, fill=fill)
     g = torch.Generator().manual_seed(w)
@@ -54,7 +55,7 @@ def test_fold_matches_topk(device, r, k, w_prev, w, fill):
     base = torch.randint(0, 3, (r,), dtype=torch.int32)
     col_start = w_prev + 10
     got, done = fold(x, best, col_start, base, device)
-    want, want_done = expected(x, best, col_start, base, min(k, topk_fold.CANDIDATES))
+    want, want_done = expected(x, best, col_start, base, topk_fold.fold_limits(k)[0])
     assert torch.equal(done, want_done)
     assert torch.equal(got, want)
     assert done[2] == 0 and done.sum() > 0
@@ -118,5 +119,5 @@ def test_gpu_fold_production_rows(k, windows):
     done = torch.empty(r, dtype=torch.int32, device="cuda")
     got = best.clone()
     fold_above_floor(x, got, w * windows, base, scratch, done)
-    want, want_done = expected(x, best, w * windows, base, min(k, topk_fold.CANDIDATES))
+    want, want_done = expected(x, best, w * windows, base, topk_fold.fold_limits(k)[0])
     assert torch.equal(done, want_done.to(done.device)) and torch.equal(got, want)
