@@ -13,8 +13,8 @@ Cases (H=64, D=128 throughout):
 Logits kernels are timed by CUDA-graph replay (no host time, L2 warm), and again as DeepGEMM's own
 test harness times them: kernel time in a profiler trace, L2 flushed before every call ("kernel
 us", the figure to hold against DeepGEMM's). The top-k cases are timed with do_bench.
-- fused top-k (mqa_topk_indices) vs logits + torch.topk at S=4096, S_kv=262144, topk=512: time and
-  torch.cuda.max_memory_allocated.
+- fused top-k (mqa_topk_indices) vs logits + torch.topk at S=4096, S_kv=262144, topk=512 and 2048:
+  time and torch.cuda.max_memory_allocated.
 - the 1M-token prompt case: S_kv = 262144 compressed keys (1M tokens / 4), prefill chunk S=8192,
   fused top-k only (the logits would be 8 GiB): time and peak memory.
 Prints a markdown table with the date, GPU, torch / triton versions and the models above.
@@ -173,22 +173,23 @@ def topk_cases(quick: bool, out: list):
         torch.cuda.synchronize()
         return (torch.cuda.max_memory_allocated() - base) / 2 ** 30
 
-    cases = [(4096, 262144, "S=4096 S_kv=262144 topk=512")]
-    cases.append((8192, 262144, "1M-token prompt: S=8192 chunk, S_kv=262144"))
-    for s, s_kv, label in cases:
+    cases = [(4096, 262144, 512, "S=4096 S_kv=262144 topk=512"),
+             (4096, 262144, 2048, "S=4096 S_kv=262144 topk=2048"),
+             (8192, 262144, 512, "1M-token prompt: S=8192 chunk, S_kv=262144")]
+    for s, s_kv, topk, label in cases:
         q, _ = make_q((s, H), False)
         kv = make_keys(s_kv, False)
         w = torch.randn(s, H, device="cuda")
         ks = torch.zeros(s, dtype=torch.int32, device="cuda")
         ke = torch.arange(s, dtype=torch.int32, device="cuda") + (s_kv - s) + 1
-        fused = lambda: mqa_topk_indices(q, kv, w, ks, ke, 512)  # noqa: E731
+        fused = lambda: mqa_topk_indices(q, kv, w, ks, ke, topk)  # noqa: E731
         ms = bench(fused, reps=3)
         gib = peak(fused)
         out.append(("fused top-k", label, f"{ms * 1e3:.0f}", "", "", "", f"peak +{gib:.2f} GiB"))
         if s == 4096:
             def unfused():
                 logits = fp8_mqa_logits(q, kv, w, ks, ke, clean_logits=True)
-                return logits.topk(512, dim=1)
+                return logits.topk(topk, dim=1)
             ms = bench(unfused, reps=3)
             gib = peak(unfused)
             out.append(("logits + torch.topk", label, f"{ms * 1e3:.0f}", "", "", "", f"peak +{gib:.2f} GiB"))
