@@ -9,8 +9,8 @@ in the high half, (2**31-1 - index) in the low half, INT64_MIN for invisible key
 merged into a running [rows, topk] set (``topk_merge``). Once that set is full, only a window's
 keys above its worst can enter: rows with few of them (most rows after the first windows) fold
 them in with one pass and a binary-search merge (``topk_fold``); the others count and write just
-those keys, or run the radix passes when there are more than topk. Memory is O(rows x topk) plus the workspace,
-independent of S_kv (the default budget holds e.g. 256 rows x 262,144 keys or 4096 rows x
+those keys, or run the radix passes when there are more than topk. Memory is O(rows x topk) plus
+the workspace, independent of S_kv (the default budget holds e.g. 256 rows x 262,144 keys or 4096 rows x
 16,384). No host sync: the loop bounds come from shapes and ``max_context_len`` only
 (CUDA-graph safe).
 
@@ -196,7 +196,7 @@ def _check_topk(op, topk, out, rows, device):
 
 def compile_reports(targets=("sm_120", "sm_121"), heads=(64,), dims=(128,)):
     """Compile what the fused top-k runs for ``targets``: the clean float32 variants of both logits
-    kernels, the radix-select kernels and the merge."""
+    kernels, the radix-select kernels, the merge and the fold."""
     from sm12x.kernels import topk_fold, topk_merge, topk_select
 
     reports = _mqa.compile_reports(targets, heads, dims, variants=((0, True, False),))

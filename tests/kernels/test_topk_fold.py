@@ -4,17 +4,9 @@ import pytest
 import torch
 
 from sm12x.kernels import topk_fold
+from sm12x.kernels.reference.indexer import ref_topk_sort_keys
 from sm12x.kernels.topk_fold import fold_above_floor
 from sm12x.kernels.topk_select import INT64_MIN
-
-
-def window_keys(x, col_start, base):
-    """All int64 sort keys of a window (as topk_select builds them)."""
-    b = x.view(torch.int32)
-    b = torch.where(b < 0, b ^ 0x7FFFFFFF, b).long()
-    idx = torch.arange(x.shape[1], device=x.device) + col_start - base[:, None].long()
-    key = (b << 32) | (0x7FFFFFFF - idx)
-    return torch.where(torch.isneginf(x), torch.full_like(key, INT64_MIN), key)
 
 
 def running_best(r, k, w, seed, fill):
@@ -22,7 +14,7 @@ def running_best(r, k, w, seed, fill):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(r, w, generator=g)
     x[:, fill:] = float("-inf")
-    return window_keys(x, 0, torch.zeros(r, dtype=torch.int32)).topk(k, dim=1).values
+    return ref_topk_sort_keys(x, 0, torch.zeros(r, dtype=torch.int32)).topk(k, dim=1).values
 
 
 def fold(x, best, col_start, base, device, scratch_cols=None):
@@ -35,7 +27,7 @@ def fold(x, best, col_start, base, device, scratch_cols=None):
 
 
 def expected(x, best, col_start, base, limit):
-    keys = window_keys(x, col_start, base)
+    keys = ref_topk_sort_keys(x, col_start, base)
     above = (keys > best[:, -1:]).sum(1)
     merged = torch.cat([best, keys], dim=1).topk(best.shape[1], dim=1).values
     done = above <= limit
@@ -113,7 +105,7 @@ def test_gpu_fold_production_rows(k, windows):
     r, w = 4096, 16384
     torch.manual_seed(k + windows)
     base = torch.zeros(r, dtype=torch.int32, device="cuda")
-    best = window_keys(torch.randn(r, w * windows, device="cuda"), 0, base).topk(k, dim=1).values
+    best = ref_topk_sort_keys(torch.randn(r, w * windows, device="cuda"), 0, base).topk(k, dim=1).values
     x = torch.randn(r, w, device="cuda")
     scratch = torch.empty(r, k, dtype=torch.int64, device="cuda")
     done = torch.empty(r, dtype=torch.int32, device="cuda")

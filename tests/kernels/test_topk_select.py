@@ -2,18 +2,13 @@
 import pytest
 import torch
 
+from sm12x.kernels.reference.indexer import ref_topk_sort_keys
 from sm12x.kernels.topk_select import INT64_MIN, row_topk_keys
 
 
 def ref_keys(x, k, col_start=0, base=None):
-    """int64 keys (order-preserving float << 32 | 2**31-1 - index) and torch.topk of them."""
-    b = x.view(torch.int32)
-    b = torch.where(b < 0, b ^ 0x7FFFFFFF, b).long()
-    idx = torch.arange(x.shape[1]) + col_start
-    idx = idx[None, :] - (base[:, None].long() if base is not None else 0)
-    key = (b << 32) | (0x7FFFFFFF - idx)
-    key = torch.where(torch.isneginf(x), torch.full_like(key, INT64_MIN), key)
-    return key.topk(k, dim=1).values
+    """torch.topk of the window's int64 sort keys."""
+    return ref_topk_sort_keys(x, col_start, base).topk(k, dim=1).values
 
 
 def rows_with_ties(r, w, seed):

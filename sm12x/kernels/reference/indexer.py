@@ -124,3 +124,16 @@ def ref_indexer_topk(logits: torch.Tensor, topk: int, starts=None, ends=None) ->
     sel_ok = valid.gather(1, idx[:, :k])
     out[:, :k] = torch.where(sel_ok, idx[:, :k] - lo, torch.full_like(idx[:, :k], -1)).int()
     return out
+
+
+def ref_topk_sort_keys(x: torch.Tensor, col_start: int = 0, base=None) -> torch.Tensor:
+    """The int64 sort key of every entry of a float32 logits window [R, W] as ``topk_select`` builds
+    them: the float's order-preserving int32 in the high half, 2**31-1 - (col_start + j - base[r])
+    in the low half (lower index wins ties), INT64_MIN where the entry is -inf (invisible)."""
+    b = x.contiguous().view(torch.int32)
+    b = torch.where(b < 0, b ^ 0x7FFFFFFF, b).long()
+    idx = torch.arange(x.shape[1], device=x.device)[None, :] + col_start
+    if base is not None:
+        idx = idx - base.long()[:, None]
+    key = (b << 32) | (0x7FFFFFFF - idx)
+    return torch.where(torch.isneginf(x), torch.full_like(key, -(1 << 63)), key)
