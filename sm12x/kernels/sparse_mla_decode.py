@@ -66,7 +66,9 @@ CONFIGS = {
               "bf16_512": (_H16_N64, _H32_N64, _H64_N64), "bf16_576": (_H32_N64, _H64_N64)},
 }
 DECODE_FORMATS = ("model1", "v32")
-COMBINE_CONFIG = {"BLOCK_HC": 8, "BLOCK_DC": 128, "num_warps": 4}
+# PARTS: parts merged per step of the combine loop; a dealt-out plan's split rows have two or
+# three parts, and there 2 beat 4 on the H200 (b74 h64: 11.8 vs 13.7 us; RESULTS.md)
+COMBINE_CONFIG = {"BLOCK_HC": 8, "BLOCK_DC": 128, "PARTS": 4, "DEALT_PARTS": 2, "num_warps": 4}
 WIDE_PRODUCT = 2**31  # units x programs from here on: the unit arithmetic runs in int64
 
 
@@ -450,10 +452,11 @@ def _sparse_mla_combine_kernel(ows_ptr, lsews_ptr, mws_ptr, out_ptr, lse_ptr, si
                                HAS_MAX: tl.constexpr,
                                DEALT: tl.constexpr, WIDE: tl.constexpr, BLOCK_H: tl.constexpr,
                                BLOCK_HC: tl.constexpr, BLOCK_DC: tl.constexpr,
+                               PARTS: tl.constexpr, SKIP_EMPTY: tl.constexpr,
                                INTERPRET: tl.constexpr):
     """Merge the parts of a split row for BLOCK_HC heads x BLOCK_DC output dims of one query
-    token (BLOCK_HC divides BLOCK_H). Rows that no program split were written by the split
-    kernel and are left alone."""
+    token (BLOCK_HC divides BLOCK_H), PARTS parts per step. Rows that no program split were
+    written by the split kernel and are left alone."""
     pid_h = tl.program_id(0)
     d0 = tl.program_id(1) * BLOCK_DC
     query = tl.program_id(2)
@@ -477,24 +480,37 @@ def _sparse_mla_combine_kernel(ows_ptr, lsews_ptr, mws_ptr, out_ptr, lse_ptr, si
     heads = h0 + tl.arange(0, BLOCK_HC)
     hmask = heads < H
     in_block = heads - hb * BLOCK_H
-    gmax = tl.full((BLOCK_HC,), float("-inf"), dtype=tl.float32)
-    m2 = gmax  # the row's largest logit (HAS_MAX)
-    for p in range(p_first, p_end):
-        part = _part_row(p, p_first, first_slot, DEALT, BLOCK_H) + in_block
-        gmax = tl.maximum(gmax, tl.load(lsews_ptr + part, mask=hmask, other=float("-inf")))
-        if HAS_MAX:
-            m2 = tl.maximum(m2, tl.load(mws_ptr + part, mask=hmask, other=float("-inf")))
-    gsafe = tl.where(gmax == float("-inf"), 0.0, gmax)
+    # One pass, an online merge, PARTS parts per step: their loads depend on no earlier part's
+    # values, so they are all in flight at once (the two-pass loop this replaced, maxima first,
+    # waited on the loads of one part after another: 7.5-8 of a single request's 16.4-16.9 us
+    # on the H200). An empty part was written as o = 0, lse = -inf; SKIP_EMPTY does not read its o,
+    # which saves bandwidth where ragged rows leave many empty parts but makes that load wait
+    # on lse's (RESULTS.md, fifteenth session).
+    m = tl.full((BLOCK_HC,), float("-inf"), dtype=tl.float32)
+    m2 = m  # the row's largest logit (HAS_MAX)
     total = tl.zeros((BLOCK_HC,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_HC, BLOCK_DC), dtype=tl.float32)
-    for p in range(p_first, p_end):
-        part = _part_row(p, p_first, first_slot, DEALT, BLOCK_H) + in_block
-        w = tl.exp2(tl.load(lsews_ptr + part, mask=hmask, other=float("-inf")) - gsafe)
-        o_row = tl.multiple_of(ows_ptr + part * 512 + d0, 16)
-        o = tl.load(o_row[:, None] + tl.arange(0, BLOCK_DC)[None, :],
-                    mask=hmask[:, None] & (w > 0.0)[:, None], other=0.0)
-        total += w
-        acc += w[:, None] * o
+    for p0 in range(p_first, p_end, PARTS):
+        for j in tl.static_range(PARTS):
+            p = p0 + j
+            pmask = hmask & ((heads * 0 + p) < p_end)  # a vector (interpreter)
+            part = _part_row(p, p_first, first_slot, DEALT, BLOCK_H) + in_block
+            lse_p = tl.load(lsews_ptr + part, mask=pmask, other=float("-inf"))
+            o_row = tl.multiple_of(ows_ptr + part * 512 + d0, 16)
+            if SKIP_EMPTY:  # an empty part (no valid key) adds nothing: its bytes are not read
+                pmask = pmask & (lse_p > float("-inf"))
+            o = tl.load(o_row[:, None] + tl.arange(0, BLOCK_DC)[None, :], mask=pmask[:, None],
+                        other=0.0)
+            if HAS_MAX:
+                m2 = tl.maximum(m2, tl.load(mws_ptr + part, mask=pmask, other=float("-inf")))
+            m_new = tl.maximum(m, lse_p)
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp2(m - m_safe)
+            w = tl.exp2(lse_p - m_safe)
+            acc = acc * alpha[:, None] + w[:, None] * o
+            total = total * alpha + w
+            m = m_new
+    gsafe = tl.where(m == float("-inf"), 0.0, m)
     lse2 = tl.where(total > 0.0, gsafe + tl.log2(tl.where(total > 0.0, total, 1.0)), float("-inf"))
     acc = acc / tl.where(total > 0.0, total, 1.0)[:, None]
     split = (heads * 0 + p_end) > p_first  # a vector: the interpreter cannot `and` a scalar in
@@ -805,6 +821,7 @@ def launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_ind
     xtopk = extra_indices.shape[-1] if has_extra else 0
     wide = b * s_q * head_blocks * tiles * (programs + 1) >= WIDE_PRODUCT
     has_max = max_logits is not None
+    ragged = topk_length is not None or (has_extra and extra_topk_length is not None)
     if direct:
         ows = lsews = mws = lse  # unused
     else:  # a dealt-out program leaves up to two parts (its first and last row segments)
@@ -846,7 +863,16 @@ def launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_ind
             out.stride(2), s_q, h_q, b * s_q, head_blocks, int(pl.head_major), tiles, pl.splits,
             programs, HAS_SINK=attn_sink is not None, HAS_MAX=has_max, DEALT=pl.dealt, WIDE=wide,
             BLOCK_H=cfg["BLOCK_H"], BLOCK_HC=bhc, BLOCK_DC=bdc, INTERPRET=_interpret(),
+            PARTS=COMBINE_CONFIG["DEALT_PARTS" if pl.dealt else "PARTS"],
+            SKIP_EMPTY=skip_empty_parts(pl, ragged, q.device),
             num_warps=COMBINE_CONFIG["num_warps"])
+
+
+def skip_empty_parts(pl, ragged, device):
+    """Whether the combine step skips reading empty parts: for calls with per-request lengths
+    (``ragged``: they leave empty parts) whose split rows fill the GPU, where the combine is
+    bound by bandwidth; a smaller combine is bound by latency and reads every part at once."""
+    return ragged and pl.programs >= configs.sm_count(device)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -925,8 +951,9 @@ def compile_reports(targets=("sm_120", "sm_121"), full=False):
         for block_h in sorted({c["BLOCK_H"] for opts in CONFIGS[key].values() for c in opts}):
             for dealt in (False, True):
                 for has_max in (False, True):  # decode / sparse prefill
-                    jobs.append(("combine", target, None, COMBINE_CONFIG,
-                                 (block_h, dealt, has_max)))
+                    for skip in (False, True):
+                        jobs.append(("combine", target, None, COMBINE_CONFIG,
+                                     (block_h, dealt, has_max, skip)))
     if len(jobs) > 2 and (os.cpu_count() or 1) > 1:
         import concurrent.futures
         import multiprocessing
@@ -967,15 +994,18 @@ def _compile_job(job):
            "TILES": "i32", "SPLITS": "i32", "PROGRAMS": "i32", "HAS_SINK": "constexpr",
            "HAS_MAX": "constexpr", "DEALT": "constexpr", "WIDE": "constexpr",
            "BLOCK_H": "constexpr",
-           "BLOCK_HC": "constexpr", "BLOCK_DC": "constexpr", "INTERPRET": "constexpr"}
-    block_h, dealt, has_max = variant
+           "BLOCK_HC": "constexpr", "BLOCK_DC": "constexpr", "PARTS": "constexpr",
+           "SKIP_EMPTY": "constexpr", "INTERPRET": "constexpr"}
+    block_h, dealt, has_max, skip = variant
     const = {"HAS_SINK": True, "HAS_MAX": has_max, "DEALT": dealt, "WIDE": False,
              "BLOCK_H": block_h, "BLOCK_HC": cfg["BLOCK_HC"], "BLOCK_DC": cfg["BLOCK_DC"],
+             "PARTS": cfg["DEALT_PARTS" if dealt else "PARTS"], "SKIP_EMPTY": skip,
              "INTERPRET": False}
     return compile_kernel(_sparse_mla_combine_kernel, sig, const, target=target,
                           num_warps=cfg["num_warps"], num_stages=1,
-                          config_name=f"H{block_h} HC{cfg['BLOCK_HC']} DC{cfg['BLOCK_DC']}"
-                                      f"{' dealt' if dealt else ''}{' max' if has_max else ''}")
+                          config_name=f"H{block_h} HC{cfg['BLOCK_HC']} DC{cfg['BLOCK_DC']} "
+                                      f"P{const['PARTS']}{' dealt' if dealt else ''}"
+                                      f"{' max' if has_max else ''}{' skip' if skip else ''}")
 
 
 if __name__ == "__main__":
