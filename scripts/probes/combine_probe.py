@@ -1,0 +1,151 @@
+"""Probe: the sparse MLA decode's combine step (H200, SM12X_FORCE=1). Variants, each the module's
+source with edits, loaded as a separate module: the module as it is, and programmatic dependent
+launch (PDL: the combine kernel waits on the split kernel through
+griddepcontrol (``gdc_wait``), the split kernel releases it at its start
+(``gdc_launch_dependents``), the combine is launched with ``launch_pdl=True``); with
+``scripts/probes/_before_sparse_mla_decode.py`` present (an older copy of the module:
+``git show 00ef7ae:sm12x/kernels/sparse_mla_decode.py > <that path>``), that too.
+Prints each kernel's mean time and the gap between them (profiler trace of CUDA-graph replays,
+L2 flushed) and the span, and each variant's result against the reference, eager and replayed
+from a CUDA graph.
+
+    python scripts/probes/combine_probe.py
+"""
+import importlib.util
+import itertools
+import json
+import os
+import statistics
+import sys
+import tempfile
+import warnings
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "scripts")]
+
+import torch
+import triton
+
+from gpu_timing import FLUSH_BYTES, graphed, kernel_span_us
+from sm12x.kernels import sparse_mla_decode as base
+from sm12x.kernels.reference.sparse_mla import make_case, ref_sparse_mla_decode
+from sm12x.kernels.tolerance import failures, flashmla_decode_close
+
+PDL = [
+    ("""    pid_h = tl.program_id(0)
+    d0 = tl.program_id(1) * BLOCK_DC""",
+     """    tl.extra.cuda.gdc_wait()
+    pid_h = tl.program_id(0)
+    d0 = tl.program_id(1) * BLOCK_DC"""),
+    ("""    if DEALT:
+        # Everything a segment needs""",
+     """    tl.extra.cuda.gdc_launch_dependents()
+    if DEALT:
+        # Everything a segment needs"""),
+    ("""            num_warps=COMBINE_CONFIG["num_warps"])""",
+     """            num_warps=COMBINE_CONFIG["num_warps"], launch_pdl=True)"""),
+]
+CASES = [("b2 h64 128+512p64", dict(b=2, h_q=64, extra_topk=512, extra_page=64)),
+         ("b2 h128 128+1024p64", dict(b=2, h_q=128, extra_topk=1024, extra_page=64)),
+         ("b2 h64 128+1024p2 len", dict(b=2, h_q=64, extra_topk=1024, extra_page=2,
+                                        extra_topk_length=True)),
+         ("b74 h64 128+512p64", dict(b=74, h_q=64, extra_topk=512, extra_page=64)),
+         ("b74 h64 128+1024p2 len", dict(b=74, h_q=64, extra_topk=1024, extra_page=2,
+                                         extra_topk_length=True)),
+         ("b148 h128 128+1024p64", dict(b=148, h_q=128, extra_topk=1024, extra_page=64)),
+         ("b1 s1 h16 128+1024p2", dict(b=1, s_q=1, h_q=16, extra_topk=1024, extra_page=2)),
+         ("b1 s1 h16 128+1024p2 len", dict(b=1, s_q=1, h_q=16, extra_topk=1024, extra_page=2,
+                                           extra_topk_length=True)),
+         ("b1 s2 h16 128+512p64", dict(b=1, h_q=16, extra_topk=512, extra_page=64))]
+
+
+VARIANTS = {"as is": [], "PDL": PDL}
+BEFORE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_before_sparse_mla_decode.py")
+
+
+def load_variant(name, tmp):
+    if name == "before":
+        src = open(BEFORE).read()
+    else:
+        src = open(base.__file__).read()
+        for old, new in VARIANTS[name]:
+            assert src.count(old) == 1, f"combine_probe: pattern not found once: {old[:40]!r}"
+            src = src.replace(old, new)
+    path = os.path.join(tmp, f"variant_{abs(hash(name))}.py")
+    with open(path, "w") as f:
+        f.write(src)
+    spec = importlib.util.spec_from_file_location(f"variant_{abs(hash(name))}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def kernel_times(fn, iters=30):
+    """Mean (split µs, gap µs, combine µs) over graph replays, L2 flushed before each."""
+    run = graphed(fn)
+    scratch = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    run()
+    torch.cuda.synchronize()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(iters):
+                torch.bitwise_not(scratch, out=scratch)
+                run()
+            torch.cuda.synchronize()
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    prof.export_chrome_trace(path)
+    events = json.load(open(path))["traceEvents"]
+    os.unlink(path)
+    ks = sorted((e["ts"], e["dur"], e["name"]) for e in events if e.get("cat") == "kernel")
+    split = [(t, d) for t, d, n in ks if "split" in n]
+    comb = [(t, d) for t, d, n in ks if "combine" in n]
+    if len(comb) != len(split):
+        return statistics.mean(d for _, d in split), float("nan"), float("nan")
+    gaps = [c[0] - (s[0] + s[1]) for s, c in zip(split, comb)]
+    return (statistics.mean(d for _, d in split), statistics.mean(gaps),
+            statistics.mean(d for _, d in comb))
+
+
+def main():
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+          f"triton {triton.__version__}")
+    cases = [(label, make_case(device="cuda", sink=True, **{"s_q": 2, **kw}))
+             for label, kw in CASES]
+    with tempfile.TemporaryDirectory() as tmp:
+        names = (["before"] if os.path.exists(BEFORE) else []) + list(VARIANTS)
+        mods = {name: load_variant(name, tmp) for name in names}
+        print("\n| case | plan | " + " | ".join(f"{n}: split / gap / combine µs | {n}: span µs"
+                                             for n in mods) + " |")
+        print("|---|---|" + "---:|---:|" * len(mods))
+        for label, case in cases:
+            pl = base.plan(*case["q"].shape[:3], case["indices"].shape[-1],
+                           case["extra_indices"].shape[-1], case["q"].device,
+                           ragged=case.get("extra_topk_length") is not None)
+            row = []
+            for name, mod in mods.items():
+                call = lambda: mod.sparse_mla_decode(**case)  # noqa: E731
+                s, g, c = kernel_times(call)
+                span = min(kernel_span_us(call) for _ in range(2))
+                row += [f"{s:.1f} / {g:.1f} / {c:.1f}", f"{span:.1f}"]
+            direct = " direct" if pl.direct else ""
+            print(f"| {label} | H{pl.cfg['BLOCK_H']} {pl.programs}p{direct} | "
+                  + " | ".join(row) + " |", flush=True)
+        for (label, case), (name, mod) in itertools.product(cases, mods.items()):
+            ref = ref_sparse_mla_decode(**case)
+            eager = mod.sparse_mla_decode(**case)
+            out = torch.empty_like(eager[0])
+            lse = torch.empty_like(case["q"][..., 0], dtype=torch.float32)
+            run = graphed(lambda: mod.sparse_mla_decode(**case, out=out, lse=lse))
+            out.fill_(float("nan")); lse.fill_(float("nan"))
+            run()
+            torch.cuda.synchronize()
+            bad = failures(flashmla_decode_close(eager, ref))
+            same = torch.equal(out, eager[0]) and torch.equal(lse.transpose(1, 2), eager[1])
+            print(f"{name} {label}: eager {bad or 'matches the reference'}; graph replay "
+                  f"{'equals eager' if same else 'DIFFERS from eager'}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
