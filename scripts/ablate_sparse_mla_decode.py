@@ -4,7 +4,6 @@ replaced, loaded as a separate module. Results are wrong by design; only the tim
 
     python scripts/ablate_sparse_mla_decode.py
 """
-import importlib.util
 import os
 import sys
 import tempfile
@@ -15,6 +14,7 @@ import torch
 import triton
 
 from gpu_timing import time_us
+from source_variant import edited_module
 from sm12x.kernels import sparse_mla_decode as base
 from sm12x.kernels.reference.sparse_mla import make_case
 
@@ -44,18 +44,7 @@ CASES = [("b64 h64 128+512p64", dict(b=64, s_q=2, h_q=64, topk=128, page=256, ex
 
 
 def load_variant(name, edits, tmp):
-    src = open(base.__file__).read()
-    for old, new in edits:
-        if old not in src:
-            raise SystemExit(f"ablation {name!r}: source pattern not found (the kernel changed)")
-        src = src.replace(old, new)
-    path = os.path.join(tmp, f"ablate_{abs(hash(name))}.py")
-    with open(path, "w") as f:
-        f.write(src)
-    spec = importlib.util.spec_from_file_location(f"ablate_{abs(hash(name))}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return edited_module(open(base.__file__).read(), edits, f"ablate_{abs(hash(name))}", tmp)
 
 
 def main():

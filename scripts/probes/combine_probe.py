@@ -11,7 +11,6 @@ from a CUDA graph.
 
     python scripts/probes/combine_probe.py
 """
-import importlib.util
 import itertools
 import json
 import os
@@ -27,6 +26,7 @@ import torch
 import triton
 
 from gpu_timing import FLUSH_BYTES, graphed, kernel_span_us
+from source_variant import edited_module
 from sm12x.kernels import sparse_mla_decode as base
 from sm12x.kernels.reference.sparse_mla import make_case, ref_sparse_mla_decode
 from sm12x.kernels.tolerance import failures, flashmla_decode_close
@@ -65,19 +65,9 @@ BEFORE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_before_spars
 
 def load_variant(name, tmp):
     if name == "before":
-        src = open(BEFORE).read()
-    else:
-        src = open(base.__file__).read()
-        for old, new in VARIANTS[name]:
-            assert src.count(old) == 1, f"combine_probe: pattern not found once: {old[:40]!r}"
-            src = src.replace(old, new)
-    path = os.path.join(tmp, f"variant_{abs(hash(name))}.py")
-    with open(path, "w") as f:
-        f.write(src)
-    spec = importlib.util.spec_from_file_location(f"variant_{abs(hash(name))}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+        return edited_module(open(BEFORE).read(), [], "variant_before", tmp)
+    return edited_module(open(base.__file__).read(), VARIANTS[name],
+                         f"variant_{abs(hash(name))}", tmp)
 
 
 def kernel_times(fn, iters=30):

@@ -6,7 +6,6 @@ against the reference at FlashMLA's tolerances.
 
     python scripts/probes/dequant_probe.py [--compile sm_120]   # --compile: resource use only
 """
-import importlib.util
 import os
 import sys
 import tempfile
@@ -19,6 +18,7 @@ import triton
 import triton.language as tl
 
 from sm12x.kernels import sparse_mla_decode as base
+from source_variant import edited_module
 
 BASE = """        e = (scale.to(tl.int32) << 23).to(tl.float32, bitcast=True)   # UE8M0 -> 2^(e - 127)
         nope = raw.to(tl.float8e4nv, bitcast=True).to(tl.float32) * e[:, :, None]
@@ -80,17 +80,9 @@ CASES = [("b2 h64 128+512p64", dict(b=2, h_q=64, extra_topk=512, extra_page=64))
 
 
 def load_variant(name, tmp):
-    src = open(base.__file__).read()
-    assert BASE in src, "dequant_probe: the kernel's dequantisation changed"
-    src = src.replace(BASE, VARIANTS[name])
-    src = src.replace("@triton.jit\ndef _dequant_tile", HELPER + "@triton.jit\ndef _dequant_tile")
-    path = os.path.join(tmp, f"dq_{abs(hash(name))}.py")
-    with open(path, "w") as f:
-        f.write(src)
-    spec = importlib.util.spec_from_file_location(f"dq_{abs(hash(name))}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    edits = [(BASE, VARIANTS[name]),
+             ("@triton.jit\ndef _dequant_tile", HELPER + "@triton.jit\ndef _dequant_tile")]
+    return edited_module(open(base.__file__).read(), edits, f"dq_{abs(hash(name))}", tmp)
 
 
 helper_fn = None  # the variant's conversion, set by exhaustive_check before the first launch
