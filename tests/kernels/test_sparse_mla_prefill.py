@@ -37,15 +37,20 @@ def test_split_rows_merge(d_qk, num_splits):
     check(case, num_splits=num_splits)
 
 
+@pytest.mark.parametrize("skip_empty", [False, True])
 @pytest.mark.parametrize("programs, head_major", [(5, False), (7, True), (4, True)])
-def test_rows_dealt_out(monkeypatch, programs, head_major):
-    """Program counts that cut rows anywhere (3 queries x 2 head blocks, 4 tiles each)."""
+def test_rows_dealt_out(monkeypatch, programs, head_major, skip_empty):
+    """Program counts that cut rows anywhere (3 queries x 2 head blocks, 4 tiles each); the
+    combine step reading every part or skipping empty ones (query 1 has none within its
+    length)."""
     from sm12x.kernels import sparse_mla_decode as sd
 
     monkeypatch.setattr(sd, "_best_program_count", lambda *a: (programs, head_major))
     monkeypatch.setattr(sd, "_PLANS", {})
+    monkeypatch.setattr(sd, "skip_empty_parts", lambda *a: skip_empty)
     monkeypatch.setenv("SM12X_SPARSE_MLA_CONFIG", "BLOCK_H=16,BLOCK_N=16,num_warps=4")
     case = make_prefill_case(512, 3, 24, 64, 200, topk_length=True, seed=9)
+    case["topk_length"][1] = 0
     check(case)
     p = sd.plan(3, 1, 24, 64, 0, torch.device("cpu"), fmt="bf16_512", ragged=True)
     assert p.programs == programs and p.dealt and not p.direct
