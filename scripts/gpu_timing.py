@@ -44,12 +44,10 @@ def graphed(fn, calls=1):
     return graph.replay
 
 
-def kernel_span_us(fn, iters=30, flush=True):
-    """Mean µs per call from the start of a call's first GPU kernel to the end of its last, read
-    from a profiler trace (``fn`` is replayed from a CUDA graph, so host launch time does not
-    open gaps between its kernels). With ``flush`` a 512 MB pass evicts L2 before every call.
-    This is how FlashMLA's and DeepGEMM's own test harnesses time kernels (kernel time, L2
-    flushed), so it is the figure to hold against theirs; ``time_us`` also counts the launch gaps."""
+def traced_calls(fn, iters=30, flush=True):
+    """GPU work of ``iters`` calls of ``fn`` replayed from a CUDA graph under the profiler: one
+    list per call of (start µs, end µs, name) of its kernels, memsets and copies. With ``flush``
+    a 512 MB pass evicts L2 before every call."""
     run = graphed(fn)
     scratch = torch.empty(FLUSH_BYTES if flush else 16, dtype=torch.uint8, device="cuda")
 
@@ -74,16 +72,32 @@ def kernel_span_us(fn, iters=30, flush=True):
             events = json.load(f)["traceEvents"]
     finally:
         os.unlink(path)
+    return calls_in_trace(events, iters)
+
+
+def calls_in_trace(events, iters):
+    """Chrome-trace ``events`` of ``traced_calls`` -> one list per call of (start, end, name) of
+    its GPU work (the work between two separator kernels)."""
     work = sorted((e["ts"], e["ts"] + e["dur"], e["name"]) for e in events if e.get("cat") in TRACED)
-    spans, first, last = [], None, None
-    for start, end, name in work:
-        if "bitwise_not" in name:
-            if first is not None:
-                spans.append(last - first)
-            first = last = None
-        else:
-            first = start if first is None else first
-            last = end if last is None else max(last, end)
-    if len(spans) != iters:
-        raise RuntimeError(f"kernel_span_us: found {len(spans)} calls in the profiler trace, expected {iters}")
-    return statistics.mean(spans)
+    calls, current = [], None
+    for item in work:
+        if "bitwise_not" in item[2]:
+            if current:
+                calls.append(current)
+            current = []
+        elif current is not None:
+            current.append(item)
+    if len(calls) != iters:
+        raise RuntimeError(f"traced_calls: found {len(calls)} calls in the profiler trace, "
+                           f"expected {iters}")
+    return calls
+
+
+def kernel_span_us(fn, iters=30, flush=True):
+    """Mean µs per call from the start of a call's first GPU kernel to the end of its last, read
+    from a profiler trace (``traced_calls``: CUDA-graph replays, so host launch time does not
+    open gaps between its kernels; with ``flush`` L2 is evicted before every call).
+    This is how FlashMLA's and DeepGEMM's own test harnesses time kernels (kernel time, L2
+    flushed), so it is the figure to hold against theirs; ``time_us`` also counts the launch gaps."""
+    calls = traced_calls(fn, iters, flush)
+    return statistics.mean(max(end for _, end, _ in call) - call[0][0] for call in calls)

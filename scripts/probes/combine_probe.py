@@ -12,12 +12,10 @@ from a CUDA graph.
     python scripts/probes/combine_probe.py
 """
 import itertools
-import json
 import os
 import statistics
 import sys
 import tempfile
-import warnings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "scripts")]
@@ -25,7 +23,7 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "scripts")]
 import torch
 import triton
 
-from gpu_timing import FLUSH_BYTES, graphed, kernel_span_us
+from gpu_timing import graphed, kernel_span_us, traced_calls
 from source_variant import edited_module
 from sm12x.kernels import sparse_mla_decode as base
 from sm12x.kernels.reference.sparse_mla import make_case, ref_sparse_mla_decode
@@ -72,30 +70,17 @@ def load_variant(name, tmp):
 
 def kernel_times(fn, iters=30):
     """Mean (split µs, gap µs, combine µs) over graph replays, L2 flushed before each."""
-    run = graphed(fn)
-    scratch = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-    run()
-    torch.cuda.synchronize()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            for _ in range(iters):
-                torch.bitwise_not(scratch, out=scratch)
-                run()
-            torch.cuda.synchronize()
-    fd, path = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    prof.export_chrome_trace(path)
-    events = json.load(open(path))["traceEvents"]
-    os.unlink(path)
-    ks = sorted((e["ts"], e["dur"], e["name"]) for e in events if e.get("cat") == "kernel")
-    split = [(t, d) for t, d, n in ks if "split" in n]
-    comb = [(t, d) for t, d, n in ks if "combine" in n]
-    if len(comb) != len(split):
-        return statistics.mean(d for _, d in split), float("nan"), float("nan")
-    gaps = [c[0] - (s[0] + s[1]) for s, c in zip(split, comb)]
-    return (statistics.mean(d for _, d in split), statistics.mean(gaps),
-            statistics.mean(d for _, d in comb))
+    split, gap, comb = [], [], []
+    for call in traced_calls(fn, iters):
+        s = next((start, end) for start, end, name in call if "split" in name)
+        c = next(((start, end) for start, end, name in call if "combine" in name), None)
+        split.append(s[1] - s[0])
+        if c is not None:
+            gap.append(c[0] - s[1])
+            comb.append(c[1] - c[0])
+    if not comb:
+        return statistics.mean(split), float("nan"), float("nan")
+    return statistics.mean(split), statistics.mean(gap), statistics.mean(comb)
 
 
 def main():

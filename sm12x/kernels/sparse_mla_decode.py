@@ -673,6 +673,10 @@ class Plan(NamedTuple):
     dealt: bool
     head_major: bool
     direct: bool        # no row is split between programs: no combine step
+    # The combine step does not read empty parts: set for calls with per-request lengths (they
+    # leave empty parts) whose programs fill the GPU, where the combine is bound by bandwidth; a
+    # smaller combine is bound by latency and reads every part at once (RESULTS.md, 15th session).
+    skip_empty: bool = False
 
 
 def plan(b, s_q, h_q, topk, extra_topk, device, num_splits=None, cfg=None, fmt="model1",
@@ -698,6 +702,11 @@ _PLANS: dict = {}
 
 
 def _plan(b, s_q, h_q, topk, extra_topk, device, num_splits, cfg, ragged, dealt_only=False):
+    pl = _layout(b, s_q, h_q, topk, extra_topk, device, num_splits, cfg, ragged, dealt_only)
+    return pl._replace(skip_empty=ragged and pl.programs >= configs.sm_count(device))
+
+
+def _layout(b, s_q, h_q, topk, extra_topk, device, num_splits, cfg, ragged, dealt_only):
     bn, bh = cfg["BLOCK_N"], cfg["BLOCK_H"]
     tiles = triton.cdiv(topk, bn) + triton.cdiv(extra_topk, bn)
     head_blocks = triton.cdiv(h_q, bh)
@@ -821,7 +830,6 @@ def launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_ind
     xtopk = extra_indices.shape[-1] if has_extra else 0
     wide = b * s_q * head_blocks * tiles * (programs + 1) >= WIDE_PRODUCT
     has_max = max_logits is not None
-    ragged = topk_length is not None or (has_extra and extra_topk_length is not None)
     if direct:
         ows = lsews = mws = lse  # unused
     else:  # a dealt-out program leaves up to two parts (its first and last row segments)
@@ -863,16 +871,8 @@ def launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_ind
             out.stride(2), s_q, h_q, b * s_q, head_blocks, int(pl.head_major), tiles, pl.splits,
             programs, HAS_SINK=attn_sink is not None, HAS_MAX=has_max, DEALT=pl.dealt, WIDE=wide,
             BLOCK_H=cfg["BLOCK_H"], BLOCK_HC=bhc, BLOCK_DC=bdc, INTERPRET=_interpret(),
-            PARTS=COMBINE_CONFIG["DEALT_PARTS" if pl.dealt else "PARTS"],
-            SKIP_EMPTY=skip_empty_parts(pl, ragged, q.device),
+            PARTS=COMBINE_CONFIG["DEALT_PARTS" if pl.dealt else "PARTS"], SKIP_EMPTY=pl.skip_empty,
             num_warps=COMBINE_CONFIG["num_warps"])
-
-
-def skip_empty_parts(pl, ragged, device):
-    """Whether the combine step skips reading empty parts: for calls with per-request lengths
-    (``ragged``: they leave empty parts) whose split rows fill the GPU, where the combine is
-    bound by bandwidth; a smaller combine is bound by latency and reads every part at once."""
-    return ragged and pl.programs >= configs.sm_count(device)
 
 
 # ----------------------------------------------------------------------------------------------

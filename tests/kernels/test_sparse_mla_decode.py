@@ -189,27 +189,29 @@ def test_prefetch_depths(monkeypatch, fmt, prefetch):
              extra=(48, 2, 40, [48, 0, 17]), sink=0.2)
 
 
-@pytest.mark.parametrize("skip", [False, True])
-def test_combine_reads_or_skips_empty_parts(monkeypatch, skip):
+@pytest.mark.parametrize("sms", [1, 10**6])
+def test_combine_reads_or_skips_empty_parts(monkeypatch, sms):
     """Rows split five ways whose lengths leave later parts empty (and 5 parts: not a multiple
-    of the combine's parts per step), with the combine reading every part or skipping empty
-    ones."""
-    from sm12x.kernels import sparse_mla_decode as m
+    of the combine's parts per step), the combine skipping empty parts (1 SM: the programs fill
+    it) or reading every part."""
+    from sm12x.kernels.sparse_mla_decode import plan
 
-    monkeypatch.setattr(m, "skip_empty_parts", lambda *args: skip)
+    monkeypatch.setenv("SM12X_NUM_SMS", str(sms))
+    pl = plan(3, 1, 16, 80, 48, torch.device("cpu"), num_splits=5, ragged=True)
+    assert pl.skip_empty == (sms == 1)
     run_case("model1", b=3, s_q=1, h_q=16, topk=80, topk_len=[80, 33, 1], num_splits=5,
              extra=(48, 2, 40, [48, 0, 17]), sink=0.2)
 
 
 def test_combine_skips_empty_parts_only_when_ragged_and_filling_the_gpu():
-    from sm12x.kernels.sparse_mla_decode import plan, skip_empty_parts
+    from sm12x.kernels.sparse_mla_decode import plan
 
     cpu = torch.device("cpu")  # 188 SMs
     big = plan(74, 2, 64, 128, 1024, cpu, ragged=True)
     small = plan(2, 2, 64, 128, 1024, cpu, ragged=True)
     assert big.programs >= 188 > small.programs
-    assert skip_empty_parts(big, True, cpu) and not skip_empty_parts(big, False, cpu)
-    assert not skip_empty_parts(small, True, cpu)
+    assert big.skip_empty and not small.skip_empty
+    assert not plan(74, 2, 64, 128, 1024, cpu).skip_empty
 
 
 def test_program_count_model():

@@ -47,13 +47,13 @@ def test_rows_dealt_out(monkeypatch, programs, head_major, skip_empty):
 
     monkeypatch.setattr(sd, "_best_program_count", lambda *a: (programs, head_major))
     monkeypatch.setattr(sd, "_PLANS", {})
-    monkeypatch.setattr(sd, "skip_empty_parts", lambda *a: skip_empty)
+    monkeypatch.setenv("SM12X_NUM_SMS", "1" if skip_empty else str(10**6))  # programs fill it?
     monkeypatch.setenv("SM12X_SPARSE_MLA_CONFIG", "BLOCK_H=16,BLOCK_N=16,num_warps=4")
     case = make_prefill_case(512, 3, 24, 64, 200, topk_length=True, seed=9)
     case["topk_length"][1] = 0
     check(case)
     p = sd.plan(3, 1, 24, 64, 0, torch.device("cpu"), fmt="bf16_512", ragged=True)
-    assert p.programs == programs and p.dealt and not p.direct
+    assert p.programs == programs and p.dealt and not p.direct and p.skip_empty == skip_empty
 
 
 def test_reference_chunks_agree():
