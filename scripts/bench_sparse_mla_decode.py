@@ -164,7 +164,7 @@ def main():
                                                  ref_sparse_mla_decode(**case)))
             ok = f"NO ({bad})" if bad else "yes"
             failed |= bool(bad)
-        cfg_s = f"H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']}"
+        cfg_s = f"H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']}{' pdl' if p.pdl else ''}"
         rows = b * s_q * p.head_blocks
         print(f"| {name} | {b} | {s_q} | {h_q} | {cfg_s} | {p.programs}/{rows} | {us:.1f} | {span:.1f} | "
               f"{mem / span / 1e3:.0f} | {flops / span / 1e6:.1f} | {ref_us:.0f} | "

@@ -8,13 +8,17 @@ dequantises FP8 -> bf16 in registers (exact: the scales are powers of two), runs
 bf16 x bf16 -> fp32 dots with an online base-2 softmax. The next tile's indices (PREFETCH 1) or
 rows (PREFETCH 2) are loaded while the current tile computes. A whole row is written out (sink
 applied, bf16 ``out``, natural-log ``lse``); the parts of a row split between programs go to a
-workspace that a combine kernel merges.
+workspace that a combine kernel merges. Where the split kernel runs in one wave, the combine is
+launched as its programmatic dependent (PDL, ``Plan.pdl``): it starts while the split kernel runs
+and waits for its results in ``griddepcontrol.wait``.
 
 The plan and the workspace depend on shapes only (CUDA-graph capturable).
 Formats: see ``mla_kv_cache``. The public entry point is :func:`sparse_mla_decode`.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 from typing import NamedTuple
 
@@ -394,7 +398,7 @@ def _sparse_mla_split_kernel(
         HAS_LEN: tl.constexpr, HAS_EXTRA: tl.constexpr, HAS_XLEN: tl.constexpr,
         HAS_SINK: tl.constexpr, HAS_MAX: tl.constexpr, DIRECT: tl.constexpr,
         DEALT: tl.constexpr, WIDE: tl.constexpr, BLOCK_H: tl.constexpr,
-        BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr, INTERPRET: tl.constexpr):
+        BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr, PDL: tl.constexpr, INTERPRET: tl.constexpr):
     """A row is (query token, head block); a unit, one tile of a row (TILES per row).
     DEALT (grid (PROGRAMS,)): program p takes units [_first_unit(p), _first_unit(p + 1)) of the
     rows in ``_row_coords`` order, row segment by row segment; a part of a row goes to workspace
@@ -403,7 +407,10 @@ def _sparse_mla_split_kernel(
     (slot: its program number). DIRECT: no row is split. WIDE: see ``_wide``.
     IS_MODEL1: d_qk 512 (RoPE inside the 512 dims), else 576 (a separate RoPE dot). KV_BF16:
     the sparse prefill's bf16 rows instead of an FP8 cache. HAS_MAX: also write the largest
-    logit of each row to ``max_ptr`` (a split row's parts leave theirs in ``mws_ptr``)."""
+    logit of each row to ``max_ptr`` (a split row's parts leave theirs in ``mws_ptr``).
+    PDL: let the combine kernel (launched as a programmatic dependent) start now."""
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
     if DEALT:
         # Everything a segment needs is derived from u inside the loop: with the row's
         # coordinates computed once outside, the BLOCK_H 64 variants spilled 300-550 B (sm_90).
@@ -453,10 +460,11 @@ def _sparse_mla_combine_kernel(ows_ptr, lsews_ptr, mws_ptr, out_ptr, lse_ptr, si
                                DEALT: tl.constexpr, WIDE: tl.constexpr, BLOCK_H: tl.constexpr,
                                BLOCK_HC: tl.constexpr, BLOCK_DC: tl.constexpr,
                                PARTS: tl.constexpr, SKIP_EMPTY: tl.constexpr,
-                               INTERPRET: tl.constexpr):
+                               PDL: tl.constexpr, INTERPRET: tl.constexpr):
     """Merge the parts of a split row for BLOCK_HC heads x BLOCK_DC output dims of one query
     token (BLOCK_HC divides BLOCK_H), PARTS parts per step. Rows that no program split were
-    written by the split kernel and are left alone."""
+    written by the split kernel and are left alone. PDL: launched as the split kernel's
+    programmatic dependent; waits for it to finish before reading the workspace."""
     pid_h = tl.program_id(0)
     d0 = tl.program_id(1) * BLOCK_DC
     query = tl.program_id(2)
@@ -490,6 +498,8 @@ def _sparse_mla_combine_kernel(ows_ptr, lsews_ptr, mws_ptr, out_ptr, lse_ptr, si
     m2 = m  # the row's largest logit (HAS_MAX)
     total = tl.zeros((BLOCK_HC,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_HC, BLOCK_DC), dtype=tl.float32)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
     for p0 in range(p_first, p_end, PARTS):
         for j in tl.static_range(PARTS):
             p = p0 + j
@@ -677,6 +687,10 @@ class Plan(NamedTuple):
     # leave empty parts) whose programs fill the GPU, where the combine is bound by bandwidth; a
     # smaller combine is bound by latency and reads every part at once (RESULTS.md, 15th session).
     skip_empty: bool = False
+    # The combine is launched as the split kernel's programmatic dependent (PDL) where its
+    # programs fit beside the split kernel's (``_combine_fits_beside``) and the GPU and Triton
+    # support it; SM12X_PDL=0 turns it off.
+    pdl: bool = False
 
 
 def plan(b, s_q, h_q, topk, extra_topk, device, num_splits=None, cfg=None, fmt="model1",
@@ -703,7 +717,42 @@ _PLANS: dict = {}
 
 def _plan(b, s_q, h_q, topk, extra_topk, device, num_splits, cfg, ragged, dealt_only=False):
     pl = _layout(b, s_q, h_q, topk, extra_topk, device, num_splits, cfg, ragged, dealt_only)
-    return pl._replace(skip_empty=ragged and pl.programs >= configs.sm_count(device))
+    sms = configs.sm_count(device)
+    return pl._replace(skip_empty=ragged and pl.programs >= sms,
+                       pdl=_combine_fits_beside(pl, b * s_q, h_q, sms) and pdl_supported(device))
+
+
+def _combine_fits_beside(pl, queries, h_q, sms):
+    """The combine's programs, launched early (PDL), wait on the SMs the split kernel leaves idle
+    and later run there: worth it only where the split kernel is one wave and they fit there,
+    8 to an SM. On the H200 (RESULTS.md, sixteenth session) PDL saved 0.3-0.9 us per call where
+    they fit and cost 1.2-1.4 us where 512 of them crowded onto 36-52 idle SMs."""
+    combine_programs = triton.cdiv(h_q, COMBINE_CONFIG["BLOCK_HC"]) * (
+        D_V // COMBINE_CONFIG["BLOCK_DC"]) * queries
+    return not pl.direct and combine_programs <= 8 * (sms - pl.programs)
+
+
+def pdl_supported(device):
+    """Programmatic dependent launch is possible: a CUDA GPU of compute capability >= 9.0, a
+    Triton with ``launch_pdl`` and ``gdc_wait``, and SM12X_PDL is not 0."""
+    if getattr(device, "type", "cpu") != "cuda" or torch.version.hip is not None:
+        return False
+    if os.environ.get("SM12X_PDL", "1").strip() == "0":
+        return False
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _pdl_supported(index)
+
+
+@functools.lru_cache(maxsize=None)
+def _pdl_supported(index):
+    try:
+        from triton.backends.nvidia.compiler import CUDAOptions
+
+        has_option = "launch_pdl" in {f.name for f in dataclasses.fields(CUDAOptions)}
+    except Exception:  # another Triton layout: no PDL
+        return False
+    gdc = all(hasattr(tl.extra.cuda, n) for n in ("gdc_wait", "gdc_launch_dependents"))
+    return has_option and gdc and torch.cuda.get_device_capability(index)[0] >= 9
 
 
 def _layout(b, s_q, h_q, topk, extra_topk, device, num_splits, cfg, ragged, dealt_only):
@@ -862,7 +911,7 @@ def launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_ind
         HAS_XLEN=has_extra and extra_topk_length is not None, HAS_SINK=attn_sink is not None,
         HAS_MAX=has_max, DIRECT=direct, DEALT=pl.dealt, WIDE=wide,
         BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"], PREFETCH=cfg.get("PREFETCH", 1),
-        INTERPRET=_interpret(),
+        PDL=pl.pdl, INTERPRET=_interpret(),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if not direct:
         bhc, bdc = COMBINE_CONFIG["BLOCK_HC"], COMBINE_CONFIG["BLOCK_DC"]
@@ -872,7 +921,8 @@ def launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_ind
             programs, HAS_SINK=attn_sink is not None, HAS_MAX=has_max, DEALT=pl.dealt, WIDE=wide,
             BLOCK_H=cfg["BLOCK_H"], BLOCK_HC=bhc, BLOCK_DC=bdc, INTERPRET=_interpret(),
             PARTS=COMBINE_CONFIG["DEALT_PARTS" if pl.dealt else "PARTS"], SKIP_EMPTY=pl.skip_empty,
-            num_warps=COMBINE_CONFIG["num_warps"])
+            PDL=pl.pdl, num_warps=COMBINE_CONFIG["num_warps"],
+            **({"launch_pdl": True} if pl.pdl else {}))  # older Tritons lack the option
 
 
 # ----------------------------------------------------------------------------------------------
@@ -884,7 +934,7 @@ _INPUT_VARIANTS = ((True, True, True), (False, False, False), (False, True, Fals
 
 
 def _split_signature(cfg, is_model1, page, xpage, direct, dealt=False,
-                     inputs=_INPUT_VARIANTS[0], prefill=False):
+                     inputs=_INPUT_VARIANTS[0], prefill=False, pdl=False):
     sig = {n: "*u8" for n in ("cache_ptr", "xcache_ptr")}
     sig.update({n: "*i32" for n in ("idx_ptr", "len_ptr", "xidx_ptr", "xlen_ptr")})
     sig.update({"q_ptr": "*bf16", "ows_ptr": "*fp32", "lsews_ptr": "*fp32", "mws_ptr": "*fp32",
@@ -901,7 +951,7 @@ def _split_signature(cfg, is_model1, page, xpage, direct, dealt=False,
                  HAS_EXTRA=has_extra, HAS_XLEN=has_xlen, HAS_SINK=True, HAS_MAX=prefill,
                  DIRECT=direct,
                  DEALT=dealt, WIDE=False, BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"],
-                 PREFETCH=cfg.get("PREFETCH", 1), INTERPRET=False)
+                 PREFETCH=cfg.get("PREFETCH", 1), PDL=pdl, INTERPRET=False)
     for k in const:
         sig[k] = "constexpr"
     names = _sparse_mla_split_kernel.arg_names
@@ -912,6 +962,8 @@ def compile_reports(targets=("sm_120", "sm_121"), full=False):
     """Compile every configuration of both kernels for ``targets`` -> list of CompileReport, with
     the V4 CSA page sizes and every optional input, and the sparse prefill's variants; ``full``:
     also the HCA page sizes and the calls without per-request lengths or without the extra list.
+    Kernels that leave parts to the combine are built with the PDL trigger (how single-wave
+    plans run them), and also without it when ``full``; the combine both ways.
     Under the Triton interpreter the kernels cannot be compiled in-process, so this re-runs
     itself in a subprocess without TRITON_INTERPRET."""
     from sm12x.kernels.compile_check import CompileReport
@@ -941,19 +993,23 @@ def compile_reports(targets=("sm_120", "sm_121"), full=False):
                     # per-query lengths
                     for has_len in (True, False):
                         for direct in (False, True):  # always dealt out (``plan``)
-                            jobs.append(("prefill", target, fmt, cfg, (has_len, direct, True)))
+                            for pdl in _pdl_variants(direct, full):
+                                jobs.append(("prefill", target, fmt, cfg,
+                                             (has_len, direct, True, pdl)))
                     continue
                 for pages in (_PAGE_VARIANTS if full else _PAGE_VARIANTS[:1]):
                     for inputs in (_INPUT_VARIANTS if full else _INPUT_VARIANTS[:1]):
                         for direct, dealt in ((False, False), (False, True), (True, True)):
-                            jobs.append(("split", target, fmt, cfg,
-                                         (direct, dealt, pages, inputs)))
+                            for pdl in _pdl_variants(direct, full):
+                                jobs.append(("split", target, fmt, cfg,
+                                             (direct, dealt, pages, inputs, pdl)))
         for block_h in sorted({c["BLOCK_H"] for opts in CONFIGS[key].values() for c in opts}):
             for dealt in (False, True):
                 for has_max in (False, True):  # decode / sparse prefill
                     for skip in (False, True):
-                        jobs.append(("combine", target, None, COMBINE_CONFIG,
-                                     (block_h, dealt, has_max, skip)))
+                        for pdl in (False, True):
+                            jobs.append(("combine", target, None, COMBINE_CONFIG,
+                                         (block_h, dealt, has_max, skip, pdl)))
     if len(jobs) > 2 and (os.cpu_count() or 1) > 1:
         import concurrent.futures
         import multiprocessing
@@ -964,26 +1020,33 @@ def compile_reports(targets=("sm_120", "sm_121"), full=False):
     return [_compile_job(job) for job in jobs]
 
 
+def _pdl_variants(direct, full):
+    """PDL values to compile a split-kernel variant with (a direct call has no combine)."""
+    return (False,) if direct else ((False, True) if full else (True,))
+
+
 def _compile_job(job):
     from sm12x.kernels.compile_check import compile_kernel
 
     kind, target, fmt, cfg, variant = job
     if kind == "prefill":
-        has_len, direct, dealt = variant
+        has_len, direct, dealt, pdl = variant
         sig, const = _split_signature(cfg, fmt == "bf16_512", 1, 1, direct, dealt,
-                                      (has_len, False, False), prefill=True)
+                                      (has_len, False, False), prefill=True, pdl=pdl)
         name = (f"prefill {fmt} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']}"
                 f"{' L' if has_len else ''}{' direct' if direct else ''}"
-                f"{' dealt' if dealt else ''}")
+                f"{' dealt' if dealt else ''}{' pdl' if pdl else ''}")
         return compile_kernel(_sparse_mla_split_kernel, sig, const, target=target,
                               num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
                               config_name=name)
     if kind == "split":
-        direct, dealt, (page, xpage), inputs = variant
-        sig, const = _split_signature(cfg, fmt == "model1", page, xpage, direct, dealt, inputs)
+        direct, dealt, (page, xpage), inputs, pdl = variant
+        sig, const = _split_signature(cfg, fmt == "model1", page, xpage, direct, dealt, inputs,
+                                      pdl=pdl)
         flags = "".join(f for f, on in zip(("L", "X", "XL"), inputs) if on)
         name = (f"{fmt} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']} p{page}/{xpage}"
-                f" {flags or '-'}{' direct' if direct else ''}{' dealt' if dealt else ''}")
+                f" {flags or '-'}{' direct' if direct else ''}{' dealt' if dealt else ''}"
+                f"{' pdl' if pdl else ''}")
         return compile_kernel(_sparse_mla_split_kernel, sig, const, target=target,
                               num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
                               config_name=name)
@@ -995,17 +1058,18 @@ def _compile_job(job):
            "HAS_MAX": "constexpr", "DEALT": "constexpr", "WIDE": "constexpr",
            "BLOCK_H": "constexpr",
            "BLOCK_HC": "constexpr", "BLOCK_DC": "constexpr", "PARTS": "constexpr",
-           "SKIP_EMPTY": "constexpr", "INTERPRET": "constexpr"}
-    block_h, dealt, has_max, skip = variant
+           "SKIP_EMPTY": "constexpr", "PDL": "constexpr", "INTERPRET": "constexpr"}
+    block_h, dealt, has_max, skip, pdl = variant
     const = {"HAS_SINK": True, "HAS_MAX": has_max, "DEALT": dealt, "WIDE": False,
              "BLOCK_H": block_h, "BLOCK_HC": cfg["BLOCK_HC"], "BLOCK_DC": cfg["BLOCK_DC"],
-             "PARTS": cfg["DEALT_PARTS" if dealt else "PARTS"], "SKIP_EMPTY": skip,
+             "PARTS": cfg["DEALT_PARTS" if dealt else "PARTS"], "SKIP_EMPTY": skip, "PDL": pdl,
              "INTERPRET": False}
     return compile_kernel(_sparse_mla_combine_kernel, sig, const, target=target,
                           num_warps=cfg["num_warps"], num_stages=1,
                           config_name=f"H{block_h} HC{cfg['BLOCK_HC']} DC{cfg['BLOCK_DC']} "
                                       f"P{const['PARTS']}{' dealt' if dealt else ''}"
-                                      f"{' max' if has_max else ''}{' skip' if skip else ''}")
+                                      f"{' max' if has_max else ''}{' skip' if skip else ''}"
+                                      f"{' pdl' if pdl else ''}")
 
 
 if __name__ == "__main__":

@@ -214,6 +214,38 @@ def test_combine_skips_empty_parts_only_when_ragged_and_filling_the_gpu():
     assert not plan(74, 2, 64, 128, 1024, cpu).skip_empty
 
 
+def test_pdl_only_for_single_wave_split_plans(monkeypatch):
+    """The combine is launched as a programmatic dependent only where the split kernel leaves
+    parts and its programs fit on the SMs the split kernel leaves idle (8 each), and only where
+    PDL is supported."""
+    from sm12x.kernels import sparse_mla_decode as mod
+
+    cpu = torch.device("cpu")  # 188 SMs
+    monkeypatch.setattr(mod, "_PLANS", {})
+    assert not plan(2, 2, 64, 128, 512, cpu).pdl  # the interpreter: never
+    monkeypatch.setattr(mod, "_PLANS", {})
+    monkeypatch.setattr(mod, "pdl_supported", lambda device: True)
+    small = plan(2, 2, 64, 128, 512, cpu)  # 4 queries: 128 combine programs
+    assert not small.direct and small.programs <= 188 - 16 and small.pdl
+    one_row_each = plan(64, 2, 64, 128, 512, cpu, num_splits=1)
+    assert one_row_each.direct and not one_row_each.pdl
+    waves = plan(74, 2, 64, 128, 1024, cpu, ragged=True)
+    assert not waves.direct and waves.programs > 188 and not waves.pdl
+    crowded = plan(20, 2, 64, 128, 512, cpu, num_splits=4)  # 1280 combine programs
+    assert not crowded.direct and crowded.programs == 160 and not crowded.pdl
+
+
+def test_pdl_switch(monkeypatch):
+    from sm12x.kernels import sparse_mla_decode as mod
+
+    assert not mod.pdl_supported(torch.device("cpu"))
+    monkeypatch.setattr(mod, "_pdl_supported", lambda index: True)
+    gpu = torch.device("cuda", 0)
+    assert mod.pdl_supported(gpu)
+    monkeypatch.setenv("SM12X_PDL", "0")
+    assert not mod.pdl_supported(gpu)
+
+
 def test_program_count_model():
     from sm12x.kernels.sparse_mla_decode import _best_program_count
 
@@ -438,3 +470,32 @@ def test_config_choice_and_env_override(monkeypatch):
     monkeypatch.setenv("SM12X_SPARSE_MLA_CONFIG", "BLOCK_X=1")
     with pytest.raises(ValueError, match="SM12X_SPARSE_MLA_CONFIG"):
         pick_config(64, cpu)
+
+
+@pytest.mark.gpu
+def test_gpu_pdl_combine_equals_plain_launch(monkeypatch):
+    """A single-wave split call with the combine as a programmatic dependent: the same bits as
+    the plain launch, eager and replayed from a CUDA graph, and within FlashMLA's tolerances."""
+    from sm12x.kernels import sparse_mla_decode as mod
+
+    case = make_case("model1", b=2, s_q=2, h_q=64, topk=128, page=256, extra_topk=1024,
+                     extra_page=2, extra_topk_length=True, device="cuda", seed=5)
+    if not mod.pdl_supported(case["q"].device):
+        pytest.skip("this GPU or Triton has no programmatic dependent launch")
+    monkeypatch.setattr(mod, "_PLANS", {})
+    pl = plan(2, 2, 64, 128, 1024, case["q"].device, ragged=True)
+    assert pl.pdl and not pl.direct
+    out, lse = check_case(case)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        g_out, g_lse = sparse_mla_decode(**case)
+    graph.replay()
+    torch.cuda.synchronize()
+    monkeypatch.setenv("SM12X_PDL", "0")
+    monkeypatch.setattr(mod, "_PLANS", {})
+    assert not plan(2, 2, 64, 128, 1024, case["q"].device, ragged=True).pdl
+    p_out, p_lse = sparse_mla_decode(**case)
+    for a in (out, g_out):
+        assert torch.equal(a, p_out)
+    for a in (lse, g_lse):
+        assert torch.equal(a, p_lse)
