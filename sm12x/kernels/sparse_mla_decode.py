@@ -646,8 +646,12 @@ def _env_config():
 
 def pick_config(h_q, device, fmt="model1", queries=None, topk=0, extra_topk=0):
     """The launch configuration for ``h_q`` heads of cache format ``fmt`` ("model1" or "v32").
-    Given ``queries`` (b * s_q) and the top-k sizes, a call too small to give every SM a tile
-    even when fully split takes a smaller head block (more programs, each one cheaper)."""
+    Given ``queries`` (b * s_q) and the top-k sizes, a call whose head block cannot give half
+    the SMs a tile even when fully split takes the smallest head block (more programs, each one
+    cheaper). On the H200 a program's tile costs about the same at BLOCK_H 32 as at 64 (the
+    gather and dequantisation dominate), so a middle step does not pay: b4 h64 top-128+512 took
+    20.3 us at BLOCK_H 32 (80 programs), 16.9 at 64 (80); b1 h64 128+1024 16.1 at BLOCK_H 16
+    (72), 17.3 at 64 (36) (RESULTS.md, sixteenth session)."""
     forced = _env_config()
     if forced is not None:
         return forced
@@ -661,10 +665,8 @@ def pick_config(h_q, device, fmt="model1", queries=None, topk=0, extra_topk=0):
         return queries * triton.cdiv(h_q, c["BLOCK_H"]) * (
             triton.cdiv(topk, c["BLOCK_N"]) + triton.cdiv(extra_topk, c["BLOCK_N"]))
 
-    if tiles(cfg) < sms:
-        smaller = [c for c in options if c["BLOCK_H"] < cfg["BLOCK_H"]]
-        filling = [c for c in smaller if tiles(c) >= sms]
-        cfg = filling[-1] if filling else (smaller[0] if smaller else cfg)
+    if 2 * tiles(cfg) < sms:
+        cfg = options[0]
     return cfg
 
 

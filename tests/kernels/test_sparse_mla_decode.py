@@ -301,10 +301,12 @@ def test_small_calls_take_smaller_head_blocks(monkeypatch):
 
     monkeypatch.setenv("SM12X_NUM_SMS", "188")
     cpu = torch.device("cpu")  # the sm_120 configs: H16 N32, H32 N16, H64 N16
-    # b=2, s_q=2, h_q=64, 128+512: 160 tiles at BLOCK_H 64 leave SMs idle; 320 at BLOCK_H 32.
-    assert pick_config(64, cpu, queries=4, topk=128, extra_topk=512)["BLOCK_H"] == 32
+    # h_q 64, 128+512: 40 tiles per query at BLOCK_H 64. Two queries (80 tiles) cannot give
+    # half of 188 SMs a tile: the smallest head block (not the middle one); three (120) can.
+    assert pick_config(64, cpu, queries=2, topk=128, extra_topk=512)["BLOCK_H"] == 16
+    assert pick_config(64, cpu, queries=3, topk=128, extra_topk=512)["BLOCK_H"] == 64
     assert pick_config(64, cpu, queries=128, topk=128, extra_topk=512)["BLOCK_H"] == 64
-    assert pick_config(64, cpu, queries=1, topk=64)["BLOCK_H"] == 16  # none fills: the smallest
+    assert pick_config(32, cpu, queries=1, topk=64)["BLOCK_H"] == 16
     assert pick_config(16, cpu, queries=1, topk=64)["BLOCK_H"] == 16
 
 
