@@ -1,8 +1,6 @@
 """Probe: the sparse MLA decode's combine step (H200, SM12X_FORCE=1). Variants, each the module's
-source with edits, loaded as a separate module: the module as it is, and programmatic dependent
-launch (PDL: the combine kernel waits on the split kernel through
-griddepcontrol (``gdc_wait``), the split kernel releases it at its start
-(``gdc_launch_dependents``), the combine is launched with ``launch_pdl=True``); with
+source with edits, loaded as a separate module: the module as it is (the combine launched as
+the split kernel's programmatic dependent where ``Plan.pdl`` says so), and without PDL; with
 ``scripts/probes/_before_sparse_mla_decode.py`` present (an older copy of the module:
 ``git show 00ef7ae:sm12x/kernels/sparse_mla_decode.py > <that path>``), that too.
 Prints each kernel's mean time and the gap between them (profiler trace of CUDA-graph replays,
@@ -29,20 +27,8 @@ from sm12x.kernels import sparse_mla_decode as base
 from sm12x.kernels.reference.sparse_mla import make_case, ref_sparse_mla_decode
 from sm12x.kernels.tolerance import failures, flashmla_decode_close
 
-PDL = [
-    ("""    pid_h = tl.program_id(0)
-    d0 = tl.program_id(1) * BLOCK_DC""",
-     """    tl.extra.cuda.gdc_wait()
-    pid_h = tl.program_id(0)
-    d0 = tl.program_id(1) * BLOCK_DC"""),
-    ("""    if DEALT:
-        # Everything a segment needs""",
-     """    tl.extra.cuda.gdc_launch_dependents()
-    if DEALT:
-        # Everything a segment needs"""),
-    ("""            num_warps=COMBINE_CONFIG["num_warps"])""",
-     """            num_warps=COMBINE_CONFIG["num_warps"], launch_pdl=True)"""),
-]
+NO_PDL = [("pdl=_combine_fits_beside(pl, b * s_q, h_q, sms) and pdl_supported(device)",
+           "pdl=False")]
 CASES = [("b2 h64 128+512p64", dict(b=2, h_q=64, extra_topk=512, extra_page=64)),
          ("b2 h128 128+1024p64", dict(b=2, h_q=128, extra_topk=1024, extra_page=64)),
          ("b2 h64 128+1024p2 len", dict(b=2, h_q=64, extra_topk=1024, extra_page=2,
@@ -57,7 +43,7 @@ CASES = [("b2 h64 128+512p64", dict(b=2, h_q=64, extra_topk=512, extra_page=64))
          ("b1 s2 h16 128+512p64", dict(b=1, h_q=16, extra_topk=512, extra_page=64))]
 
 
-VARIANTS = {"as is": [], "PDL": PDL}
+VARIANTS = {"as is": [], "no PDL": NO_PDL}
 BEFORE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_before_sparse_mla_decode.py")
 
 
@@ -104,8 +90,8 @@ def main():
                 s, g, c = kernel_times(call)
                 span = min(kernel_span_us(call) for _ in range(2))
                 row += [f"{s:.1f} / {g:.1f} / {c:.1f}", f"{span:.1f}"]
-            direct = " direct" if pl.direct else ""
-            print(f"| {label} | H{pl.cfg['BLOCK_H']} {pl.programs}p{direct} | "
+            flags = (" direct" if pl.direct else "") + (" pdl" if pl.pdl else "")
+            print(f"| {label} | H{pl.cfg['BLOCK_H']} {pl.programs}p{flags} | "
                   + " | ".join(row) + " |", flush=True)
         for (label, case), (name, mod) in itertools.product(cases, mods.items()):
             ref = ref_sparse_mla_decode(**case)
