@@ -73,6 +73,9 @@ DECODE_FORMATS = ("model1", "v32")
 # PARTS: parts merged per step of the combine loop; a dealt-out plan's split rows have two or
 # three parts, and there 2 beat 4 on the H200 (b74 h64: 11.8 vs 13.7 us; RESULTS.md)
 COMBINE_CONFIG = {"BLOCK_HC": 8, "BLOCK_DC": 128, "PARTS": 4, "DEALT_PARTS": 2, "num_warps": 4}
+# The fewest candidates per program that pay for its set-up (q, the write-out, the combine):
+# the head-block choice counts the programs a call can use in these (``pick_config``).
+PROGRAM_TOKENS = 64
 WIDE_PRODUCT = 2**31  # units x programs from here on: the unit arithmetic runs in int64
 
 
@@ -647,11 +650,13 @@ def _env_config():
 def pick_config(h_q, device, fmt="model1", queries=None, topk=0, extra_topk=0):
     """The launch configuration for ``h_q`` heads of cache format ``fmt`` ("model1" or "v32").
     Given ``queries`` (b * s_q) and the top-k sizes, a call whose head block cannot give half
-    the SMs a tile even when fully split takes the smallest head block (more programs, each one
-    cheaper). On the H200 a program's tile costs about the same at BLOCK_H 32 as at 64 (the
-    gather and dequantisation dominate), so a middle step does not pay: b4 h64 top-128+512 took
-    20.3 us at BLOCK_H 32 (80 programs), 16.9 at 64 (80); b1 h64 128+1024 16.1 at BLOCK_H 16
-    (72), 17.3 at 64 (36) (RESULTS.md, sixteenth session)."""
+    the SMs a program of PROGRAM_TOKENS candidates takes the smallest head block (more
+    programs, each one cheaper). On the H200 a program costs about the same at BLOCK_H 32 as at
+    64 (the gather and dequantisation dominate), so a middle step does not pay: b4 h64
+    top-128+512 took 20.3 us at BLOCK_H 32 (80 programs), 16.9 at 64 (80); b1 h64 128+1024 16.1
+    at BLOCK_H 16 (72), 17.3 at 64 (36). Counting 16-token tiles instead, the sm_120 configs
+    kept BLOCK_H 64 for one request of h_q 64: 20.5 us against 14.2 at BLOCK_H 16 (H200;
+    RESULTS.md, sixteenth session)."""
     forced = _env_config()
     if forced is not None:
         return forced
@@ -661,11 +666,10 @@ def pick_config(h_q, device, fmt="model1", queries=None, topk=0, extra_topk=0):
         return cfg
     sms = configs.sm_count(device)
 
-    def tiles(c):  # every (query, head block, tile) as its own program
-        return queries * triton.cdiv(h_q, c["BLOCK_H"]) * (
-            triton.cdiv(topk, c["BLOCK_N"]) + triton.cdiv(extra_topk, c["BLOCK_N"]))
-
-    if 2 * tiles(cfg) < sms:
+    # every (query, head block, PROGRAM_TOKENS candidates) as its own program
+    programs = queries * triton.cdiv(h_q, cfg["BLOCK_H"]) * (
+        triton.cdiv(topk, PROGRAM_TOKENS) + triton.cdiv(extra_topk, PROGRAM_TOKENS))
+    if 2 * programs < sms:
         cfg = options[0]
     return cfg
 

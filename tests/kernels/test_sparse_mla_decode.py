@@ -301,10 +301,11 @@ def test_small_calls_take_smaller_head_blocks(monkeypatch):
 
     monkeypatch.setenv("SM12X_NUM_SMS", "188")
     cpu = torch.device("cpu")  # the sm_120 configs: H16 N32, H32 N16, H64 N16
-    # h_q 64, 128+512: 40 tiles per query at BLOCK_H 64. Two queries (80 tiles) cannot give
-    # half of 188 SMs a tile: the smallest head block (not the middle one); three (120) can.
-    assert pick_config(64, cpu, queries=2, topk=128, extra_topk=512)["BLOCK_H"] == 16
-    assert pick_config(64, cpu, queries=3, topk=128, extra_topk=512)["BLOCK_H"] == 64
+    # h_q 64, 128+512: 10 programs of 64 candidates per query at BLOCK_H 64 (40 tiles of 16).
+    # Nine queries (90) cannot give half of 188 SMs one: the smallest head block (not the
+    # middle one); ten (100) can.
+    assert pick_config(64, cpu, queries=9, topk=128, extra_topk=512)["BLOCK_H"] == 16
+    assert pick_config(64, cpu, queries=10, topk=128, extra_topk=512)["BLOCK_H"] == 64
     assert pick_config(64, cpu, queries=128, topk=128, extra_topk=512)["BLOCK_H"] == 64
     assert pick_config(32, cpu, queries=1, topk=64)["BLOCK_H"] == 16
     assert pick_config(16, cpu, queries=1, topk=64)["BLOCK_H"] == 16
