@@ -2,8 +2,8 @@
 and split counts, and the combine launched with and without PDL (H200, SM12X_FORCE=1).
 
 For each case: the plan's own choice with PDL (where the plan uses it) and with SM12X_PDL=0,
-then each head-block config of the sm_90 set at the plan's split count and at split counts that
-give about half, one and two programs per SM. Kernel span (profiler trace, L2 flushed, mean of
+then each head-block config of the GPU's config set (or SM12X_KERNEL_CONFIGS's) at the plan's
+split count and at split counts that give about half, one and two programs per SM. Kernel span (profiler trace, L2 flushed, mean of
 ``--iters`` calls); every forced variant is checked against the plan's output.
 
     python scripts/probes/small_calls_probe.py [--iters 20] [--out results.md]

@@ -8,9 +8,9 @@ dequantises FP8 -> bf16 in registers (exact: the scales are powers of two), runs
 bf16 x bf16 -> fp32 dots with an online base-2 softmax. The next tile's indices (PREFETCH 1) or
 rows (PREFETCH 2) are loaded while the current tile computes. A whole row is written out (sink
 applied, bf16 ``out``, natural-log ``lse``); the parts of a row split between programs go to a
-workspace that a combine kernel merges. Where the split kernel runs in one wave, the combine is
-launched as its programmatic dependent (PDL, ``Plan.pdl``): it starts while the split kernel runs
-and waits for its results in ``griddepcontrol.wait``.
+workspace that a combine kernel merges. Where the combine's programs fit on the SMs the split
+kernel leaves idle, the combine is launched as its programmatic dependent (PDL, ``Plan.pdl``): it
+starts while the split kernel runs and waits for its results in ``griddepcontrol.wait``.
 
 The plan and the workspace depend on shapes only (CUDA-graph capturable).
 Formats: see ``mla_kv_cache``. The public entry point is :func:`sparse_mla_decode`.
@@ -755,9 +755,9 @@ def _pdl_supported(index):
         from triton.backends.nvidia.compiler import CUDAOptions
 
         has_option = "launch_pdl" in {f.name for f in dataclasses.fields(CUDAOptions)}
+        gdc = all(hasattr(tl.extra.cuda, n) for n in ("gdc_wait", "gdc_launch_dependents"))
     except Exception:  # another Triton layout: no PDL
         return False
-    gdc = all(hasattr(tl.extra.cuda, n) for n in ("gdc_wait", "gdc_launch_dependents"))
     return has_option and gdc and torch.cuda.get_device_capability(index)[0] >= 9
 
 
@@ -968,8 +968,8 @@ def compile_reports(targets=("sm_120", "sm_121"), full=False):
     """Compile every configuration of both kernels for ``targets`` -> list of CompileReport, with
     the V4 CSA page sizes and every optional input, and the sparse prefill's variants; ``full``:
     also the HCA page sizes and the calls without per-request lengths or without the extra list.
-    Kernels that leave parts to the combine are built with the PDL trigger (how single-wave
-    plans run them), and also without it when ``full``; the combine both ways.
+    Kernels that leave parts to the combine are built with the PDL trigger (how the small
+    calls run them), and also without it when ``full``; the combine both ways.
     Under the Triton interpreter the kernels cannot be compiled in-process, so this re-runs
     itself in a subprocess without TRITON_INTERPRET."""
     from sm12x.kernels.compile_check import CompileReport

@@ -214,7 +214,7 @@ def test_combine_skips_empty_parts_only_when_ragged_and_filling_the_gpu():
     assert not plan(74, 2, 64, 128, 1024, cpu).skip_empty
 
 
-def test_pdl_only_for_single_wave_split_plans(monkeypatch):
+def test_pdl_only_where_the_combine_fits_beside(monkeypatch):
     """The combine is launched as a programmatic dependent only where the split kernel leaves
     parts and its programs fit on the SMs the split kernel leaves idle (8 each), and only where
     PDL is supported."""
@@ -477,7 +477,7 @@ def test_config_choice_and_env_override(monkeypatch):
 
 @pytest.mark.gpu
 def test_gpu_pdl_combine_equals_plain_launch(monkeypatch):
-    """A single-wave split call with the combine as a programmatic dependent: the same bits as
+    """A small split call with the combine as a programmatic dependent: the same bits as
     the plain launch, eager and replayed from a CUDA graph, and within FlashMLA's tolerances."""
     from sm12x.kernels import sparse_mla_decode as mod
 
