@@ -95,8 +95,9 @@ def main():
                 out, _ = mod.sparse_mla_decode(**case, num_splits=k)
                 bad = not torch.allclose(out.float(), ref.float(), atol=2e-3, rtol=2 / 128)
                 us = kernel_span_us(lambda: mod.sparse_mla_decode(**case, num_splits=k), args.iters)
-                programs = mod.plan(kw["b"], kw["s_q"], kw["h_q"], 128, kw["extra_topk"], dev,
-                                    num_splits=k, ragged="extra_topk_length" in kw).programs
+                programs = mod.plan(kw["b"], kw["s_q"], kw["h_q"], case["indices"].shape[-1],
+                                    kw["extra_topk"], dev, num_splits=k,
+                                    ragged="extra_topk_length" in kw).programs
                 cell.append(f"{'auto' if k is None else k}: {us:.1f} ({programs}){' BAD' if bad else ''}")
                 if us < best[0] and not bad:
                     best = (us, f"H{cfg['BLOCK_H']} {'auto' if k is None else k}")

@@ -733,9 +733,14 @@ def _combine_fits_beside(pl, queries, h_q, sms):
     and later run there: worth it only where the split kernel is one wave and they fit there,
     8 to an SM. On the H200 (RESULTS.md, sixteenth session) PDL saved 0.3-0.9 us per call where
     they fit and cost 1.2-1.4 us where 512 of them crowded onto 36-52 idle SMs."""
-    combine_programs = triton.cdiv(h_q, COMBINE_CONFIG["BLOCK_HC"]) * (
-        D_V // COMBINE_CONFIG["BLOCK_DC"]) * queries
-    return not pl.direct and combine_programs <= 8 * (sms - pl.programs)
+    groups, dims, tokens = _combine_grid(h_q, queries)
+    return not pl.direct and groups * dims * tokens <= 8 * (sms - pl.programs)
+
+
+def _combine_grid(h_q, queries):
+    """The combine kernel's grid: (head groups of BLOCK_HC, output-dim blocks, query tokens)."""
+    return (triton.cdiv(h_q, COMBINE_CONFIG["BLOCK_HC"]), D_V // COMBINE_CONFIG["BLOCK_DC"],
+            queries)
 
 
 def pdl_supported(device):
@@ -921,7 +926,7 @@ def launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_ind
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if not direct:
         bhc, bdc = COMBINE_CONFIG["BLOCK_HC"], COMBINE_CONFIG["BLOCK_DC"]
-        _sparse_mla_combine_kernel[(triton.cdiv(h_q, bhc), D_V // bdc, b * s_q)](
+        _sparse_mla_combine_kernel[_combine_grid(h_q, b * s_q)](
             ows, lsews, mws, out, lse, sink, max_logits, out.stride(0), out.stride(1),
             out.stride(2), s_q, h_q, b * s_q, head_blocks, int(pl.head_major), tiles, pl.splits,
             programs, HAS_SINK=attn_sink is not None, HAS_MAX=has_max, DEALT=pl.dealt, WIDE=wide,
