@@ -1,0 +1,101 @@
+"""Probe: two register-pressure changes to the sparse MLA decode's split kernel (H200,
+SM12X_FORCE=1), each the module's source with edits, loaded as a separate module:
+
+- "rope [N,1,64]": the MODEL1 RoPE slot loaded as [BLOCK_N, 1, 64] and broadcast into k by the
+  select, instead of a [BLOCK_N, 8, 64] load masked to chunk 7 (fewer sm_90 spills in local
+  compiles, sixteenth session);
+- "H64 PF2": the BLOCK_H 64 config of the active config set with PREFETCH 2 (the next tile's
+  rows held in registers), alone and with the RoPE change; "H32 PF2" the same at BLOCK_H 32;
+  "H16 N16 PF2" (sm_120 only) BLOCK_H 16 with 16-token tiles and PREFETCH 2.
+
+Prints the span of each variant per case (profiler trace of CUDA-graph replays, L2 flushed, best
+of two) and whether each variant matches the reference within FlashMLA's tolerances. Run once
+as is (sm_90 configs) and once with SM12X_KERNEL_CONFIGS=sm_120.
+
+    python scripts/probes/rope_load_probe.py [--variants "as is,rope [N,1,64]"]
+"""
+import argparse
+import os
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "scripts")]
+
+import torch
+import triton
+
+from gpu_timing import kernel_span_us
+from source_variant import edited_module
+from sm12x.kernels import configs
+from sm12x.kernels import sparse_mla_decode as base
+from sm12x.kernels.reference.sparse_mla import make_case, ref_sparse_mla_decode
+from sm12x.kernels.tolerance import failures, flashmla_decode_close
+
+ROPE = [("rope = tl.load(rope_row[:, None, None] + d[None, None, :] + (c * 0)[None, :, None],\n"
+         "                       mask=v3 & (c == 7)[None, :, None], other=0.0)",
+         "rope = tl.load(rope_row[:, None, None] + d[None, None, :], mask=v3, other=0.0)")]
+PF2 = {"sm_90": [('_H64_N64 = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}',
+                  '_H64_N64 = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1, "PREFETCH": 2}')],
+       "sm_120": [('_H64 = {"BLOCK_H": 64, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1}',
+                   '_H64 = {"BLOCK_H": 64, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1, "PREFETCH": 2}')]}
+H32_PF2 = {"sm_90": [('_H32_N64 = {"BLOCK_H": 32, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}',
+                      '_H32_N64 = {"BLOCK_H": 32, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1, "PREFETCH": 2}')],
+           "sm_120": [('_H32 = {"BLOCK_H": 32, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1}',
+                       '_H32 = {"BLOCK_H": 32, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1, "PREFETCH": 2}')]}
+
+CASES = [("b2 h64 128+512p64", dict(b=2, h_q=64, extra_topk=512, extra_page=64)),
+         ("b64 h64 128+512p64", dict(b=64, h_q=64, extra_topk=512, extra_page=64)),
+         ("b256 h64 128+512p64", dict(b=256, h_q=64, extra_topk=512, extra_page=64)),
+         ("b64 h128 128+1024p64", dict(b=64, h_q=128, extra_topk=1024, extra_page=64)),
+         ("b74 h64 128+1024p2 len", dict(b=74, h_q=64, extra_topk=1024, extra_page=2,
+                                         extra_topk_length=True)),
+         ("b1 h64 128+512p64", dict(b=1, h_q=64, extra_topk=512, extra_page=64)),
+         ("b1 s1 h16 128+1024p2", dict(b=1, s_q=1, h_q=16, extra_topk=1024, extra_page=2)),
+         ("b64 h32 128+512p64", dict(b=64, h_q=32, extra_topk=512, extra_page=64)),
+         ("b256 h32 128+512p64", dict(b=256, h_q=32, extra_topk=512, extra_page=64))]
+H16_N16_PF2 = {"sm_90": [], "sm_120": [('_H16 = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 8, "num_stages": 1}',
+                                         '_H16 = {"BLOCK_H": 16, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1, "PREFETCH": 2}')]}
+
+
+def variants(key):
+    return {"as is": [], "rope [N,1,64]": ROPE, "H64 PF2": PF2[key], "rope + H64 PF2": ROPE + PF2[key],
+            "H32 PF2": H32_PF2[key], "H16 N16 PF2": H16_N16_PF2[key]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--variants", default="", help="comma-separated subset of the variant names")
+    args = ap.parse_args()
+    key = configs.arch_key(torch.device("cuda"))
+    key = "sm_120" if key == "sm_121" else key
+    chosen = variants(key)
+    if args.variants:
+        chosen = {n: chosen[n] for n in args.variants.split(",")}
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
+          f"configs {key}")
+    cases = [(label, make_case(device="cuda", sink=True, **{"s_q": 2, **kw})) for label, kw in CASES]
+    with tempfile.TemporaryDirectory() as tmp:
+        mods = {name: edited_module(open(base.__file__).read(), edits, f"variant_{i}", tmp)
+                for i, (name, edits) in enumerate(chosen.items())}
+        print("\n| case | plan (as is) | " + " | ".join(f"{n} µs" for n in mods) + " |")
+        print("|---|---|" + "---:|" * len(mods))
+        checks = []
+        for label, case in cases:
+            pl = base.plan(*case["q"].shape[:3], case["indices"].shape[-1],
+                           case["extra_indices"].shape[-1], case["q"].device,
+                           ragged=case.get("extra_topk_length") is not None)
+            ref = ref_sparse_mla_decode(**case)
+            row = []
+            for name, mod in mods.items():
+                bad = failures(flashmla_decode_close(mod.sparse_mla_decode(**case), ref))
+                if bad:
+                    checks.append(f"{name} {label}: {bad}")
+                call = lambda: mod.sparse_mla_decode(**case)  # noqa: E731
+                row.append(f"{min(kernel_span_us(call) for _ in range(2)):.1f}")
+            print(f"| {label} | H{pl.cfg['BLOCK_H']} {pl.programs}p | " + " | ".join(row) + " |", flush=True)
+        print("\nall variants match the reference on every case" if not checks else "\n".join(checks))
+
+
+if __name__ == "__main__":
+    main()
