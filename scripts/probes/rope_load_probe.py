@@ -1,12 +1,13 @@
-"""Probe: two register-pressure changes to the sparse MLA decode's split kernel (H200,
+"""Probe: register-pressure changes to the sparse MLA decode's split kernel (H200,
 SM12X_FORCE=1), each the module's source with edits, loaded as a separate module:
 
 - "rope [N,1,64]": the MODEL1 RoPE slot loaded as [BLOCK_N, 1, 64] and broadcast into k by the
   select, instead of a [BLOCK_N, 8, 64] load masked to chunk 7 (fewer sm_90 spills in local
   compiles, sixteenth session);
-- "H64 PF2": the BLOCK_H 64 config of the active config set with PREFETCH 2 (the next tile's
-  rows held in registers), alone and with the RoPE change; "H32 PF2" the same at BLOCK_H 32;
-  "H16 N16 PF2" (sm_120 only) BLOCK_H 16 with 16-token tiles and PREFETCH 2.
+- PREFETCH 2 (the next tile's rows held in registers) against PREFETCH 1 at BLOCK_H 64 and 32,
+  and BLOCK_H 16 with 16-token tiles and PREFETCH 2 on sm_120. The first runs (seventeenth
+  session) had PREFETCH 1 as the module's default at BLOCK_H 32 and on sm_120 at 64; the module
+  then took PREFETCH 2 there, and the variants now flip each one back.
 
 Prints the span of each variant per case (profiler trace of CUDA-graph replays, L2 flushed, best
 of two) and whether each variant matches the reference within FlashMLA's tolerances. Run once
@@ -35,14 +36,15 @@ from sm12x.kernels.tolerance import failures, flashmla_decode_close
 ROPE = [("rope = tl.load(rope_row[:, None, None] + d[None, None, :] + (c * 0)[None, :, None],\n"
          "                       mask=v3 & (c == 7)[None, :, None], other=0.0)",
          "rope = tl.load(rope_row[:, None, None] + d[None, None, :], mask=v3, other=0.0)")]
-PF2 = {"sm_90": [('_H64_N64 = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}',
-                  '_H64_N64 = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1, "PREFETCH": 2}')],
-       "sm_120": [('_H64 = {"BLOCK_H": 64, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1}',
-                   '_H64 = {"BLOCK_H": 64, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1, "PREFETCH": 2}')]}
-H32_PF2 = {"sm_90": [('_H32_N64 = {"BLOCK_H": 32, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}',
-                      '_H32_N64 = {"BLOCK_H": 32, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1, "PREFETCH": 2}')],
-           "sm_120": [('_H32 = {"BLOCK_H": 32, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1}',
-                       '_H32 = {"BLOCK_H": 32, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1, "PREFETCH": 2}')]}
+# The model1 config tuples (the module adopted PREFETCH 2 at BLOCK_H 32 on both config sets and
+# at BLOCK_H 64 on sm_120 after this probe's first runs): each PREFETCH variant swaps one entry.
+MODEL1 = {"sm_90": '"model1": (_H16_N64, _H32_N64_PF2, _H64_N64)',
+          "sm_120": '"model1": (_H16, _H32_PF2, _H64_PF2)'}
+H64_SWAP = {"sm_90": '"model1": (_H16_N64, _H32_N64_PF2, {**_H64_N64, "PREFETCH": 2})',
+            "sm_120": '"model1": (_H16, _H32_PF2, _H64)'}
+H32_SWAP = {"sm_90": '"model1": (_H16_N64, _H32_N64, _H64_N64)',
+            "sm_120": '"model1": (_H16, _H32, _H64_PF2)'}
+H16_SWAP = {"sm_120": '"model1": ({**_H16, "BLOCK_N": 16, "PREFETCH": 2}, _H32_PF2, _H64_PF2)'}
 
 CASES = [("b2 h64 128+512p64", dict(b=2, h_q=64, extra_topk=512, extra_page=64)),
          ("b64 h64 128+512p64", dict(b=64, h_q=64, extra_topk=512, extra_page=64)),
@@ -54,13 +56,18 @@ CASES = [("b2 h64 128+512p64", dict(b=2, h_q=64, extra_topk=512, extra_page=64))
          ("b1 s1 h16 128+1024p2", dict(b=1, s_q=1, h_q=16, extra_topk=1024, extra_page=2)),
          ("b64 h32 128+512p64", dict(b=64, h_q=32, extra_topk=512, extra_page=64)),
          ("b256 h32 128+512p64", dict(b=256, h_q=32, extra_topk=512, extra_page=64))]
-H16_N16_PF2 = {"sm_90": [], "sm_120": [('_H16 = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 8, "num_stages": 1}',
-                                         '_H16 = {"BLOCK_H": 16, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1, "PREFETCH": 2}')]}
 
 
 def variants(key):
-    return {"as is": [], "rope [N,1,64]": ROPE, "H64 PF2": PF2[key], "rope + H64 PF2": ROPE + PF2[key],
-            "H32 PF2": H32_PF2[key], "H16 N16 PF2": H16_N16_PF2[key]}
+    """Variant name -> source edits, for config set ``key``. The PREFETCH variants flip the
+    depth of one head block's config (sm_90 BLOCK_H 64: PREFETCH 2; BLOCK_H 32: PREFETCH 1; sm_120
+    BLOCK_H 64 and 32: PREFETCH 1; sm_120 BLOCK_H 16: 16-token tiles with PREFETCH 2)."""
+    out = {"as is": [], "rope [N,1,64]": ROPE,
+           f"H64 PF{1 if key == 'sm_120' else 2}": [(MODEL1[key], H64_SWAP[key])],
+           "H32 PF1": [(MODEL1[key], H32_SWAP[key])]}
+    if key in H16_SWAP:
+        out["H16 N16 PF2"] = [(MODEL1[key], H16_SWAP[key])]
+    return out
 
 
 def main():

@@ -45,9 +45,15 @@ LOG2E = 1.4426950408889634
 _H16 = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 8, "num_stages": 1}
 _H32 = {"BLOCK_H": 32, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1}
 _H64 = {"BLOCK_H": 64, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1}
-# V3.2's extra RoPE dot: at BLOCK_H 32 only the deeper prefetch compiles without spills (180 regs;
-# 0 and 1 spill 80-170 B).
-_H32_V32 = {**_H32, "PREFETCH": 2}
+# PREFETCH 2 (the next tile's rows held in registers) at BLOCK_H 32 and 64 compiles without
+# spills on sm_120/sm_121 for MODEL1 (182-192 / 244-254 registers, 50,304 / 84,224 B) and ran
+# these configs 7-13% (BLOCK_H 64) and 22-24% (BLOCK_H 32) faster on the H200 (RESULTS.md,
+# seventeenth session; not measured on an SM12x GPU). At BLOCK_H 16 (N16 or N32) it spills or
+# was slower. V3.2's extra RoPE dot: at BLOCK_H 32 only PREFETCH 2 compiles without spills (180
+# regs; 0 and 1 spill 80-170 B). The sparse prefill's bf16 rows keep PREFETCH 1: with 2 the sm_120
+# configs ran V4 prefill 4-21% slower on the H200 (4096 x h128: 5094 -> 5297 us).
+_H32_PF2 = {**_H32, "PREFETCH": 2}
+_H64_PF2 = {**_H64, "PREFETCH": 2}
 # sm_90 model1, measured on an H200 (CUDA-graph GPU time, 2026-12-02; scripts/RESULTS.md):
 # 64 tokens per tile everywhere. BLOCK_H 64 spills ~180 B (wgmma keeps the 64 x 512 fp32
 # accumulator in registers) and is still the fastest for h_q >= 64 once a call fills the GPU (b64
@@ -57,6 +63,9 @@ _H32_V32 = {**_H32, "PREFETCH": 2}
 # These wide tiles exceed sm_120's 101,376 B of shared memory, so SM12x keeps the configs above.
 _H16_N64 = {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1, "PREFETCH": 2}
 _H32_N64 = {"BLOCK_H": 32, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}
+# PREFETCH 2 pays at BLOCK_H 32 too, spilling ~0.6 KB (triton 3.9): b64 / b256 h32 69.9 / 257.5 ->
+# 64.7 / 240.0 us (seventeenth session). At BLOCK_H 64 it spills ~2 KB and takes 3.5x as long.
+_H32_N64_PF2 = {**_H32_N64, "PREFETCH": 2}
 _H64_N64 = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}
 # bf16_512 / bf16_576: the sparse prefill's bf16 rows (``sparse_mla_prefill``), d_qk 512 / 576.
 # sm_90, H200 (2026-12-03, scripts/RESULTS.md): s_q 4096, h_q 128, top-2048 at d_qk 576 takes
@@ -64,9 +73,9 @@ _H64_N64 = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}
 # d_qk 576 keeps BLOCK_N 16: BLOCK_N 32 ran that case in 31.9 ms on the H200 but spills 8-16 B on
 # sm_120 in the programs that leave row parts to the combine step.
 CONFIGS = {
-    "sm_120": {"model1": (_H16, _H32, _H64), "v32": (_H16, _H32_V32),
-               "bf16_512": (_H16, _H32, _H64), "bf16_576": (_H16, _H32_V32)},
-    "sm_90": {"model1": (_H16_N64, _H32_N64, _H64_N64), "v32": (_H16, _H32_V32),
+    "sm_120": {"model1": (_H16, _H32_PF2, _H64_PF2), "v32": (_H16, _H32_PF2),
+               "bf16_512": (_H16, _H32, _H64), "bf16_576": (_H16, _H32_PF2)},
+    "sm_90": {"model1": (_H16_N64, _H32_N64_PF2, _H64_N64), "v32": (_H16, _H32_PF2),
               "bf16_512": (_H16_N64, _H32_N64, _H64_N64), "bf16_576": (_H32_N64, _H64_N64)},
 }
 DECODE_FORMATS = ("model1", "v32")
