@@ -13,6 +13,8 @@ import re
 import subprocess
 import tempfile
 
+from sm12x.kernels.register_budget import as_option, budgets
+
 SM12X_SHARED_LIMIT = 101_376
 TARGETS = {"sm_120": 120, "sm_121": 121, "sm_90": 90}
 
@@ -63,12 +65,16 @@ def launch_hints(signature: dict) -> dict:
 
 
 def compile_kernel(fn, signature: dict, constexprs: dict, *, target: str, num_warps: int,
-                   num_stages: int, config_name: str = "", maxnreg: int | None = None) -> CompileReport:
+                   num_stages: int, config_name: str = "", maxnreg: int | None = None,
+                   register_ladder: bool = False) -> CompileReport:
     """Compile ``fn`` (a ``@triton.jit`` function) for ``target`` and check the SM12x limits.
 
     ``signature`` maps every argument name to a Triton type string ("*fp32", "i32", "constexpr");
     ``constexprs`` gives the values of the constexpr arguments; ``maxnreg`` is the launch option
-    of the same name (a register budget per thread), when the configuration sets one.
+    of the same name (a register budget per thread), when the configuration sets one. With
+    ``register_ladder`` the budgets are tried in the launcher's order (``register_budget.budgets``)
+    and the first spill-free one is reported; the config name then notes a budget other than
+    ``maxnreg``.
     """
     import triton
     from triton.backends.compiler import GPUTarget
@@ -78,14 +84,18 @@ def compile_kernel(fn, signature: dict, constexprs: dict, *, target: str, num_wa
     # SM12X_COMPILE_HINTS=0 checks the variant Triton builds for calls whose pointers or strides
     # are not 16-aligned (no hints)
     hints = os.environ.get("SM12X_COMPILE_HINTS", "1") != "0"
-    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs,
-                    attrs=launch_hints(signature) if hints else {})
-    options = {"num_warps": num_warps, "num_stages": num_stages}
-    if maxnreg is not None:
-        options["maxnreg"] = maxnreg
-    compiled = triton.compile(src, target=GPUTarget("cuda", cap, 32), options=options)
+    tries = budgets(maxnreg) if register_ladder else [maxnreg]
+    for budget in tries:
+        src = ASTSource(fn=fn, signature=signature, constexprs=constexprs,
+                        attrs=launch_hints(signature) if hints else {})
+        options = {"num_warps": num_warps, "num_stages": num_stages, **as_option(budget)}
+        compiled = triton.compile(src, target=GPUTarget("cuda", cap, 32), options=options)
+        regs, spill = _resource_usage(compiled.asm["cubin"])
+        if not spill:
+            break
+    if budget != maxnreg:
+        config_name += f" (maxnreg {budget or 'ptxas'})"
     shared = int(compiled.metadata.shared)
-    regs, spill = _resource_usage(compiled.asm["cubin"])
     problems = []
     if cap >= 120 and shared > SM12X_SHARED_LIMIT:
         problems.append(f"shared memory {shared} B > {SM12X_SHARED_LIMIT} B")

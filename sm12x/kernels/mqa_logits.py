@@ -34,6 +34,7 @@ import triton
 import triton.language as tl
 
 from sm12x.kernels import configs
+from sm12x.kernels.register_budget import launch_budget
 from sm12x.kernels.rounding import round_bf16
 
 OP = "fp8_mqa_logits"
@@ -401,14 +402,15 @@ def launch(q, q_sf, k, k_sf, weights, ks, ke, out, *, clean, compressed, out_mod
     if s == 0 or num_cols == 0:
         return out
     dummy = ks  # unused pointer slot
-    _mqa_logits_kernel[grid](
-        q, q_sf if is_fp4 else dummy, k, k_sf, weights, ks, ke, out,
-        s, s_kv, weights.stride(0), out.stride(0), col_start, num_cols, out.shape[1],
-        H=h, D=d, BLOCK_Q=block_q, BLOCK_N=cfg["BLOCK_N"], N_ITERS=n_iters,
-        IS_FP4=is_fp4, CLEAN=clean, COMPRESSED=compressed, KEY_ROWS=cfg.get("key_rows", False),
-        FP4_MMA=uses_fp4_mma(cfg, is_fp4), OUT_MODE=out_mode, HEAD_MMA=head_mma(cfg, is_fp4),
-        num_warps=cfg["num_warps"],
-        num_stages=cfg["num_stages"], **register_budget(cfg))
+    args = (q, q_sf if is_fp4 else dummy, k, k_sf, weights, ks, ke, out,
+            s, s_kv, weights.stride(0), out.stride(0), col_start, num_cols, out.shape[1])
+    kwargs = dict(H=h, D=d, BLOCK_Q=block_q, BLOCK_N=cfg["BLOCK_N"], N_ITERS=n_iters,
+                  IS_FP4=is_fp4, CLEAN=clean, COMPRESSED=compressed, KEY_ROWS=cfg.get("key_rows", False),
+                  FP4_MMA=uses_fp4_mma(cfg, is_fp4), OUT_MODE=out_mode, HEAD_MMA=head_mma(cfg, is_fp4),
+                  num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    budget = {} if interpreting() else launch_budget(_mqa_logits_kernel, args, kwargs, cfg.get("maxnreg"),
+                                                     q.device)
+    _mqa_logits_kernel[grid](*args, **kwargs, **budget)
     return out
 
 
@@ -423,11 +425,6 @@ def head_mma(cfg: dict, is_fp4: bool) -> int:
 def uses_fp4_mma(cfg: dict, is_fp4: bool) -> bool:
     """FP4 through ``tl.dot_scaled`` (the config's ``fp4_mma``) rather than decoded e4m3 dots."""
     return is_fp4 and bool(cfg.get("fp4_mma", False))
-
-
-def register_budget(cfg: dict) -> dict:
-    """The ``maxnreg`` launch option when the configuration sets one (not under the interpreter)."""
-    return {"maxnreg": cfg["maxnreg"]} if "maxnreg" in cfg and not interpreting() else {}
 
 
 def mqa_logits(q, q_sf, k, k_sf, weights, ks, ke, clean_logits=True, max_seqlen_k=0,
@@ -524,5 +521,5 @@ def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 64), dims=(128,),
                         reports.append(compile_kernel(
                             _mqa_logits_kernel, _signature(is_fp4, out_mode), const, target=target,
                             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], config_name=name,
-                            maxnreg=cfg.get("maxnreg")))
+                            maxnreg=cfg.get("maxnreg"), register_ladder=True))
     return reports

@@ -24,8 +24,9 @@ import triton.language as tl
 
 from sm12x.kernels import configs
 from sm12x.kernels.mqa_logits import (LOGITS_ALIGN_BYTES, fp4_key_tile_scores, head_mma, head_weight_matrix,
-                                      index_scores, key_tile_scores, load_q_fp4, load_q_fp4_packed,
-                                      register_budget, row_offsets, uses_fp4_mma)
+                                      index_scores, interpreting, key_tile_scores, load_q_fp4,
+                                      load_q_fp4_packed, row_offsets, uses_fp4_mma)
+from sm12x.kernels.register_budget import launch_budget
 
 OP = "fp8_paged_mqa_logits"
 PROGRAMS_PER_SM = 40
@@ -287,7 +288,8 @@ def launch(q, q_sf, kv_cache, weights, context_lens, block_table, max_context_le
                   PAIR=pair, FP4_MMA=uses_fp4_mma(cfg, is_fp4), OUT_MODE=out_mode,
                   KV_DESC=kv_desc is not None, HEAD_MMA=head_mma(cfg, is_fp4) if key_rows(cfg, bt, h) else 0,
                   num_warps=cfg["num_warps"], num_stages=stages(cfg, pair))
-    budget = _budget_unless_spilling(args, kwargs, register_budget(cfg), q.device)
+    budget = {} if interpreting() else launch_budget(_paged_mqa_logits_kernel, args, kwargs, cfg.get("maxnreg"),
+                                                     q.device)
     _paged_mqa_logits_kernel[grid](*args, **kwargs, **budget)
     return out
 
@@ -314,26 +316,6 @@ def tma_cache(cfg: dict, vals, is_fp4: bool, keys_on_m: bool):
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     return TensorDescriptor(vals, [rows, d], [d, 1], [block_kv, d])
-
-
-_SPILL_FREE: dict = {}
-
-
-def _budget_unless_spilling(args, kwargs, budget: dict, device) -> dict:
-    """``budget`` (the config's ``maxnreg``) unless ptxas spills under it in this kernel variant:
-    it is tuned for the production shape, and other head counts / block sizes need more registers.
-    The first call of each variant compiles it once with the budget to find out."""
-    if not budget:
-        return budget
-    key = (device.index, budget["maxnreg"]) + tuple(kwargs.values())  # launch() builds kwargs in one order
-    if key not in _SPILL_FREE:
-        try:
-            compiled = _paged_mqa_logits_kernel.warmup(*args, grid=(1,), **kwargs, **budget)
-            compiled._init_handles()
-            _SPILL_FREE[key] = not compiled.n_spills
-        except Exception:  # e.g. ptxas: too few registers for one instruction
-            _SPILL_FREE[key] = False
-    return budget if _SPILL_FREE[key] else {}
 
 
 def paged_mqa_logits(q, q_sf, kv_cache, weights, context_lens, block_table, max_context_len,
@@ -431,5 +413,6 @@ def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 64), dims=(128,), bl
                                     _paged_mqa_logits_kernel,
                                     _signature(is_fp4, out_mode, (bkv, d) if kv_desc else None), const,
                                     target=target, num_warps=cfg["num_warps"],
-                                    num_stages=stages(cfg, pair), config_name=name, maxnreg=cfg.get("maxnreg")))
+                                    num_stages=stages(cfg, pair), config_name=name, maxnreg=cfg.get("maxnreg"),
+                                    register_ladder=True))
     return reports

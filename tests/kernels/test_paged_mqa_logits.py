@@ -315,26 +315,27 @@ def test_gpu_production_narrow_heads(monkeypatch, configs_env, fp4, h, next_n):
 
 
 @pytest.mark.gpu
-def test_gpu_register_budget_only_where_spill_free():
-    """A config's maxnreg is used for the variants that compile under it without spilling and
-    dropped for the others; both give the reference logits. On sm_90, 64 registers suit the
-    production variant (H64 D128 block_kv 64, one token) and spill in H8 D64 block_kv 64 with 8
-    tokens per program."""
+def test_gpu_register_budget_only_where_spill_free(monkeypatch):
+    """A config's maxnreg is used for the variants that compile under it without spilling; the
+    others take the next budget that does not spill (``register_budget.budgets``). Both give the
+    reference logits. On sm_90, 64 registers suit the production variant (H64 D128 block_kv 64,
+    one token) and spill in H8 D64 block_kv 64 with 8 tokens per program."""
     from sm12x.kernels import paged_mqa_logits as pm
+    from sm12x.kernels import register_budget
 
     cfg = dict(pm.CONFIGS["sm_90"]["fp8"], N_ITERS=32, maxnreg=64)
     decisions = []
     for h, d, next_n in ((64, 128, 1), (8, 64, 8)):
         inp = make_paged(3, next_n, h, d, 64, [5 * 64 + 3, 1, 9 * 64], False, "cuda", max_blocks=10, seed=7)
-        pm._SPILL_FREE.clear()
+        monkeypatch.setattr(register_budget, "_CHOSEN", {})
         out = pm.alloc_logits(3 * next_n, inp["max_context_len"], torch.float32, torch.device("cuda"))
         pm.launch(inp["q"][0], None, inp["cache"], inp["weights"], inp["context_lens"], inp["block_table"],
                   inp["max_context_len"], out, clean=True, out_mode=0, config=cfg)
         check(out, inp, True, False)
-        assert len(pm._SPILL_FREE) == 1  # the variant was compiled once with the budget
-        decisions.extend(pm._SPILL_FREE.values())
+        assert len(register_budget._CHOSEN) == 1  # the variant's budget was decided once
+        decisions.extend(register_budget._CHOSEN.values())
     if torch.cuda.get_device_capability()[0] == 9:
-        assert decisions == [True, False]
+        assert decisions[0] == {"maxnreg": 64} and decisions[1] != {"maxnreg": 64}
 
 
 @pytest.mark.gpu
