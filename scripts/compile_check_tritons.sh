@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The full sm_120/sm_121 compile sweeps (decode, sparse prefill, indexer) under other Triton
+# versions: framework images carry older Tritons than the newest on PyPI, and ptxas' register
+# use differs between them (scripts/RESULTS.md, seventeenth session). One virtual environment per
+# version under ${VENVS:-/tmp/sm12x-tritons}, sharing this interpreter's packages except triton.
+# No GPU needed. Usage: bash scripts/compile_check_tritons.sh [VERSION ...]   (default 3.6.0 3.8.0)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+VENVS="${VENVS:-/tmp/sm12x-tritons}"
+[ $# -gt 0 ] || set -- 3.6.0 3.8.0
+rc=0
+for v in "$@"; do
+    env_dir="$VENVS/triton-$v"
+    if [ ! -x "$env_dir/bin/python" ]; then
+        python3 -m venv --system-site-packages "$env_dir" && "$env_dir/bin/pip" install -q "triton==$v" || { rc=1; continue; }
+    fi
+    echo "== triton $v"
+    SM12X_SLOW_TESTS=1 PYTHONPATH=. "$env_dir/bin/python" -m pytest -q -p no:cacheprovider \
+        tests/kernels/test_sparse_mla_compile.py tests/kernels/test_indexer_compile.py 2>&1 | tail -15 || rc=1
+done
+exit $rc
