@@ -52,7 +52,8 @@ OP = "fp8_mqa_logits"
 CONFIGS = {
     "sm_120": {
         # 4 warps: with 8 the bf16-output variant spills 16 B. maxnreg: left to itself ptxas keeps
-        # some variants (H16 D64 clean) at 128 registers and spills 8 B; with 192 they take 140-188.
+        # some variants (H16 D64 clean) at 128 registers and spills 8 B; with 192 they take 140-188
+        # (triton 3.9; where another Triton's ptxas spills under 192, ``register_budget`` moves on).
         "fp8": {"key_rows": True, "rows": 128, "BLOCK_N": 64, "N_ITERS": 64, "num_warps": 4,
                 "num_stages": 2, "maxnreg": 192},
         # FP4: one block-scaled e2m1 MMA per key tile (tl.dot_scaled; sm_120 has it in hardware).
