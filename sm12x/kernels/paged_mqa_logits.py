@@ -12,11 +12,14 @@ Contract: q [B, next_n, H, D] float8_e4m3fn (FP4: int8 [B, next_n, H, D/2] + int
 
 for visible positions; others are -inf with ``clean_logits`` and undefined otherwise.
 
-CUDA-graph safe: the grid depends only on shapes and ``max_context_len`` (programs past a request's
-length exit at once), nothing reads device values on the host, and the output is allocated from
-shapes. ``schedule_meta`` is accepted for API compatibility; this kernel does not need it.
+CUDA-graph safe: the grid depends only on shapes and ``max_context_len`` (each program takes an
+even part of its request's live cache blocks, read from ``context_lens`` on the device), nothing
+reads device values on the host, and the output is allocated from shapes. ``schedule_meta`` is
+accepted for API compatibility; this kernel does not need it.
 """
 from __future__ import annotations
+
+import itertools
 
 import torch
 import triton
@@ -30,16 +33,17 @@ from sm12x.kernels.register_budget import launch_budget
 
 OP = "fp8_paged_mqa_logits"
 PROGRAMS_PER_SM = 40
-MIN_ITERS = 4
+MIN_PART = 4
 SPLIT_ALIGN = 256  # DeepGEMM rounds the logits row to a multiple of 256 before the 1024-B alignment
 
-# rows = BLOCK_T * H (query tokens x heads) per program; blocks of the cache per program = N_ITERS
-# at most. ``configs.fit_iters`` shortens it until the grid has PROGRAMS_PER_SM programs per SM:
-# this memory-bound kernel keeps ~8 programs resident per SM, and programs of ragged requests
-# need many waves to even out (H200, batch 256, next_n 1: 8K context 2766 -> 3433 GB/s at 8
-# blocks per program, 64K 3794 GB/s at 32), but not below MIN_ITERS blocks (each program loads
-# its q tile; batch 1 at 256K context: 18.2 us with 32, 8.6 us with 4; a config's ``min_iters``
-# overrides it, for tuning).
+# rows = BLOCK_T * H (query tokens x heads) per program. The grid has ``columns`` programs per
+# (request, token group): enough for PROGRAMS_PER_SM programs per SM, as this memory-bound kernel
+# keeps ~8 programs resident per SM and ragged requests need several waves to even out (H200, batch
+# 256, next_n 1, 8K context: 2766 -> 3433 GB/s from 32 to 8 blocks per program). Each program
+# takes an even part of its request's live blocks (at least MIN_PART: each program loads its q
+# tile) and walks it N_ITERS blocks at a time. The grid used to be sized by max_context_len, which
+# vLLM sets to the model's limit: most programs then found no live block (RESULTS.md, eighteenth
+# session). A config's ``per_sm``, ``min_part`` and ``columns`` override these, for tuning and tests.
 # key_rows as in mqa_logits (H200, B=256, ctx <= 8192: next_n 1 111 -> 72 us, next_n 2 173 -> 104 us).
 # pair: with next_n > BLOCK_T, two token groups per program share each key tile (``pair_tokens``);
 # with the k-scale prefetch it took H200 next_n 2 from 2.41-2.55 to 2.63-2.96 TB/s (RESULTS.md).
@@ -125,50 +129,39 @@ def _store_scores(out_ptr, out_row, v, p, c, t_ok, end, num_cols, max_context_le
 
 
 @triton.jit
-def _paged_mqa_logits_kernel(
-    q_ptr, qsf_ptr, kv_ptr, kvf_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr,
-    next_n, max_context_len, stride_kv, stride_bt, stride_w, stride_out, col_start, num_cols,
-    H: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_KV: tl.constexpr, SUB_N: tl.constexpr,
-    N_ITERS: tl.constexpr, SLOTS: tl.constexpr,  # SLOTS: N_ITERS rounded up to a power of 2
-    IS_FP4: tl.constexpr, CTX_2D: tl.constexpr, CLEAN: tl.constexpr,
-    KEY_ROWS: tl.constexpr, PAIR: tl.constexpr, FP4_MMA: tl.constexpr,
-    OUT_MODE: tl.constexpr,  # 0: float32, 1: bfloat16
-    KV_DESC: tl.constexpr,  # kv_ptr is a TMA descriptor of the cache as D-byte rows (``tma_cache``)
-    HEAD_MMA: tl.constexpr,  # 0, or the head sum as an MMA (``key_tile_scores``; 2: inline PTX)
-):
-    pid_r = tl.program_id(0)  # (request, group of query tokens)
-    pid_n = tl.program_id(1)  # chunk of N_ITERS cache blocks
-    # PAIR: a second group of BLOCK_T tokens shares every key tile (its own dot, same k in smem)
-    TOKENS: tl.constexpr = 2 * BLOCK_T if PAIR else BLOCK_T
-    t_groups = tl.cdiv(next_n, TOKENS)
-    b = pid_r // t_groups
-    t0 = (pid_r % t_groups) * TOKENS
+def _part(span, col_start, num_cols, max_context_len, want_parts, BLOCK_KV: tl.constexpr, N_ITERS: tl.constexpr,
+          MIN_PART: tl.constexpr):
+    """This program's blocks [lo, hi). The window's blocks [col_start, col_start + num_cols) that
+    hold a visible position for some row of the request are cut into even parts, one per program
+    along grid axis 1: ``want_parts`` of at least MIN_PART blocks, more where that leaves parts
+    longer than a chunk (N_ITERS blocks), at most the grid's columns. The grid does not depend on
+    how long requests are (max_context_len may be the model's limit), and no program runs past its
+    request's end."""
+    first = col_start // BLOCK_KV
+    stop = tl.minimum(col_start + num_cols, max_context_len)
+    n_req = tl.maximum(tl.minimum(tl.cdiv(span, BLOCK_KV), tl.cdiv(stop, BLOCK_KV)) - first, 0)
+    parts = tl.maximum(tl.cdiv(n_req, N_ITERS), tl.minimum(want_parts, n_req // MIN_PART))
+    parts = tl.minimum(tl.num_programs(1), tl.maximum(parts, 1))
+    pid_n = tl.program_id(1)
+    lo = first + (tl.minimum(pid_n, parts).to(tl.int64) * n_req // parts).to(tl.int32)
+    hi = first + (tl.minimum(pid_n + 1, parts).to(tl.int64) * n_req // parts).to(tl.int32)
+    return lo, hi
+
+
+@triton.jit
+def _chunk(q_ptr, kv_ptr, kvf_ptr, bt_ptr, out_ptr, b, blk0, n_live, q, w, t_ok, end, out_row,
+           q2, w2, t_ok2, end2, out_row2, max_context_len, stride_kv, stride_bt, col_start, num_cols,
+           H: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_KV: tl.constexpr, SUB_N: tl.constexpr,
+           SLOTS: tl.constexpr, IS_FP4: tl.constexpr, CLEAN: tl.constexpr, KEY_ROWS: tl.constexpr,
+           PAIR: tl.constexpr, FP4_MMA: tl.constexpr, KV_DESC: tl.constexpr, HEAD_MMA: tl.constexpr):
+    """Scores of cache blocks blk0 .. blk0 + n_live - 1 of request b (n_live <= SLOTS)."""
+    # values of block n start at n*stride_kv bytes; scales (4 B each) after BLOCK_KV*DB value bytes
     DB: tl.constexpr = D // 2 if IS_FP4 else D  # bytes per token row
-
-    q, w, t_ok, end, out_row = _token_group(q_ptr, qsf_ptr, w_ptr, ctx_ptr, b, t0, next_n, max_context_len,
-                                            stride_w, stride_out, H, D, BLOCK_T, IS_FP4, CTX_2D, FP4_MMA)
-    span = tl.max(end)
-    if PAIR:
-        q2, w2, t_ok2, end2, out_row2 = _token_group(q_ptr, qsf_ptr, w_ptr, ctx_ptr, b, t0 + BLOCK_T, next_n,
-                                                     max_context_len, stride_w, stride_out, H, D, BLOCK_T,
-                                                     IS_FP4, CTX_2D, FP4_MMA)
-        span = tl.maximum(span, tl.max(end2))
-        if HEAD_MMA:
-            w2 = head_weight_matrix(w2, BLOCK_T, H, HEAD_MMA == 2)
-    if HEAD_MMA:
-        w = head_weight_matrix(w, BLOCK_T, H, HEAD_MMA == 2)
-
-    # values of block n start at n*stride_kv bytes; scales (4 B each) after BLOCK_KV*DB value bytes.
-    # Blocks [blk0, blk0 + n_live) hold visible positions for some row; the rest of the chunk only
-    # gets -inf (clean / top-k keys), so the compute loop has plain bounds and can be pipelined.
-    blk0 = col_start // BLOCK_KV + pid_n * N_ITERS
-    n_live = tl.minimum(tl.maximum(tl.cdiv(span - blk0 * BLOCK_KV, BLOCK_KV), 0), N_ITERS)
-    bt_row = bt_ptr + b.to(tl.int64) * stride_bt
+    slots = tl.arange(0, SLOTS)
     # The chunk's block-table entries are loaded once, before the loop: a key tile whose address
     # came from a load inside the loop was fetched only one block ahead (Triton gives such an
     # indirect load chain one stage), so every block waited for its own copy.
-    slots = tl.arange(0, SLOTS)
-    blocks = tl.load(bt_row + blk0 + slots, mask=slots < n_live, other=0)
+    blocks = tl.load(bt_ptr + b.to(tl.int64) * stride_bt + blk0 + slots, mask=slots < n_live, other=0)
     # Keys on M, whole blocks: FP8, and FP4 on the block-scaled MMA for up to 2 tokens per program
     # (with 4, H32 spilled 8 B on sm_120 in the variant for unaligned inputs). SUB_N slices only
     # the other paths, where it bounds register use.
@@ -209,12 +202,69 @@ def _paged_mqa_logits_kernel(
                 v = index_scores(q, w, kv_ptr, tok_off, i < BLOCK_KV, kvf_ptr, sf_idx, BLOCK_T, H, D,
                                  IS_FP4, KEY_ROWS, FP4_MMA, HEAD_MMA)
                 _store_scores(out_ptr, out_row, v, p, c, t_ok, end, num_cols, max_context_len, CLEAN)
+
+
+@triton.jit
+def _paged_mqa_logits_kernel(
+    q_ptr, qsf_ptr, kv_ptr, kvf_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr,
+    next_n, max_context_len, stride_kv, stride_bt, stride_w, stride_out, col_start, num_cols, want_parts,
+    H: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_KV: tl.constexpr, SUB_N: tl.constexpr,
+    N_ITERS: tl.constexpr, SLOTS: tl.constexpr,  # SLOTS: N_ITERS rounded up to a power of 2
+    MIN_PART: tl.constexpr,  # fewest cache blocks a program is given while it has a part of its own
+    MULTI: tl.constexpr,  # parts may be longer than N_ITERS blocks (``grid_columns``)
+    IS_FP4: tl.constexpr, CTX_2D: tl.constexpr, CLEAN: tl.constexpr,
+    KEY_ROWS: tl.constexpr, PAIR: tl.constexpr, FP4_MMA: tl.constexpr,
+    OUT_MODE: tl.constexpr,  # 0: float32, 1: bfloat16
+    KV_DESC: tl.constexpr,  # kv_ptr is a TMA descriptor of the cache as D-byte rows (``tma_cache``)
+    HEAD_MMA: tl.constexpr,  # 0, or the head sum as an MMA (``key_tile_scores``; 2: inline PTX)
+):
+    pid_r = tl.program_id(0)  # (request, group of query tokens)
+    pid_n = tl.program_id(1)  # part of the request's live cache blocks
+    # PAIR: a second group of BLOCK_T tokens shares every key tile (its own dot, same k in smem)
+    TOKENS: tl.constexpr = 2 * BLOCK_T if PAIR else BLOCK_T
+    t_groups = tl.cdiv(next_n, TOKENS)
+    b = pid_r // t_groups
+    t0 = (pid_r % t_groups) * TOKENS
+
+    q, w, t_ok, end, out_row = _token_group(q_ptr, qsf_ptr, w_ptr, ctx_ptr, b, t0, next_n, max_context_len,
+                                            stride_w, stride_out, H, D, BLOCK_T, IS_FP4, CTX_2D, FP4_MMA)
+    span = tl.max(end)
+    if PAIR:
+        q2, w2, t_ok2, end2, out_row2 = _token_group(q_ptr, qsf_ptr, w_ptr, ctx_ptr, b, t0 + BLOCK_T, next_n,
+                                                     max_context_len, stride_w, stride_out, H, D, BLOCK_T,
+                                                     IS_FP4, CTX_2D, FP4_MMA)
+        span = tl.maximum(span, tl.max(end2))
+        if HEAD_MMA:
+            w2 = head_weight_matrix(w2, BLOCK_T, H, HEAD_MMA == 2)
+    if HEAD_MMA:
+        w = head_weight_matrix(w, BLOCK_T, H, HEAD_MMA == 2)
+
+    lo, hi = _part(span, col_start, num_cols, max_context_len, want_parts, BLOCK_KV, N_ITERS, MIN_PART)
+    if MULTI:  # parts may be longer than a chunk
+        for blk0 in range(lo, hi, N_ITERS):
+            _chunk(q_ptr, kv_ptr, kvf_ptr, bt_ptr, out_ptr, b, blk0, tl.minimum(hi - blk0, N_ITERS), q, w, t_ok,
+                   end, out_row, q2 if PAIR else q, w2 if PAIR else w, t_ok2 if PAIR else t_ok,
+                   end2 if PAIR else end, out_row2 if PAIR else out_row, max_context_len, stride_kv, stride_bt,
+                   col_start, num_cols, H, D, BLOCK_T, BLOCK_KV, SUB_N, SLOTS, IS_FP4, CLEAN, KEY_ROWS, PAIR,
+                   FP4_MMA, KV_DESC, HEAD_MMA)
+    else:  # the launcher made every part at most N_ITERS blocks
+        _chunk(q_ptr, kv_ptr, kvf_ptr, bt_ptr, out_ptr, b, lo, hi - lo, q, w, t_ok, end, out_row,
+               q2 if PAIR else q, w2 if PAIR else w, t_ok2 if PAIR else t_ok, end2 if PAIR else end,
+               out_row2 if PAIR else out_row, max_context_len, stride_kv, stride_bt, col_start, num_cols,
+               H, D, BLOCK_T, BLOCK_KV, SUB_N, SLOTS, IS_FP4, CLEAN, KEY_ROWS, PAIR, FP4_MMA, KV_DESC, HEAD_MMA)
     if CLEAN:
+        # the window's blocks past every row's end get -inf, cut across the same programs
+        stop = tl.minimum(col_start + num_cols, max_context_len)
+        dead = tl.minimum(tl.cdiv(span, BLOCK_KV), tl.cdiv(stop, BLOCK_KV))
+        dead = tl.maximum(dead, col_start // BLOCK_KV)
+        n_dead = tl.maximum(tl.cdiv(stop, BLOCK_KV) - dead, 0)
+        cols = tl.num_programs(1)
         fill = tl.full((BLOCK_T, BLOCK_KV), float("-inf"), dtype=out_ptr.dtype.element_ty)
-        for it in range(n_live, N_ITERS):
-            p = (blk0 + it) * BLOCK_KV + tl.arange(0, BLOCK_KV)
+        for blk in range(dead + (pid_n.to(tl.int64) * n_dead // cols).to(tl.int32),
+                         dead + ((pid_n + 1).to(tl.int64) * n_dead // cols).to(tl.int32)):
+            p = blk * BLOCK_KV + tl.arange(0, BLOCK_KV)
             c = p - col_start
-            m = ((c < num_cols) & (p < max_context_len))[None, :]
+            m = (p < stop)[None, :]
             tl.store(out_ptr + out_row[:, None] + c[None, :], fill, mask=t_ok[:, None] & m)
             if PAIR:
                 tl.store(out_ptr + out_row2[:, None] + c[None, :], fill, mask=t_ok2[:, None] & m)
@@ -270,10 +320,9 @@ def launch(q, q_sf, kv_cache, weights, context_lens, block_table, max_context_le
     bt = block_t(h, next_n, cfg["rows"])
     pair = pair_tokens(cfg, bt, h, next_n, is_fp4)
     row_programs = bsz * triton.cdiv(next_n, 2 * bt if pair else bt)
-    n_iters = cfg["N_ITERS"] if config else configs.fit_iters(
-        cfg["N_ITERS"], triton.cdiv(num_cols, block_kv), row_programs, q.device,
-        per_sm=PROGRAMS_PER_SM, min_iters=cfg.get("min_iters", MIN_ITERS))
-    grid = (row_programs, triton.cdiv(triton.cdiv(num_cols, block_kv), n_iters))
+    min_part = cfg.get("min_part", MIN_PART)
+    cols, want_parts, multi = grid_columns(triton.cdiv(num_cols, block_kv), row_programs, q.device, cfg)
+    grid = (row_programs, cols)
     if bsz == 0 or num_cols <= 0:
         return out
     vals, words = cache_pointers(kv_cache, is_fp4)
@@ -281,9 +330,10 @@ def launch(q, q_sf, kv_cache, weights, context_lens, block_table, max_context_le
     args = (q, q_sf if is_fp4 else context_lens, vals if kv_desc is None else kv_desc, words, weights,
             context_lens, block_table, out,
             next_n, max_context_len, kv_cache.stride(0), block_table.stride(0), weights.stride(0),
-            out.stride(0), col_start, num_cols)
-    kwargs = dict(H=h, D=d, BLOCK_T=bt, BLOCK_KV=block_kv, SUB_N=min(cfg["SUB_N"], block_kv), N_ITERS=n_iters,
-                  SLOTS=triton.next_power_of_2(n_iters),
+            out.stride(0), col_start, num_cols, want_parts)
+    kwargs = dict(H=h, D=d, BLOCK_T=bt, BLOCK_KV=block_kv, SUB_N=min(cfg["SUB_N"], block_kv),
+                  N_ITERS=cfg["N_ITERS"], SLOTS=triton.next_power_of_2(cfg["N_ITERS"]), MIN_PART=min_part,
+                  MULTI=multi,
                   IS_FP4=is_fp4, CTX_2D=context_lens.dim() == 2, CLEAN=clean, KEY_ROWS=key_rows(cfg, bt, h),
                   PAIR=pair, FP4_MMA=uses_fp4_mma(cfg, is_fp4), OUT_MODE=out_mode,
                   KV_DESC=kv_desc is not None, HEAD_MMA=head_mma(cfg, is_fp4) if key_rows(cfg, bt, h) else 0,
@@ -292,6 +342,31 @@ def launch(q, q_sf, kv_cache, weights, context_lens, block_table, max_context_le
                                                      q.device)
     _paged_mqa_logits_kernel[grid](*args, **kwargs, **budget)
     return out
+
+
+def grid_columns(window_blocks: int, row_programs: int, device, cfg: dict) -> tuple[int, int, bool]:
+    """(grid columns: programs per request and token group, parts wanted per request, whether a
+    program's part may take several chunks).
+
+    ``per_sm`` programs per SM over the grid are wanted; a request gets that many parts of at
+    least ``min_part`` blocks, or more where that leaves parts longer than one chunk (N_ITERS
+    blocks). While at most twice the wanted columns give a window-long request parts of one chunk,
+    the grid takes them and each program runs one chunk: the kernel variant without a loop over
+    chunks, which keeps the sm_90 config within its 64 registers. A window far longer than the
+    requests in it (vLLM passes the model's length limit as max_context_len) gets the wanted
+    count, and parts may take several chunks. A config's ``columns`` fixes the count (tests)."""
+    n_iters, min_part = cfg["N_ITERS"], cfg.get("min_part", MIN_PART)
+    most = max(-(-window_blocks // min_part), 1)  # more columns than this only add empty programs
+    want = -(-cfg.get("per_sm", PROGRAMS_PER_SM) * configs.sm_count(device) // max(row_programs, 1))
+    one_chunk = -(-window_blocks // n_iters)  # columns that make every part one chunk
+    if "columns" in cfg:
+        cols = want = cfg["columns"]
+    elif one_chunk <= 2 * want:
+        cols = min(max(want, one_chunk), most)
+    else:
+        cols = min(want, most)
+    # parts are at least cdiv(blocks, N_ITERS) unless the grid's columns cap them
+    return cols, min(want, cols), -(-window_blocks // cols) > n_iters
 
 
 def stages(cfg: dict, pair: bool) -> int:
@@ -357,10 +432,10 @@ def _signature(is_fp4: bool, out_mode: int, kv_box=None):
         "kv_ptr": kv_t, "kvf_ptr": "*i32" if is_fp4 else "*fp32",
         "w_ptr": "*fp32", "ctx_ptr": "*i32", "bt_ptr": "*i32", "out_ptr": out_t,
         "next_n": "i32", "max_context_len": "i32", "stride_kv": "i64", "stride_bt": "i32",
-        "stride_w": "i32", "stride_out": "i64", "col_start": "i32", "num_cols": "i32",
+        "stride_w": "i32", "stride_out": "i64", "col_start": "i32", "num_cols": "i32", "want_parts": "i32",
     }
-    for name in ("H", "D", "BLOCK_T", "BLOCK_KV", "SUB_N", "N_ITERS", "SLOTS", "IS_FP4", "CTX_2D", "CLEAN", "KEY_ROWS",
-                 "PAIR", "FP4_MMA", "OUT_MODE", "KV_DESC", "HEAD_MMA"):
+    for name in ("H", "D", "BLOCK_T", "BLOCK_KV", "SUB_N", "N_ITERS", "SLOTS", "MIN_PART", "MULTI", "IS_FP4", "CTX_2D",
+                 "CLEAN", "KEY_ROWS", "PAIR", "FP4_MMA", "OUT_MODE", "KV_DESC", "HEAD_MMA"):
         sig[name] = "constexpr"
     return sig
 
@@ -369,17 +444,18 @@ VARIANTS = ((0, False, True), (0, True, False), (1, False, True))  # (out, clean
 
 
 def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 64), dims=(128,), block_kvs=(32, 64),
-                    next_ns=(1, 2), variants=VARIANTS[:2], fp4=(False, True)):
+                    next_ns=(1, 2), variants=VARIANTS[:2], fp4=(False, True), multis=(False, True)):
     """Compile the configurations for ``targets`` and return CompileReports. The defaults cover each
-    per-arch config at the production shape (H=64, D=128, next_n 1/2, both block sizes) and the
-    smallest head count; widen heads / dims / next_ns / variants for the full sweep."""
+    per-arch config at the production shape (H=64, D=128, next_n 1/2, both block sizes), the
+    smallest head count, and both kernel forms (one chunk per program, several); widen heads / dims
+    / next_ns / variants for the full sweep."""
     from sm12x.kernels.compile_check import compile_kernel
     from sm12x.kernels.mqa_logits import interpreting, reports_in_subprocess
 
     if interpreting():
         return reports_in_subprocess(__name__, targets=tuple(targets), heads=tuple(heads), dims=tuple(dims),
                                      block_kvs=tuple(block_kvs), next_ns=tuple(next_ns),
-                                     variants=tuple(variants), fp4=tuple(fp4))
+                                     variants=tuple(variants), fp4=tuple(fp4), multis=tuple(multis))
 
     reports = []
     seen = set()
@@ -392,15 +468,16 @@ def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 64), dims=(128,), bl
                         for nn in next_ns:
                             bt = block_t(h, nn, cfg["rows"])
                             pair = pair_tokens(cfg, bt, h, nn, is_fp4)
-                            for out_mode, clean, ctx2d in variants:
-                                key = (target, is_fp4, h, d, bkv, bt, pair, out_mode, clean, ctx2d)
+                            for (out_mode, clean, ctx2d), multi in itertools.product(variants, multis):
+                                key = (target, is_fp4, h, d, bkv, bt, pair, out_mode, clean, ctx2d, multi)
                                 if key in seen:
                                     continue
                                 seen.add(key)
                                 kv_desc = bool(cfg.get("tma")) and key_rows(cfg, bt, h) and not is_fp4
                                 const = dict(H=h, D=d, BLOCK_T=bt, BLOCK_KV=bkv, SUB_N=min(cfg["SUB_N"], bkv),
                                              N_ITERS=cfg["N_ITERS"],
-                                             SLOTS=triton.next_power_of_2(cfg["N_ITERS"]),
+                                             SLOTS=triton.next_power_of_2(cfg["N_ITERS"]), MIN_PART=MIN_PART,
+                                             MULTI=multi,
                                              IS_FP4=is_fp4, CTX_2D=ctx2d, CLEAN=clean,
                                              KEY_ROWS=key_rows(cfg, bt, h), PAIR=pair,
                                              FP4_MMA=uses_fp4_mma(cfg, is_fp4), OUT_MODE=out_mode,
@@ -408,7 +485,8 @@ def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 64), dims=(128,), bl
                                              HEAD_MMA=head_mma(cfg, is_fp4) if key_rows(cfg, bt, h) else 0)
                                 name = (f"{'fp4' if is_fp4 else 'fp8'} H{h} D{d} bkv{bkv} T{bt}"
                                         f"{'x2' if pair else ''} out{out_mode}"
-                                        f"{' clean' if clean else ''}{' ctx2d' if ctx2d else ' ctx1d'}")
+                                        f"{' clean' if clean else ''}{' ctx2d' if ctx2d else ' ctx1d'}"
+                                        f"{' multi-chunk' if multi else ''}")
                                 reports.append(compile_kernel(
                                     _paged_mqa_logits_kernel,
                                     _signature(is_fp4, out_mode, (bkv, d) if kv_desc else None), const,

@@ -121,6 +121,57 @@ def test_multi_block_programs(device, fp4):
         check(out, inp, clean, fp4)
 
 
+@pytest.mark.parametrize("fp4", [False, True])
+@pytest.mark.parametrize("cols,min_part,n_iters", [(1, 1, 3), (5, 1, 2), (16, 4, 32), (3, 2, 1), (None, 2, 4)])
+def test_parts_of_requests(monkeypatch, device, fp4, cols, min_part, n_iters):
+    """Each program takes an even part of its request's live blocks: one program walking a whole
+    request in chunks, more programs than a short request has parts (those find nothing to do),
+    more parts than wanted where a part would be longer than a chunk (None: 6 columns, 4 parts
+    wanted on a one-SM GPU, the 23-block request takes 6), and a max_context_len far past every request (as vLLM passes the model's
+    limit), where the -inf fill of the dead blocks is cut across the same programs."""
+    from sm12x.kernels import configs
+    from sm12x.kernels import paged_mqa_logits as pm
+
+    ctx = [3 * 32 + 5, 2, 1, 7 * 32, 0, 23 * 32]
+    inp = make_paged(len(ctx), 2, 16, 64, 32, ctx, fp4, device, max_blocks=24, seed=7)
+    cfg = dict(configs.pick(pm.CONFIGS, torch.device(device))["fp4" if fp4 else "fp8"], N_ITERS=n_iters,
+               columns=cols, min_part=min_part)
+    if cols is None:
+        del cfg["columns"]
+        cfg["per_sm"] = 24
+        monkeypatch.setenv("SM12X_NUM_SMS", "1")
+        rows = len(ctx) * (2 // pm.block_t(16, 2, cfg["rows"]))
+        assert pm.grid_columns(24, rows, torch.device(device), cfg) == (6, 4, False)
+    qv, qs = inp["q"]
+    kv_cache = inp["cache"] if inp["cache"].dtype == torch.uint8 else inp["cache"].view(torch.uint8)
+    for clean in (False, True):
+        out = pm.alloc_logits(len(ctx) * 2, inp["max_context_len"], torch.float32, torch.device(device))
+        out.fill_(float("nan") if clean else 0.0)  # every column must be written when clean
+        pm.launch(qv, qs, kv_cache, inp["weights"], inp["context_lens"], inp["block_table"],
+                  inp["max_context_len"], out, clean=clean, out_mode=0, config=cfg)
+        check(out, inp, clean, fp4)
+
+
+def test_grid_columns():
+    """(columns, parts wanted, several chunks): PROGRAMS_PER_SM programs per SM over the grid, up
+    to twice that to make every part one chunk; a window far longer than that (vLLM passes the
+    model's limit) keeps the wanted count and takes the several-chunk kernel; never more columns
+    than min_part-block parts."""
+    from sm12x.kernels import paged_mqa_logits as pm
+
+    cpu = torch.device("cpu")  # 188 SMs on the interpreter: 40 x 188 = 7520 programs wanted
+    cfg = dict(pm.CONFIGS["sm_90"]["fp8"], N_ITERS=32)
+    assert pm.grid_columns(166, 256, cpu, cfg) == (30, 30, False)  # 8K context: parts of <= 6 blocks
+    assert pm.grid_columns(1331, 256, cpu, cfg) == (42, 30, False)  # 64K: 42 columns make parts one chunk
+    assert pm.grid_columns(4096, 256, cpu, cfg) == (30, 30, True)  # a model-length window
+    assert pm.grid_columns(4096, 1, cpu, cfg) == (1024, 1024, False)  # one request: parts of 4 blocks
+    assert pm.grid_columns(5, 1, cpu, cfg) == (2, 2, False)
+    assert pm.grid_columns(4096, 8192, cpu, cfg) == (1, 1, True)
+    assert pm.grid_columns(0, 4, cpu, cfg) == (1, 1, False)
+    assert pm.grid_columns(20, 4, cpu, dict(cfg, columns=3, N_ITERS=3, min_part=2)) == (3, 3, True)
+    assert pm.grid_columns(20, 4, cpu, dict(cfg, columns=7, N_ITERS=3, min_part=2)) == (7, 7, False)
+
+
 @pytest.mark.parametrize("fp4,fp4_mma", [(False, False), (True, False), (True, True)])
 @pytest.mark.parametrize("key_rows", [False, True])
 def test_both_mma_layouts(device, fp4, fp4_mma, key_rows):
