@@ -7,7 +7,9 @@ Cases (H=64, D=128 throughout):
 - prefill logits (fp8_fp4_mqa_logits), causal ranges: S 2048-8192, S_kv 8K-64K.
   FLOP model: 2 * sum_i(ke_i - ks_i) * H * D ("FP8-equivalent" TFLOPS).
 - paged decode logits (fp8_fp4_paged_mqa_logits), block_kv 64, batch 256-4096, context 8K-64K,
-  next_n 1/2 (batch x context capped at 32M tokens like DeepGEMM's test).
+  next_n 1/2 (batch x context capped at 32M tokens like DeepGEMM's test), max_context_len the
+  batch's longest request; and a few of these with max_context_len = 262,144 (MODEL_LEN), as vLLM
+  calls it: it passes max_model_len, the model's limit, whatever the batch holds.
   Byte model: KV bytes read once (sum ctx * (D+4) B, FP4 D/2+4) + q/weights + logits written
   (sum over rows of the visible positions * 4 B).
 Logits kernels are timed by CUDA-graph replay (no host time, L2 warm), and again as DeepGEMM's own
@@ -32,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 
 H, D, BLOCK_KV = 64, 128, 64
+MODEL_LEN = 262144  # DeepSeek-V4's 1M-token limit in 4x-compressed indexer keys
 
 
 def fail(msg: str) -> None:
@@ -140,25 +143,30 @@ def decode_cases(quick: bool, fp4: bool, out: list):
 
     batches = (256, 1024) if quick else (256, 1024, 4096)
     contexts = (8192, 65536) if quick else (8192, 16384, 32768, 65536)
-    for b in batches:
-        for ctx_avg in contexts:
-            if b * ctx_avg > 32 * 1024 * 1024:
-                continue
-            for next_n in (1, 2):
-                ctx, cache, bt, cl, q, w, mcl = paged_case(b, ctx_avg, next_n, fp4)
-                meta = get_paged_mqa_logits_metadata(cl, BLOCK_KV, get_num_sms())
-                call = lambda: fp8_fp4_paged_mqa_logits(q, cache, w, cl, bt, meta, mcl)  # noqa: E731
-                ms, kms = bench_graph(call), bench_kernel(call)
-                tok_bytes = (D // 2 if fp4 else D) + 4
-                kv_bytes = int(ctx.long().sum()) * tok_bytes
-                logit_bytes = int(cl.long().sum()) * 4
-                qw_bytes = q[0].numel() * q[0].element_size() + w.numel() * 4
-                nbytes = kv_bytes + logit_bytes + qw_bytes
-                out.append(("paged decode logits" + (" FP4" if fp4 else ""), f"B={b} ctx~{ctx_avg} next_n={next_n}",
-                            f"{ms * 1e3:.0f}", f"{nbytes / ms / 1e6:.0f} GB/s", f"{kms * 1e3:.0f}",
-                            f"{nbytes / kms / 1e6:.0f} GB/s", ""))
-                del cache, bt, q, w
-                torch.cuda.empty_cache()
+    shapes = [(b, ctx_avg, None) for b in batches for ctx_avg in contexts if b * ctx_avg <= 32 * 1024 * 1024]
+    shapes += [(256, 8192, MODEL_LEN)] if quick else [(256, 8192, MODEL_LEN), (1024, 8192, MODEL_LEN),
+                                                       (256, 65536, MODEL_LEN)]
+    for b, ctx_avg, model_len in shapes:
+        for next_n in (1, 2):
+            ctx, cache, bt, cl, q, w, mcl = paged_case(b, ctx_avg, next_n, fp4)
+            label = f"B={b} ctx~{ctx_avg} next_n={next_n}"
+            if model_len:
+                mcl = model_len
+                bt = torch.nn.functional.pad(bt, (0, model_len // BLOCK_KV - bt.shape[1]))
+                label += f" max_context_len={model_len}"
+            meta = get_paged_mqa_logits_metadata(cl, BLOCK_KV, get_num_sms())
+            call = lambda: fp8_fp4_paged_mqa_logits(q, cache, w, cl, bt, meta, mcl)  # noqa: E731
+            ms, kms = bench_graph(call), bench_kernel(call)
+            tok_bytes = (D // 2 if fp4 else D) + 4
+            kv_bytes = int(ctx.long().sum()) * tok_bytes
+            logit_bytes = int(cl.long().sum()) * 4
+            qw_bytes = q[0].numel() * q[0].element_size() + w.numel() * 4
+            nbytes = kv_bytes + logit_bytes + qw_bytes
+            out.append(("paged decode logits" + (" FP4" if fp4 else ""), label,
+                        f"{ms * 1e3:.0f}", f"{nbytes / ms / 1e6:.0f} GB/s", f"{kms * 1e3:.0f}",
+                        f"{nbytes / kms / 1e6:.0f} GB/s", ""))
+            del cache, bt, q, w
+            torch.cuda.empty_cache()
 
 
 def topk_cases(quick: bool, out: list):
