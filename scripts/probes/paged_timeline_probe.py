@@ -46,10 +46,12 @@ VARIANTS = [["now", {}, ""]]
 
 # Kernel source variants (``--variants`` entries name one as their third field). "maxnreg 64":
 # launch every variant under 64 registers, spills or not (the ladder would give a spilling variant
-# more). The eighteenth session also timed loading the chunk's block-table entries before the
+# more). "i32 parts": see below. The eighteenth session also timed loading the chunk's block-table entries before the
 # request's length was known (no change; RESULTS.md).
 SOURCE_EDITS = {
     "maxnreg 64": [("budget = {} if interpreting() else launch_budget(", "budget = {'maxnreg': 64} or (")],
+    # the part bounds in 32-bit arithmetic (64-bit division is a long instruction sequence)
+    "i32 parts": [(".to(tl.int64) * n_req // parts).to(tl.int32)", " * n_req // parts)")],
 }
 
 HELPERS = '''
