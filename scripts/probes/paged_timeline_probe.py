@@ -166,8 +166,8 @@ def timeline(stamps):
     gap = statistics.mean(gaps) if gaps else float("nan")
     steps = torch.diff(torch.unique(st[:, 1]))
     res = int(steps.min()) if steps.numel() else 0
-    return dict(span=span, dur_live=dur_live, blocks_live=blocks_live, tail=tail, dur_empty=dur_empty, per_block=slope, fixed=icept,
-                gap=gap, bins=bins, live=int((live > 0).sum()),
+    return dict(span=span, dur_live=dur_live, blocks_live=blocks_live, tail=tail, dur_empty=dur_empty,
+                per_block=slope, fixed=icept, gap=gap, bins=bins, live=int((live > 0).sum()),
                 programs=st.shape[0], sms=len(sms), res_ns=res)
 
 
@@ -247,7 +247,8 @@ def main():
                         c.update(s)
                 mean = lambda k: statistics.mean(s[k] for s in stats)  # noqa: E731
                 bins = [statistics.mean(s["bins"][i] for s in stats) for i in range(10)]
-                line = (f"| {label} | {name} | {stats[0]['live']}/{stats[0]['programs']} | {mean('blocks_live'):.1f} "
+                line = (f"| {label} | {name} | {stats[0]['live']}/{stats[0]['programs']} "
+                        f"| {mean('blocks_live'):.1f} "
                         f"| {mean('span'):.1f} | {mean('dur_live'):.1f} "
                         f"| {mean('per_block'):.2f} + {mean('fixed'):.2f} | {mean('dur_empty'):.2f} | {mean('gap'):.2f} "
                         f"| {mean('tail'):.1f} "

@@ -127,8 +127,9 @@ def test_parts_of_requests(monkeypatch, device, fp4, cols, min_part, n_iters):
     """Each program takes an even part of its request's live blocks: one program walking a whole
     request in chunks, more programs than a short request has parts (those find nothing to do),
     more parts than wanted where a part would be longer than a chunk (None: 6 columns, 4 parts
-    wanted on a one-SM GPU, the 23-block request takes 6), and a max_context_len far past every request (as vLLM passes the model's
-    limit), where the -inf fill of the dead blocks is cut across the same programs."""
+    wanted on a one-SM GPU, the 23-block request takes 6), and a max_context_len far past every
+    request (as vLLM passes the model's limit), where the -inf fill of the dead blocks is cut
+    across the same programs."""
     from sm12x.kernels import configs
     from sm12x.kernels import paged_mqa_logits as pm
 
