@@ -1,6 +1,6 @@
 """A/B tables of indexer logits config variants given on the command line, on the benchmark's
 inputs (``bench_indexer.py``). Each variant patches the GPU's picked configuration in place (so
-``configs.fit_iters`` still sizes the grid) and must agree with the first variant to DeepGEMM's
+``configs.fit_iters`` / ``paged_mqa_logits.grid_columns`` still size the grid) and must agree with the first variant to DeepGEMM's
 calc_diff < 1e-5 ("DIFFERS" otherwise). Prints TFLOPS (prefill) / GB/s (paged) as markdown.
 
     python scripts/tune_logits_variants.py [--unclean] [--quick] \

@@ -1,7 +1,8 @@
 """Blocks per program (N_ITERS) and pipeline depth of the paged decode logits kernel on the
 benchmark's inputs (``bench_indexer.py``: per-request context uniform in 0.7-1.3 x the average,
 random block tables). Prints GB/s (bytes of KV read once + logits written + q + weights) per
-configuration as markdown. The chunk is fixed here: ``configs.fit_iters`` does not apply.
+configuration as markdown. N_ITERS is the chunk each program walks at a time; how many programs
+share a request still comes from ``paged_mqa_logits.grid_columns`` (add ``columns`` to fix it).
 ``--tokens`` sweeps how next_n > 1 query tokens share programs instead (one token per program,
 token pairs sharing each key tile, or two tokens in one 128-row dot).
 

@@ -1,7 +1,7 @@
 """Pointer loads vs TMA descriptor loads of the key tiles in the paged decode logits kernel, on
 the benchmark's inputs (``bench_indexer.py``: per-request context uniform in 0.7-1.3 x the
 average, random block tables, clean logits). Each variant patches the picked configuration in
-place (so ``configs.fit_iters`` still sizes the grid) and must reproduce the first variant's
+place (so ``paged_mqa_logits.grid_columns`` still sizes the grid) and must reproduce the first variant's
 logits exactly ("DIFFERS" otherwise). Prints GB/s (byte model of ``bench_indexer.py``) as markdown.
 
     python scripts/tune_tma.py

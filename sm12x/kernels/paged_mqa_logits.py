@@ -309,7 +309,8 @@ def launch(q, q_sf, kv_cache, weights, context_lens, block_table, max_context_le
            clean, out_mode, col_start=0, num_cols=None, config=None):
     """Run the kernel into ``out`` ([B*next_n, *] view, unit column stride); ``col_start`` (a multiple
     of block_kv) / ``num_cols`` restrict the positions computed (out column = p - col_start).
-    An explicit ``config`` (tuning, tests) is used as given, N_ITERS included."""
+    An explicit ``config`` (tuning, tests) replaces the GPU's; its ``columns``, ``per_sm`` and
+    ``min_part`` steer the grid (``grid_columns``)."""
     bsz, next_n, h = q.shape[0], q.shape[1], q.shape[2]
     is_fp4 = q_sf is not None
     d = q.shape[3] * 2 if is_fp4 else q.shape[3]

@@ -132,10 +132,8 @@ def test_fit_iters(monkeypatch):
     assert configs.fit_iters(32, 1024, 1, cpu) == 1  # one request: one block per program
     assert configs.fit_iters(32, 1024, 2, cpu) == 2  # 2 x 512 programs
     assert configs.fit_iters(64, 128, 8, cpu) == 1
-    # the paged kernel's rule: 40 programs per SM, at least 4 blocks per program
     assert configs.fit_iters(32, 167, 256, cpu, per_sm=40, min_iters=4) == 8
-    assert configs.fit_iters(32, 1331, 256, cpu, per_sm=40, min_iters=4) == 32
-    assert configs.fit_iters(32, 4096, 1, cpu, per_sm=40, min_iters=4) == 4
+    assert configs.fit_iters(32, 4096, 1, cpu, per_sm=40, min_iters=4) == 4  # not below min_iters
     monkeypatch.setenv("SM12X_NUM_SMS", "1")
     assert configs.fit_iters(64, 64, 4, cpu) == 64
 

@@ -104,8 +104,8 @@ def test_paged_logits(device, fp4, h, d, block_kv, next_n, ctx2d, pad):
 
 @pytest.mark.parametrize("fp4", [False, True])
 def test_multi_block_programs(device, fp4):
-    """Programs that own a few cache blocks (an explicit config is used as given): chunks of 3
-    blocks, partly live, with the -inf fill."""
+    """Programs whose parts take several chunks of 3 blocks (an explicit config's N_ITERS), partly
+    live, with the -inf fill."""
     from sm12x.kernels import configs
     from sm12x.kernels import paged_mqa_logits as pm
 
