@@ -9,7 +9,9 @@ in the high half, (2**31-1 - index) in the low half, INT64_MIN for invisible key
 merged into a running [rows, topk] set (``topk_merge``). Once that set is full, only a window's
 keys above its worst can enter: rows with few of them (most rows after the first windows) fold
 them in with one pass and a binary-search merge (``topk_fold``); the others count and write just
-those keys, or run the radix passes when there are more than topk. Memory is O(rows x topk) plus
+those keys, or run the radix passes when there are more than topk. Decode rows are read only up
+to their end (``row_ends``), so the paged logits skip the -inf fill: a window of vLLM's
+max_context_len (the model's limit) costs only the requests' keys. Memory is O(rows x topk) plus
 the workspace, independent of S_kv (the default budget holds e.g. 256 rows x 262,144 keys or 4096 rows x
 16,384). No host sync: the loop bounds come from shapes and ``max_context_len`` only
 (CUDA-graph safe).
@@ -75,21 +77,22 @@ class _RunningTopk:
     def start(self):
         self.best = None
 
-    def add(self, logits, col_start, base):
-        """Fold a window ([rows, width] float32, columns from ``col_start``) in. Once the set is
-        full, only keys above its last one can enter: rows with few of them are merged in place
-        (``fold_above_floor``); the rest take the window's best keys above that floor (radix
-        select) and a sort merge."""
+    def add(self, logits, col_start, base, ends=None):
+        """Fold a window ([rows, width] float32, columns from ``col_start``; with ``ends``, row r
+        is read only before position ends[r]) in. Once the set is full, only keys above its last
+        one can enter: rows with few of them are merged in place (``fold_above_floor``); the rest
+        take the window's best keys above that floor (radix select) and a sort merge."""
         rows, width = logits.shape
         k_w = min(self.topk, width)
         cand = self.scratch[:rows, :k_w]
         out = self.best_ws[:rows]
         if self.best is None:
-            self.best = merge_topk_keys(None, row_topk_keys(logits, k_w, col_start, base, out=cand), out)
+            self.best = merge_topk_keys(None, row_topk_keys(logits, k_w, col_start, base, out=cand, ends=ends),
+                                        out)
             return
-        done = fold_above_floor(logits, self.best, col_start, base, self.scratch[:rows], self.done[:rows])
+        done = fold_above_floor(logits, self.best, col_start, base, self.scratch[:rows], self.done[:rows], ends)
         cand = row_topk_keys(logits, k_w, col_start, base, out=cand, floor=self.best[:, -1].contiguous(),
-                             skip=done)
+                             skip=done, ends=ends)
         self.best = merge_topk_keys(self.best, cand, out, skip=done)
 
     def result(self, rows, device):
@@ -165,6 +168,7 @@ def paged_mqa_topk_indices(q, kv_cache, weights, context_lens, block_table, max_
         return result
     # rows are whole requests (b, all t) so a row block maps onto a slice of q / block_table
     next_n = qv.shape[1]
+    ends = row_ends(context_lens, next_n, max_context_len)
     row_block, win = _plan(rows, max_context_len, unit, topk, workspace_bytes)
     req_block = max(1, row_block // next_n)
     ws = torch.empty((req_block * next_n, win), dtype=torch.float32, device=qv.device)
@@ -176,12 +180,26 @@ def paged_mqa_topk_indices(q, kv_cache, weights, context_lens, block_table, max_
         for c0 in range(0, max_context_len, win):
             n = min(win, max_context_len - c0)
             w_ = ws[: r1 - r0, :n]
+            # No -inf fill (clean=False): the select reads each row only up to its end, and
+            # every position before it is visible. With vLLM's max_context_len (the model's
+            # limit) most of a window lies past the requests' ends (RESULTS.md, nineteenth session).
             _paged.launch(qv[b0:b1], None if qs is None else qs[b0:b1], kv_cache, weights[r0:r1],
                           context_lens[b0:b1], block_table[b0:b1], max_context_len, w_,
-                          clean=True, out_mode=0, col_start=c0, num_cols=n)
-            running.add(w_, c0, None)
+                          clean=False, out_mode=0, col_start=c0, num_cols=n)
+            running.add(w_, c0, None, ends[r0:r1])
         result[r0:r1] = decode_keys(running.result(r1 - r0, qv.device), topk)
     return result
+
+
+def row_ends(context_lens: torch.Tensor, next_n: int, max_context_len: int) -> torch.Tensor:
+    """int32 [B*next_n]: row (b, t) of a paged call sees positions < its end (context_lens
+    [B, next_n]; [B]: ctx - next_n + t + 1), at most max_context_len (device ops, no sync)."""
+    if context_lens.dim() == 2:
+        ends = context_lens.reshape(-1)
+    else:
+        t = torch.arange(next_n, dtype=torch.int32, device=context_lens.device)
+        ends = (context_lens[:, None] - next_n + 1 + t).reshape(-1)
+    return ends.clamp(0, max_context_len).to(torch.int32).contiguous()
 
 
 def _check_topk(op, topk, out, rows, device):

@@ -1,7 +1,7 @@
 """Fold a window's few keys above a running top-k's floor straight into it.
 
-Contract: ``fold_above_floor(x, best, col_start, base, scratch, done)`` with x float32 [R, W] (a
-logits window as ``topk_select.row_topk_keys`` takes it), ``best`` int64 [R, k] sorted
+Contract: ``fold_above_floor(x, best, col_start, base, scratch, done, ends=None)`` with x float32
+[R, W] (a logits window as ``topk_select.row_topk_keys`` takes it, ``ends`` as there), ``best`` int64 [R, k] sorted
 descending (the running top-k as ``topk_merge`` keeps it) and ``scratch`` int64 [R, >= k]. For
 each row, the window's keys (``topk_select``'s int64 sort key of each visible value) above
 best[r, k-1] are counted. When there are at most ``fold_limits(k)[0]`` of them, they are merged into
@@ -73,7 +73,8 @@ def _count_above(sorted_ptr, n, keys, STEPS: tl.constexpr):
 
 @triton.jit
 def _collect_kernel(x_ptr, stride_x, W, base_ptr, col_start, best_ptr, stride_b, K, cand_ptr,
-                    stride_c, count_ptr, limit, HAS_BASE: tl.constexpr, COLS: tl.constexpr):
+                    stride_c, count_ptr, limit, ends_ptr, HAS_BASE: tl.constexpr, HAS_ENDS: tl.constexpr,
+                    COLS: tl.constexpr):
     """Append the keys above row r's floor in one COLS-column tile to the row's candidate list
     (after an atomic add on the row's count; the merge sorts them)."""
     r = tl.program_id(0).to(tl.int64)
@@ -81,6 +82,8 @@ def _collect_kernel(x_ptr, stride_x, W, base_ptr, col_start, best_ptr, stride_b,
     base = 0
     if HAS_BASE:
         base = tl.load(base_ptr + r)
+    if HAS_ENDS:
+        W = tl.minimum(W, tl.load(ends_ptr + r) - col_start)
     v = tl.load(x_ptr + r * stride_x + c, mask=c < W, other=float("-inf"))
     key = sort_key(v, c, col_start, base)
     take = key > tl.load(best_ptr + r * stride_b + K - 1)
@@ -120,9 +123,10 @@ def _merge_kernel(best_ptr, stride_b, K, cand_ptr, stride_c, done_ptr, limit,
 
 
 def fold_above_floor(x: torch.Tensor, best: torch.Tensor, col_start: int, base: torch.Tensor | None,
-                     scratch: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+                     scratch: torch.Tensor, done: torch.Tensor, ends: torch.Tensor | None = None) -> torch.Tensor:
     """Merge each row's window keys above best[r, -1] into best[r] when they are few (see the
-    module docstring); returns ``done`` (int32 [R]: 1 where folded)."""
+    module docstring); returns ``done`` (int32 [R]: 1 where folded). ``ends`` (int32 [R]): row r
+    reads only the columns c with col_start + c < ends[r]."""
     require_dtype(x, (torch.float32,), OP, "x")
     require(x.dim() == 2 and x.stride(1) == 1, OP, "x",
             lambda: f"shape {list(x.shape)} strides {tuple(x.stride())}",
@@ -139,10 +143,11 @@ def fold_above_floor(x: torch.Tensor, best: torch.Tensor, col_start: int, base: 
     require_dtype(done, (torch.int32,), OP, "done")
     require(done.shape == (rows,) and done.stride(0) == 1, OP, "done",
             lambda: f"shape {list(done.shape)}", f"contiguous [{rows}]")
-    if base is not None:
-        require_dtype(base, (torch.int32,), OP, "base")
-        require(base.shape == (rows,) and base.stride(0) == 1, OP, "base",
-                lambda: f"shape {list(base.shape)}", f"contiguous [{rows}]")
+    for name, t in (("base", base), ("ends", ends)):
+        if t is not None:
+            require_dtype(t, (torch.int32,), OP, name)
+            require(t.shape == (rows,) and t.stride(0) == 1, OP, name,
+                    lambda: f"shape {list(t.shape)}", f"contiguous [{rows}]")
     if rows == 0:
         return done
     if k > MAX_K:
@@ -153,8 +158,8 @@ def fold_above_floor(x: torch.Tensor, best: torch.Tensor, col_start: int, base: 
     done.zero_()  # the collect counts each row's candidates here
     _collect_kernel[(rows, triton.cdiv(x.shape[1], COLS))](
         x, x.stride(0), x.shape[1], base if base is not None else done, col_start, best, best.stride(0),
-        k, scratch, scratch.stride(0), done, limit, HAS_BASE=base is not None, COLS=COLS,
-        num_warps=COLLECT_WARPS)
+        k, scratch, scratch.stride(0), done, limit, ends if ends is not None else done,
+        HAS_BASE=base is not None, HAS_ENDS=ends is not None, COLS=COLS, num_warps=COLLECT_WARPS)
     _merge_kernel[(rows,)](best, best.stride(0), k, scratch, scratch.stride(0), done, limit, CAND=cand,
                            KP=kp, STEPS_K=k.bit_length(), STEPS_C=cand.bit_length(),
                            num_warps=merge_warps)
@@ -171,10 +176,11 @@ def compile_reports(targets=("sm_120", "sm_121")):
         return reports_in_subprocess(__name__, targets=tuple(targets))
     collect = {"x_ptr": "*fp32", "stride_x": "i64", "W": "i32", "base_ptr": "*i32",
                "col_start": "i32", "best_ptr": "*i64", "stride_b": "i64", "K": "i32", "cand_ptr": "*i64",
-               "stride_c": "i64", "count_ptr": "*i32", "limit": "i32"}
+               "stride_c": "i64", "count_ptr": "*i32", "limit": "i32", "ends_ptr": "*i32"}
     merge = {"best_ptr": "*i64", "stride_b": "i64", "K": "i32", "cand_ptr": "*i64", "stride_c": "i64",
              "done_ptr": "*i32", "limit": "i32"}
-    kernels = [(_collect_kernel, collect, {"HAS_BASE": True, "COLS": COLS}, COLLECT_WARPS, f"collect {COLS}"),
+    kernels = [*[(_collect_kernel, collect, {"HAS_BASE": True, "HAS_ENDS": ends, "COLS": COLS}, COLLECT_WARPS,
+                  f"collect {COLS}" + (" ends" if ends else "")) for ends in (False, True)],
                *[(_merge_kernel, merge, {"CAND": cand, "KP": kp, "STEPS_K": kp.bit_length(),
                                          "STEPS_C": cand.bit_length()}, warps, f"merge K{kp} C{cand}")
                  for kp, (cand, warps) in ((512, fold_limits(512)), (MAX_K, fold_limits(MAX_K)))]]

@@ -6,7 +6,9 @@ of each row (equal values: lower column first), the key
 
     (order-preserving int32 of the float) << 32 | (2**31 - 1 - index),  index = col_start + c - base[r]
 
-(``base`` int32 [R] or None for 0), and INT64_MIN for -inf values. Keys compare like
+(``base`` int32 [R] or None for 0), and INT64_MIN for -inf values. With ``ends`` (int32 [R]),
+columns whose position col_start + c is >= ends[r] are not read and count as -inf: a decode row
+of a window far longer than its request reads only the request's keys. Keys compare like
 (value desc, index asc), so ``torch.topk`` / ``sort`` of them is a deterministic ordering; the
 keys are returned in no particular order. This is the same key the indexer's top-k merges.
 
@@ -20,7 +22,9 @@ are cut into SEGMENT-column segments, one program each, so a few long rows still
 each histogram pass is a launch whose programs add their segment's histogram into the row's (int32
 atomics; every program re-derives the digits chosen so far from the earlier passes' histograms), a
 count launch gives each segment its number of entries > T and == T, and the write launch places
-each segment's entries after those of the segments before it. Memory: the output, plus
+each segment's entries after those of the segments before it. Segments are SEGMENT columns, or
+narrower (down to BLOCK) when there are too few rows for that to give every SM two programs (one
+row of 262,144 keys took 118 µs in 16 segments, H200). Memory: the output, plus
 (4 + 2 * segments) int32 per row for wide rows; no host sync (CUDA-graph safe).
 """
 from __future__ import annotations
@@ -38,6 +42,7 @@ NUM_WARPS = 8  # H200, [256, 262144] rows: 2.23 ms vs 2.50 ms with 4 warps (2026
 RADIX_BITS = 8  # digit width of each histogram pass (32 / RADIX_BITS passes)
 PASSES = 32 // RADIX_BITS
 SEGMENT = 16384  # columns per program in the segmented path (wider rows are split)
+NEG_INF_IMAGE = tl.constexpr(0x007FFFFF)  # _ordered_u32(-inf)
 
 
 @triton.jit
@@ -59,6 +64,34 @@ def sort_key(v, c, col_start, base):
 
 
 @triton.jit
+def _visible_width(W, ends_ptr, r, col_start, HAS_ENDS: tl.constexpr):
+    """Columns of row r that are read: W, or those before the row's end (``ends``)."""
+    if HAS_ENDS:
+        return tl.minimum(W, tl.maximum(tl.load(ends_ptr + r) - col_start, 0))
+    return W
+
+
+@triton.jit
+def _add_unread(hist, unread, prefix, pmask, shift, NBINS: tl.constexpr):
+    """Count ``unread`` -inf entries (columns past the row's end) into a digit histogram."""
+    img = tl.full((), NEG_INF_IMAGE, tl.uint32)
+    d = ((img >> shift) & (NBINS - 1)).to(tl.int32)
+    take = ((img & pmask) == prefix) & (unread > 0)
+    return hist + tl.where((tl.arange(0, NBINS) == d) & take, unread, 0)
+
+
+@triton.jit
+def _pad_unread(t, n_eq, need, first_eq, out_row, BLOCK: tl.constexpr):
+    """When the k-th largest is -inf, the needed == T entries the real columns did not give are
+    unread ones: their key is INT64_MIN."""
+    if t == NEG_INF_IMAGE:
+        for c0 in range(tl.minimum(n_eq, need), need, BLOCK):
+            c = c0 + tl.arange(0, BLOCK)
+            tl.store(out_row + first_eq + c, tl.full((BLOCK,), -9223372036854775807 - 1, tl.int64),
+                     mask=c < need)
+
+
+@triton.jit
 def _write_keys(v, c, end, t, n_gt, n_eq, need, first_eq, col_start, base, out_row):
     """Store the keys of the entries of block ``v`` (columns ``c`` < ``end``) that are > T (image
     ``t``), after the ``n_gt`` already written, and of the entries == T whose rank among them
@@ -77,13 +110,17 @@ def _write_keys(v, c, end, t, n_gt, n_eq, need, first_eq, col_start, base, out_r
 
 @triton.jit
 def _row_topk_keys_kernel(x_ptr, stride_x, W, base_ptr, col_start, out_ptr, stride_o, K, floor_ptr,
-                          skip_ptr, HAS_BASE: tl.constexpr, HAS_FLOOR: tl.constexpr,
-                          HAS_SKIP: tl.constexpr, BLOCK: tl.constexpr, RADIX_BITS: tl.constexpr):
+                          skip_ptr, ends_ptr, HAS_BASE: tl.constexpr, HAS_FLOOR: tl.constexpr,
+                          HAS_SKIP: tl.constexpr, HAS_ENDS: tl.constexpr, BLOCK: tl.constexpr,
+                          RADIX_BITS: tl.constexpr):
     r = tl.program_id(0)
     if HAS_SKIP:
         if tl.load(skip_ptr + r) != 0:
             return
     row = x_ptr + r.to(tl.int64) * stride_x
+    unread = W
+    W = _visible_width(W, ends_ptr, r, col_start, HAS_ENDS)
+    unread -= W
     base = 0
     if HAS_BASE:
         base = tl.load(base_ptr + r)
@@ -103,7 +140,7 @@ def _row_topk_keys_kernel(x_ptr, stride_x, W, base_ptr, col_start, out_ptr, stri
     if above <= K:
         _write_above_floor(row, W, floor, above, K, col_start, base, out_row, BLOCK)
     else:
-        _radix_select_row(row, W, K, col_start, base, out_row, BLOCK, RADIX_BITS)
+        _radix_select_row(row, W, unread, K, col_start, base, out_row, BLOCK, RADIX_BITS)
 
 
 @triton.jit
@@ -123,9 +160,10 @@ def _write_above_floor(row, W, floor, above, K, col_start, base, out_row, BLOCK:
 
 
 @triton.jit
-def _radix_select_row(row, W, K, col_start, base, out_row, BLOCK: tl.constexpr,
+def _radix_select_row(row, W, unread, K, col_start, base, out_row, BLOCK: tl.constexpr,
                       RADIX_BITS: tl.constexpr):
-    """The K best keys of one row by radix select (see the module docstring)."""
+    """The K best keys of one row by radix select (see the module docstring); W columns are
+    read, ``unread`` more count as -inf."""
     NBINS: tl.constexpr = 1 << RADIX_BITS
     bins = tl.arange(0, NBINS)
     prefix = tl.zeros((), dtype=tl.uint32)
@@ -142,6 +180,7 @@ def _radix_select_row(row, W, K, col_start, base, out_row, BLOCK: tl.constexpr,
             # excluded entries are counted in bin 0 and taken out again (no masked histogram)
             hist += tl.histogram(tl.where(sel, digit, 0), NBINS)
             hist -= tl.where(bins == 0, tl.sum(tl.where(sel, 0, 1)), 0)
+        hist = _add_unread(hist, unread, prefix, pmask, shift, NBINS)
         # the digit d of the k-th largest: count(digit >= d) >= need > count(digit > d)
         at_or_above = tl.sum(hist) - tl.cumsum(hist, 0) + hist
         d = tl.sum((at_or_above >= need).to(tl.int32)) - 1
@@ -157,6 +196,7 @@ def _radix_select_row(row, W, K, col_start, base, out_row, BLOCK: tl.constexpr,
         v = tl.load(row + c, mask=c < W, other=float("-inf"))
         n_gt, n_eq = _write_keys(v, c, W, prefix, n_gt, n_eq, need, first_eq, col_start, base,
                                  out_row)
+    _pad_unread(prefix, n_eq, need, first_eq, out_row, BLOCK)
 
 
 @triton.jit
@@ -179,10 +219,11 @@ def _digits_so_far(hist_ptr, r, R, K, P: tl.constexpr, RADIX_BITS: tl.constexpr)
 
 
 @triton.jit
-def _segment_hist_kernel(x_ptr, stride_x, W, hist_ptr, R, K, skip_ptr, P: tl.constexpr,
+def _segment_hist_kernel(x_ptr, stride_x, W, hist_ptr, R, K, skip_ptr, ends_ptr, col_start, P: tl.constexpr,
                          SEGMENT: tl.constexpr, BLOCK: tl.constexpr, RADIX_BITS: tl.constexpr,
-                         HAS_SKIP: tl.constexpr):
-    """Pass P: add the digit histogram of one segment of row r into hist[P, r]."""
+                         HAS_SKIP: tl.constexpr, HAS_ENDS: tl.constexpr):
+    """Pass P: add the digit histogram of one segment of row r into hist[P, r] (segment 0 also
+    counts the row's unread columns)."""
     r = tl.program_id(0)
     g = tl.program_id(1)
     if HAS_SKIP:
@@ -194,7 +235,10 @@ def _segment_hist_kernel(x_ptr, stride_x, W, hist_ptr, R, K, skip_ptr, P: tl.con
     prefix, pmask, need = _digits_so_far(hist_ptr, r, R, K, P, RADIX_BITS)
     shift: tl.constexpr = 32 - RADIX_BITS * (P + 1)
     hist = tl.zeros((NBINS,), dtype=tl.int32)
-    end = tl.minimum(W, (g + 1) * SEGMENT)
+    width = _visible_width(W, ends_ptr, r, col_start, HAS_ENDS)
+    if g == 0:
+        hist = _add_unread(hist, W - width, prefix, pmask, shift, NBINS)
+    end = tl.minimum(width, (g + 1) * SEGMENT)
     for c0 in range(g * SEGMENT, end, BLOCK):
         c = c0 + tl.arange(0, BLOCK)
         u = _ordered_u32(tl.load(row + c, mask=c < end, other=float("-inf")))
@@ -206,9 +250,9 @@ def _segment_hist_kernel(x_ptr, stride_x, W, hist_ptr, R, K, skip_ptr, P: tl.con
 
 
 @triton.jit
-def _segment_count_kernel(x_ptr, stride_x, W, hist_ptr, R, K, cnt_ptr, G, skip_ptr,
+def _segment_count_kernel(x_ptr, stride_x, W, hist_ptr, R, K, cnt_ptr, G, skip_ptr, ends_ptr, col_start,
                           PASSES: tl.constexpr, SEGMENT: tl.constexpr, BLOCK: tl.constexpr,
-                          RADIX_BITS: tl.constexpr, HAS_SKIP: tl.constexpr):
+                          RADIX_BITS: tl.constexpr, HAS_SKIP: tl.constexpr, HAS_ENDS: tl.constexpr):
     """Entries > T and == T in one segment of row r -> cnt[r, g, 0:2]."""
     r = tl.program_id(0)
     g = tl.program_id(1)
@@ -219,7 +263,7 @@ def _segment_count_kernel(x_ptr, stride_x, W, hist_ptr, R, K, cnt_ptr, G, skip_p
     t, _, need = _digits_so_far(hist_ptr, r, R, K, PASSES, RADIX_BITS)
     n_gt = 0
     n_eq = 0
-    end = tl.minimum(W, (g + 1) * SEGMENT)
+    end = tl.minimum(_visible_width(W, ends_ptr, r, col_start, HAS_ENDS), (g + 1) * SEGMENT)
     for c0 in range(g * SEGMENT, end, BLOCK):
         c = c0 + tl.arange(0, BLOCK)
         u = _ordered_u32(tl.load(row + c, mask=c < end, other=float("-inf")))
@@ -232,10 +276,11 @@ def _segment_count_kernel(x_ptr, stride_x, W, hist_ptr, R, K, cnt_ptr, G, skip_p
 
 @triton.jit
 def _segment_write_kernel(x_ptr, stride_x, W, hist_ptr, R, K, cnt_ptr, G, base_ptr, col_start,
-                          out_ptr, stride_o, skip_ptr, HAS_BASE: tl.constexpr, PASSES: tl.constexpr,
+                          out_ptr, stride_o, skip_ptr, ends_ptr, HAS_BASE: tl.constexpr, PASSES: tl.constexpr,
                           SEGMENT: tl.constexpr, G_POW2: tl.constexpr, BLOCK: tl.constexpr,
-                          RADIX_BITS: tl.constexpr, HAS_SKIP: tl.constexpr):
-    """Write the keys of one segment's entries > T and of its share of the needed == T ones."""
+                          RADIX_BITS: tl.constexpr, HAS_SKIP: tl.constexpr, HAS_ENDS: tl.constexpr):
+    """Write the keys of one segment's entries > T and of its share of the needed == T ones
+    (the last segment also the unread columns' share)."""
     r = tl.program_id(0)
     g = tl.program_id(1)
     if HAS_SKIP:
@@ -252,23 +297,38 @@ def _segment_write_kernel(x_ptr, stride_x, W, hist_ptr, R, K, cnt_ptr, G, base_p
         base = tl.load(base_ptr + r)
     out_row = out_ptr + r.to(tl.int64) * stride_o
     first_eq = K - need
-    end = tl.minimum(W, (g + 1) * SEGMENT)
+    end = tl.minimum(_visible_width(W, ends_ptr, r, col_start, HAS_ENDS), (g + 1) * SEGMENT)
     for c0 in range(g * SEGMENT, end, BLOCK):
         c = c0 + tl.arange(0, BLOCK)
         v = tl.load(row + c, mask=c < end, other=float("-inf"))
         n_gt, n_eq = _write_keys(v, c, end, t, n_gt, n_eq, need, first_eq, col_start, base,
                                  out_row)
+    if HAS_ENDS:
+        if g == G - 1:  # n_eq now counts the row's == T entries in every segment
+            _pad_unread(t, n_eq, need, first_eq, out_row, BLOCK)
+
+
+def segment_width(rows: int, width: int, device) -> int:
+    """Columns per program of the segmented path: SEGMENT, halved (not below BLOCK) while the
+    rows' segments would give fewer than two programs per SM."""
+    from sm12x.kernels import configs
+
+    seg = SEGMENT
+    while seg // 2 >= BLOCK and rows * triton.cdiv(width, seg) < 2 * configs.sm_count(device):
+        seg //= 2
+    return seg
 
 
 def row_topk_keys(x: torch.Tensor, k: int, col_start: int = 0, base: torch.Tensor | None = None,
                   out: torch.Tensor | None = None, floor: torch.Tensor | None = None,
-                  skip: torch.Tensor | None = None) -> torch.Tensor:
+                  skip: torch.Tensor | None = None, ends: torch.Tensor | None = None) -> torch.Tensor:
     """Keys of the k largest entries of each row of ``x`` (see the module docstring).
     ``floor`` (int64 [R], optional): only entries whose key is > floor[r] count; rows with fewer
     than k of them are padded with INT64_MIN. A running top-k passes its k-th best key here:
     then most windows skip the radix passes (one counting pass and one writing pass instead).
     ``skip`` (int32 [R], optional): rows r with skip[r] != 0 need no answer: they are not read and
-    their out rows are left as they are."""
+    their out rows are left as they are. ``ends`` (int32 [R], optional): row r reads only the
+    columns c with col_start + c < ends[r]; the others count as -inf."""
     require_dtype(x, (torch.float32,), OP, "x")
     require(x.dim() == 2 and x.stride(1) == 1, OP, "x",
             lambda: f"shape {list(x.shape)} strides {tuple(x.stride())}",
@@ -282,10 +342,11 @@ def row_topk_keys(x: torch.Tensor, k: int, col_start: int = 0, base: torch.Tenso
         require_dtype(floor, (torch.int64,), OP, "floor")
         require(floor.shape == (x.shape[0],) and floor.stride(0) == 1, OP, "floor",
                 lambda: f"shape {list(floor.shape)}", lambda: f"contiguous [{x.shape[0]}]")
-    if skip is not None:
-        require_dtype(skip, (torch.int32,), OP, "skip")
-        require(skip.shape == (x.shape[0],) and skip.stride(0) == 1, OP, "skip",
-                lambda: f"shape {list(skip.shape)}", lambda: f"contiguous [{x.shape[0]}]")
+    for name, t in (("skip", skip), ("ends", ends)):
+        if t is not None:
+            require_dtype(t, (torch.int32,), OP, name)
+            require(t.shape == (x.shape[0],) and t.stride(0) == 1, OP, name,
+                    lambda: f"shape {list(t.shape)}", lambda: f"contiguous [{x.shape[0]}]")
     if out is None:
         out = torch.empty((x.shape[0], k), dtype=torch.int64, device=x.device)
     require(out.shape == (x.shape[0], k) and out.dtype == torch.int64 and out.stride(1) == 1, OP,
@@ -294,27 +355,30 @@ def row_topk_keys(x: torch.Tensor, k: int, col_start: int = 0, base: torch.Tenso
     if r == 0:
         return out
     base_arg = base if base is not None else x
-    g = triton.cdiv(w, SEGMENT)
-    if g == 1:
+    ends_arg = ends if ends is not None else x
+    if w <= SEGMENT:
         _row_topk_keys_kernel[(r,)](
             x, x.stride(0), w, base_arg, col_start, out, out.stride(0), k,
-            floor if floor is not None else out, skip if skip is not None else base_arg,
+            floor if floor is not None else out, skip if skip is not None else base_arg, ends_arg,
             HAS_BASE=base is not None, HAS_FLOOR=floor is not None, HAS_SKIP=skip is not None,
-            BLOCK=BLOCK, RADIX_BITS=RADIX_BITS, num_warps=NUM_WARPS)
+            HAS_ENDS=ends is not None, BLOCK=BLOCK, RADIX_BITS=RADIX_BITS, num_warps=NUM_WARPS)
         return out
+    seg = segment_width(r, w, x.device)
+    g = triton.cdiv(w, seg)
     # Wide rows: the floor is only a shortcut, and this path does not take it (the keys <= floor
     # it may return lose to the running top-k that set the floor anyway).
     hist = torch.zeros((PASSES, r, 1 << RADIX_BITS), dtype=torch.int32, device=x.device)
     cnt = torch.empty((r, g, 2), dtype=torch.int32, device=x.device)
     skip_arg = skip if skip is not None else cnt
-    common = dict(SEGMENT=SEGMENT, BLOCK=BLOCK, RADIX_BITS=RADIX_BITS, HAS_SKIP=skip is not None,
-                  num_warps=NUM_WARPS)
+    common = dict(SEGMENT=seg, BLOCK=BLOCK, RADIX_BITS=RADIX_BITS, HAS_SKIP=skip is not None,
+                  HAS_ENDS=ends is not None, num_warps=NUM_WARPS)
     for p in range(PASSES):
-        _segment_hist_kernel[(r, g)](x, x.stride(0), w, hist, r, k, skip_arg, P=p, **common)
-    _segment_count_kernel[(r, g)](x, x.stride(0), w, hist, r, k, cnt, g, skip_arg, PASSES=PASSES,
-                                  **common)
+        _segment_hist_kernel[(r, g)](x, x.stride(0), w, hist, r, k, skip_arg, ends_arg, col_start, P=p,
+                                     **common)
+    _segment_count_kernel[(r, g)](x, x.stride(0), w, hist, r, k, cnt, g, skip_arg, ends_arg, col_start,
+                                  PASSES=PASSES, **common)
     _segment_write_kernel[(r, g)](
-        x, x.stride(0), w, hist, r, k, cnt, g, base_arg, col_start, out, out.stride(0), skip_arg,
+        x, x.stride(0), w, hist, r, k, cnt, g, base_arg, col_start, out, out.stride(0), skip_arg, ends_arg,
         HAS_BASE=base is not None, PASSES=PASSES, G_POW2=triton.next_power_of_2(g), **common)
     return out
 
@@ -326,22 +390,26 @@ def compile_reports(targets=("sm_120", "sm_121")):
 
     if interpreting():
         return reports_in_subprocess(__name__, targets=tuple(targets))
-    rows = {"x_ptr": "*fp32", "stride_x": "i64", "W": "i32"}
+    rows = {"x_ptr": "*fp32", "stride_x": "i64", "W": "i32", "ends_ptr": "*i32", "col_start": "i32"}
     seg = {**rows, "hist_ptr": "*i32", "R": "i32", "K": "i32", "skip_ptr": "*i32"}
     consts = {"BLOCK": BLOCK, "RADIX_BITS": RADIX_BITS}
-    kernels = [
-        (_row_topk_keys_kernel, {**rows, "base_ptr": "*i32", "col_start": "i32", "out_ptr": "*i64",
-                                 "stride_o": "i64", "K": "i32", "floor_ptr": "*i64", "skip_ptr": "*i32"},
-         {"HAS_BASE": True, "HAS_FLOOR": True, "HAS_SKIP": True}, "row"),
-        (_segment_hist_kernel, seg, {"P": PASSES - 1, "SEGMENT": SEGMENT, "HAS_SKIP": True},
-         "segment histogram"),
-        (_segment_count_kernel, {**seg, "cnt_ptr": "*i32", "G": "i32"},
-         {"PASSES": PASSES, "SEGMENT": SEGMENT, "HAS_SKIP": True}, "segment count"),
-        (_segment_write_kernel, {**seg, "cnt_ptr": "*i32", "G": "i32", "base_ptr": "*i32",
-                                 "col_start": "i32", "out_ptr": "*i64", "stride_o": "i64"},
-         {"HAS_BASE": True, "PASSES": PASSES, "SEGMENT": SEGMENT, "G_POW2": 64, "HAS_SKIP": True},
-         "segment write"),
-    ]
+    kernels = []
+    for ends in (False, True):
+        tag = " ends" if ends else ""
+        kernels.append((_row_topk_keys_kernel, {**rows, "base_ptr": "*i32", "out_ptr": "*i64", "stride_o": "i64",
+                                                "K": "i32", "floor_ptr": "*i64", "skip_ptr": "*i32"},
+                        {"HAS_BASE": True, "HAS_FLOOR": True, "HAS_SKIP": True, "HAS_ENDS": ends}, "row" + tag))
+        for width in (SEGMENT, BLOCK):  # segment_width's range
+            sized = {"SEGMENT": width, "HAS_SKIP": True, "HAS_ENDS": ends}
+            kernels += [
+                (_segment_hist_kernel, seg, {**sized, "P": PASSES - 1}, f"segment histogram{tag} S{width}"),
+                (_segment_count_kernel, {**seg, "cnt_ptr": "*i32", "G": "i32"}, {**sized, "PASSES": PASSES},
+                 f"segment count{tag} S{width}"),
+                (_segment_write_kernel, {**seg, "cnt_ptr": "*i32", "G": "i32", "base_ptr": "*i32",
+                                         "out_ptr": "*i64", "stride_o": "i64"},
+                 {**sized, "HAS_BASE": True, "PASSES": PASSES, "G_POW2": 256 if width == BLOCK else 64},
+                 f"segment write{tag} S{width}"),
+            ]
     reports = []
     for fn, sig, const, name in kernels:
         const = {**const, **consts}

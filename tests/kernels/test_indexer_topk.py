@@ -113,6 +113,22 @@ def test_paged_topk_segmented_windows(device, monkeypatch, topk):
     test_paged_topk(device, False, 2, True, topk)
 
 
+@pytest.mark.parametrize("ctx2d", [True, False])
+@pytest.mark.parametrize("topk", [5, 300])
+def test_paged_topk_window_past_requests(device, ctx2d, topk):
+    """max_context_len far past every request, as vLLM passes it (the model's limit): the fused
+    top-k skips the -inf fill and reads each row only up to its end, over windows that lie partly
+    or wholly past the requests."""
+    inp = make_paged(3, 2, 8, 64, 32, [5, 700, 1300], False, device, ctx2d=ctx2d, seed=12, max_blocks=90)
+    args = (inp["q"], inp["cache"], inp["weights"], inp["context_lens"], inp["block_table"])
+    logits = api.fp8_fp4_paged_mqa_logits(*args, None, inp["max_context_len"], clean_logits=True)
+    idx = tk.paged_mqa_topk_indices(*args, inp["max_context_len"], topk, workspace_bytes=8 * 3 * 512)
+    ends = paged_valid_ends(inp["context_lens"].cpu(), 2)
+    assert torch.equal(idx.cpu(), ref_indexer_topk(logits.cpu(), topk, None, ends))
+    assert torch.equal(tk.row_ends(inp["context_lens"], 2, inp["max_context_len"]).cpu(),
+                       ends.clamp(0, inp["max_context_len"]).int())
+
+
 def test_topk_errors(device):
     inp = make_inputs(2, 64, 8, 32, False, device)
     ks = torch.zeros(2, dtype=torch.int32, device=device)
@@ -180,3 +196,21 @@ def test_gpu_paged_topk_cuda_graph(fp4):
         logits = api.fp8_fp4_paged_mqa_logits(qq, cache, w, cl, bt, None, mcl, clean_logits=True)
         ref = ref_indexer_topk(logits, 512, None, cl.reshape(-1))
         assert torch.equal(idx, ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("b,next_n,avg_ctx", [(1, 1, 262144), (16, 2, 8192)])
+def test_gpu_paged_topk_model_length_window(b, next_n, avg_ctx):
+    """vLLM's call: max_context_len = 262,144 (DeepSeek-V4's 1M tokens / 4). One request of up to
+    that length (its select runs in narrow segments to spread over the GPU), and short requests
+    in a window 30x longer than they are (read only up to each row's end)."""
+    from tests.kernels.test_paged_mqa_logits import _production
+
+    model_len = 262144
+    qq, cache, w, cl, bt, mcl = _production(b, next_n, avg_ctx, False)
+    cl.clamp_(max=model_len)
+    bt = torch.nn.functional.pad(bt, (0, model_len // 64 - bt.shape[1])) if bt.shape[1] < model_len // 64 \
+        else bt[:, : model_len // 64].contiguous()
+    idx = tk.paged_mqa_topk_indices(qq, cache, w, cl, bt, model_len, 512)
+    logits = api.fp8_fp4_paged_mqa_logits(qq, cache, w, cl, bt, None, model_len, clean_logits=True)
+    assert torch.equal(idx, ref_indexer_topk(logits, 512, None, cl.reshape(-1)))

@@ -17,12 +17,13 @@ def running_best(r, k, w, seed, fill):
     return ref_topk_sort_keys(x, 0, torch.zeros(r, dtype=torch.int32)).topk(k, dim=1).values
 
 
-def fold(x, best, col_start, base, device, scratch_cols=None):
+def fold(x, best, col_start, base, device, scratch_cols=None, ends=None):
     r, k = best.shape
     b = best.clone().to(device)
     scratch = torch.full((r, scratch_cols or k), 7, dtype=torch.int64, device=device)
     done = torch.full((r,), 5, dtype=torch.int32, device=device)
-    fold_above_floor(x.to(device), b, col_start, base.to(device), scratch, done)
+    fold_above_floor(x.to(device), b, col_start, base.to(device), scratch, done,
+                     None if ends is None else ends.to(device))
     return b.cpu(), done.cpu()
 
 
@@ -66,6 +67,22 @@ def test_best_not_full_takes_every_visible_key(device):
     want, want_done = expected(x, best, 300, base, k)
     assert torch.equal(got, want) and torch.equal(done, want_done) and done.all()
     assert (got[:3, 50:] == INT64_MIN).all() and (got[:3, :50] != INT64_MIN).all()
+
+
+def test_ends_limit_what_each_row_reads(device):
+    """With ends, columns at positions >= ends[r] (poisoned with +inf here) are not read: rows
+    ending before the window, inside it and past it."""
+    r, k, col_start = 4, 64, 1000
+    best = running_best(r, k, 1000, seed=3, fill=1000)
+    x = torch.randn(r, 600) * 1.5
+    ends = torch.tensor([900, 1000, 1250, 1700], dtype=torch.int32)
+    past = (col_start + torch.arange(600))[None, :] >= ends[:, None]
+    base = torch.zeros(r, dtype=torch.int32)
+    got, done = fold(x.masked_fill(past, float("inf")), best, col_start, base, device, ends=ends)
+    want, want_done = expected(x.masked_fill(past, float("-inf")), best, col_start, base,
+                               topk_fold.fold_limits(k)[0])
+    assert torch.equal(got, want) and torch.equal(done, want_done)
+    assert torch.equal(got[:2], best[:2]) and done[:2].all()
 
 
 def test_limits_leave_rows_undone(device, monkeypatch):

@@ -101,3 +101,43 @@ def test_skipped_rows_are_left_alone(device, monkeypatch, segment):
     keep = skip == 0
     assert torch.equal(got[keep].sort(dim=1, descending=True).values, want[keep])
     assert (got[~keep] == 123).all()
+
+
+@pytest.mark.parametrize("segment", [None, 512])
+@pytest.mark.parametrize("k", [7, 300])
+def test_ends_limit_what_each_row_reads(device, monkeypatch, segment, k):
+    """With ends, row r reads only columns whose position col_start + c < ends[r]: the others,
+    poisoned with +inf and NaN here, count as -inf. Rows end before the window, inside it with
+    fewer than k columns left and with more, and past it; a floor on top of them too."""
+    from sm12x.kernels import topk_select
+
+    if segment:
+        monkeypatch.setattr(topk_select, "SEGMENT", segment)
+    r, w, col_start = 6, 3000, 100
+    x = rows_with_ties(r, w, seed=k)
+    ends = torch.tensor([50, 100 + k // 2, 1500, 3100, 100 + k, 2000], dtype=torch.int32)
+    past = (col_start + torch.arange(w))[None, :] >= ends[:, None]
+    poisoned = x.masked_fill(past, float("inf"))
+    poisoned[:, ::7] = torch.where(past[:, ::7], float("nan"), poisoned[:, ::7])
+    want = ref_keys(x.masked_fill(past, float("-inf")), k, col_start)
+    got = row_topk_keys(poisoned.to(device), k, col_start=col_start, ends=ends.to(device)).cpu()
+    assert torch.equal(got.sort(dim=1, descending=True).values, want)
+    if segment:
+        return  # the segmented path does not take a floor (a shortcut only)
+    # a floor: the keys above it among the visible ones, INT64_MIN after them
+    floor = want[:, k // 3].clone()
+    got = row_topk_keys(poisoned.to(device), k, col_start=col_start, ends=ends.to(device),
+                        floor=floor.to(device)).cpu().sort(dim=1, descending=True).values
+    assert torch.equal(got, torch.where(want > floor[:, None], want, torch.full_like(want, INT64_MIN)))
+
+
+def test_segment_width_spreads_few_rows(monkeypatch):
+    """Few wide rows get narrower segments (down to BLOCK) until every SM has two programs."""
+    from sm12x.kernels import topk_select
+
+    monkeypatch.setenv("SM12X_NUM_SMS", "132")
+    cpu = torch.device("cpu")
+    assert topk_select.segment_width(1, 262144, cpu) == topk_select.BLOCK  # 256 programs < 264
+    assert topk_select.segment_width(4, 262144, cpu) == 2048  # 4 x 128 programs
+    assert topk_select.segment_width(256, 262144, cpu) == topk_select.SEGMENT
+    assert topk_select.segment_width(20, 20000, cpu) == topk_select.BLOCK  # 20 x 20, not below BLOCK
