@@ -19,6 +19,11 @@ us", the figure to hold against DeepGEMM's). The top-k cases are timed with do_b
   time and torch.cuda.max_memory_allocated.
 - the 1M-token prompt case: S_kv = 262144 compressed keys (1M tokens / 4), prefill chunk S=8192,
   fused top-k only (the logits would be 8 GiB): time and peak memory.
+- fused paged top-k (paged_mqa_topk_indices) vs paged logits (clean) + torch.topk in decode: one
+  1M-token request (262,144 compressed keys; next_n 1 and 2), 32 such requests, and batches of 8K-32K
+  requests, topk 512 (V4) and 2048 (V3.2 / GLM-5). Time per call by CUDA-graph replay (how the
+  frameworks run decode), peak memory of one eager call, and whether both return the same index
+  sets ("same sets": rows whose sorted indices are equal).
 Prints a markdown table with the date, GPU, torch / triton versions and the models above.
 """
 from __future__ import annotations
@@ -138,6 +143,19 @@ def paged_case(b: int, ctx_avg: int, next_n: int, fp4: bool):
     return ctx, cache, bt, cl, q, w, max_blocks * BLOCK_KV
 
 
+def full_requests(b: int, ctx: int, next_n: int):
+    """A decode batch of ``b`` FP8 requests of exactly ``ctx`` keys (``ctx`` a multiple of
+    BLOCK_KV), as ``paged_case`` returns it."""
+    blocks = ctx // BLOCK_KV
+    cache = make_cache(b * blocks, False)
+    bt = torch.randperm(b * blocks, device="cuda", dtype=torch.int32).view(b, blocks)
+    lens = torch.full((b,), ctx, dtype=torch.int32, device="cuda")
+    cl = (lens[:, None] - next_n + 1 + torch.arange(next_n, device="cuda", dtype=torch.int32)).contiguous()
+    q = make_q((b, next_n, H), False)
+    w = torch.randn(b * next_n, H, device="cuda")
+    return lens, cache, bt, cl, q, w, ctx
+
+
 def decode_cases(quick: bool, fp4: bool, out: list):
     from sm12x.kernels.deep_gemm_api import fp8_fp4_paged_mqa_logits, get_num_sms, get_paged_mqa_logits_metadata
 
@@ -207,12 +225,58 @@ def topk_cases(quick: bool, out: list):
             break
 
 
+def paged_topk_cases(quick: bool, out: list):
+    from sm12x.kernels.deep_gemm_api import fp8_fp4_paged_mqa_logits, get_num_sms, get_paged_mqa_logits_metadata
+    from sm12x.kernels.indexer_topk import paged_mqa_topk_indices
+
+    def peak(fn):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        result = fn()
+        torch.cuda.synchronize()
+        return result, (torch.cuda.max_memory_allocated() - base) / 2 ** 30
+
+    # (B, context, next_n, topk, max_context_len: None = the batch's longest request)
+    cases = [(1, MODEL_LEN, 1, 512, MODEL_LEN), (1, MODEL_LEN, 2, 512, MODEL_LEN)]
+    if not quick:
+        cases += [(1, MODEL_LEN, 1, 2048, MODEL_LEN), (32, MODEL_LEN, 1, 512, MODEL_LEN),
+                  (64, 32768, 2, 512, None), (256, 8192, 1, 2048, None), (256, 8192, 1, 512, MODEL_LEN)]
+    for b, ctx_avg, next_n, topk, model_len in cases:
+        if ctx_avg == MODEL_LEN:  # requests of exactly the model's limit
+            _, cache, bt, cl, q, w, mcl = full_requests(b, ctx_avg, next_n)
+        else:
+            _, cache, bt, cl, q, w, mcl = paged_case(b, ctx_avg, next_n, False)
+        if model_len:
+            bt = torch.nn.functional.pad(bt, (0, model_len // BLOCK_KV - bt.shape[1]))
+            mcl = model_len
+        label = f"B={b} ctx~{ctx_avg} next_n={next_n} topk={topk} max_context_len={mcl}"
+        meta = get_paged_mqa_logits_metadata(cl, BLOCK_KV, get_num_sms())
+        fused = lambda: paged_mqa_topk_indices(q, cache, w, cl, bt, mcl, topk)  # noqa: E731
+
+        def unfused():
+            logits = fp8_fp4_paged_mqa_logits(q, cache, w, cl, bt, meta, mcl, clean_logits=True)
+            return logits.topk(topk, dim=1).indices
+
+        got, gib = peak(fused)
+        ref, ref_gib = peak(unfused)
+        same = (got.long().sort(dim=1).values == ref.sort(dim=1).values).all(dim=1).float().mean().item()
+        ms, ref_ms = bench_graph(fused), bench_graph(unfused)
+        out.append(("fused paged top-k", label, f"{ms * 1e3:.0f}", f"{ref_ms / ms:.2f}x", "", "",
+                    f"peak +{gib:.3f} GiB; same sets {same:.0%}"))
+        out.append(("paged logits + torch.topk", label, f"{ref_ms * 1e3:.0f}", "", "", "",
+                    f"peak +{ref_gib:.3f} GiB"))
+        del cache, bt, q, w, got, ref
+        torch.cuda.empty_cache()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer shapes")
     ap.add_argument("--fp4", action="store_true", help="also run the FP4 prefill / decode cases")
     ap.add_argument("--skip-topk", action="store_true")
     ap.add_argument("--topk-only", action="store_true", help="only the top-k cases")
+    ap.add_argument("--paged-topk-only", action="store_true", help="only the fused paged top-k cases")
     args = ap.parse_args()
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         fail("TRITON_INTERPRET is set; unset it to benchmark on the GPU")
@@ -224,14 +288,17 @@ def main():
 
     dev = torch.device("cuda")
     rows: list = []
-    if not args.topk_only:
+    logits = not (args.topk_only or args.paged_topk_only)
+    if logits:
         prefill_cases(args.quick, False, rows)
         decode_cases(args.quick, False, rows)
-    if args.fp4 and not args.topk_only:
+    if args.fp4 and logits:
         prefill_cases(args.quick, True, rows)
         decode_cases(args.quick, True, rows)
-    if not args.skip_topk:
+    if not args.skip_topk and not args.paged_topk_only:
         topk_cases(args.quick, rows)
+    if not args.skip_topk and not args.topk_only:
+        paged_topk_cases(args.quick, rows)
 
     name = torch.cuda.get_device_name(0)
     print(f"# sm12x indexer benchmark — {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}")
