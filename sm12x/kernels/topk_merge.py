@@ -87,7 +87,9 @@ def merge_topk_keys(best: torch.Tensor | None, cand: torch.Tensor, out: torch.Te
         if merged.shape[1] < k:
             pad = torch.full((rows, k - merged.shape[1]), INT64_MIN, dtype=torch.int64, device=cand.device)
             merged = torch.cat([merged, pad], dim=1)
-        merged = merged.topk(k, dim=1, sorted=True).values
+        # a full sort when nothing is dropped: torch.topk of all k columns sorts and then gathers
+        merged = merged.sort(dim=1, descending=True).values if merged.shape[1] == k else \
+            merged.topk(k, dim=1, sorted=True).values
         out.copy_(merged if skip is None else torch.where(skip[:, None] != 0, out, merged))
         return out
     _merge_kernel[(rows,)](best if best is not None else cand, best.stride(0) if best is not None else 0,

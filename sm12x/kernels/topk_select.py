@@ -17,14 +17,14 @@ order-preserving uint32 image of each value, narrowing down to the exact k-th la
 how many entries equal to T are needed; a last pass writes every entry > T and the first needed
 entries == T (by column). Rows up to SEGMENT columns: one program per row does it all; given a
 ``floor`` key per row, it first counts the entries above it and, when there are at most k, writes
-just those (two passes instead of five). Wider rows
-are cut into SEGMENT-column segments, one program each, so a few long rows still fill the GPU:
+just those (two passes instead of five). Wider rows are cut into segments, one program each, so a
+few long rows still fill the GPU:
 each histogram pass is a launch whose programs add their segment's histogram into the row's (int32
 atomics; every program re-derives the digits chosen so far from the earlier passes' histograms), a
 count launch gives each segment its number of entries > T and == T, and the write launch places
 each segment's entries after those of the segments before it. Segments are SEGMENT columns, or
 narrower (down to BLOCK) when there are too few rows for that to give every SM two programs (one
-row of 262,144 keys took 118 µs in 16 segments, H200). Memory: the output, plus
+row of 262,144 keys: 118 µs in 16 segments, 36 µs in 256; H200). Memory: the output, plus
 (4 + 2 * segments) int32 per row for wide rows; no host sync (CUDA-graph safe).
 """
 from __future__ import annotations
@@ -69,6 +69,13 @@ def _visible_width(W, ends_ptr, r, col_start, HAS_ENDS: tl.constexpr):
     if HAS_ENDS:
         return tl.minimum(W, tl.maximum(tl.load(ends_ptr + r) - col_start, 0))
     return W
+
+
+@triton.jit
+def _past_visible(g, width, SEGMENT: tl.constexpr):
+    """Segment g holds none of the row's ``width`` read columns and is not its first: nothing to
+    do (a row of a window far longer than its request has many such segments)."""
+    return (g > 0) & (g * SEGMENT >= width)
 
 
 @triton.jit
@@ -229,13 +236,15 @@ def _segment_hist_kernel(x_ptr, stride_x, W, hist_ptr, R, K, skip_ptr, ends_ptr,
     if HAS_SKIP:
         if tl.load(skip_ptr + r) != 0:
             return
+    width = _visible_width(W, ends_ptr, r, col_start, HAS_ENDS)
+    if _past_visible(g, width, SEGMENT):
+        return
     row = x_ptr + r.to(tl.int64) * stride_x
     NBINS: tl.constexpr = 1 << RADIX_BITS
     bins = tl.arange(0, NBINS)
     prefix, pmask, need = _digits_so_far(hist_ptr, r, R, K, P, RADIX_BITS)
     shift: tl.constexpr = 32 - RADIX_BITS * (P + 1)
     hist = tl.zeros((NBINS,), dtype=tl.int32)
-    width = _visible_width(W, ends_ptr, r, col_start, HAS_ENDS)
     if g == 0:
         hist = _add_unread(hist, W - width, prefix, pmask, shift, NBINS)
     end = tl.minimum(width, (g + 1) * SEGMENT)
@@ -253,17 +262,21 @@ def _segment_hist_kernel(x_ptr, stride_x, W, hist_ptr, R, K, skip_ptr, ends_ptr,
 def _segment_count_kernel(x_ptr, stride_x, W, hist_ptr, R, K, cnt_ptr, G, skip_ptr, ends_ptr, col_start,
                           PASSES: tl.constexpr, SEGMENT: tl.constexpr, BLOCK: tl.constexpr,
                           RADIX_BITS: tl.constexpr, HAS_SKIP: tl.constexpr, HAS_ENDS: tl.constexpr):
-    """Entries > T and == T in one segment of row r -> cnt[r, g, 0:2]."""
+    """Entries > T and == T in one segment of row r -> cnt[r, g, 0:2] (segments past the read
+    columns store nothing: no write program reads them)."""
     r = tl.program_id(0)
     g = tl.program_id(1)
     if HAS_SKIP:
         if tl.load(skip_ptr + r) != 0:
             return
+    width = _visible_width(W, ends_ptr, r, col_start, HAS_ENDS)
+    if _past_visible(g, width, SEGMENT):
+        return
     row = x_ptr + r.to(tl.int64) * stride_x
     t, _, need = _digits_so_far(hist_ptr, r, R, K, PASSES, RADIX_BITS)
     n_gt = 0
     n_eq = 0
-    end = tl.minimum(_visible_width(W, ends_ptr, r, col_start, HAS_ENDS), (g + 1) * SEGMENT)
+    end = tl.minimum(width, (g + 1) * SEGMENT)
     for c0 in range(g * SEGMENT, end, BLOCK):
         c = c0 + tl.arange(0, BLOCK)
         u = _ordered_u32(tl.load(row + c, mask=c < end, other=float("-inf")))
@@ -280,12 +293,15 @@ def _segment_write_kernel(x_ptr, stride_x, W, hist_ptr, R, K, cnt_ptr, G, base_p
                           SEGMENT: tl.constexpr, G_POW2: tl.constexpr, BLOCK: tl.constexpr,
                           RADIX_BITS: tl.constexpr, HAS_SKIP: tl.constexpr, HAS_ENDS: tl.constexpr):
     """Write the keys of one segment's entries > T and of its share of the needed == T ones
-    (the last segment also the unread columns' share)."""
+    (the last segment with read columns also the unread columns' share)."""
     r = tl.program_id(0)
     g = tl.program_id(1)
     if HAS_SKIP:
         if tl.load(skip_ptr + r) != 0:
             return
+    width = _visible_width(W, ends_ptr, r, col_start, HAS_ENDS)
+    if _past_visible(g, width, SEGMENT):
+        return
     row = x_ptr + r.to(tl.int64) * stride_x
     t, _, need = _digits_so_far(hist_ptr, r, R, K, PASSES, RADIX_BITS)
     before = tl.arange(0, G_POW2)
@@ -297,24 +313,30 @@ def _segment_write_kernel(x_ptr, stride_x, W, hist_ptr, R, K, cnt_ptr, G, base_p
         base = tl.load(base_ptr + r)
     out_row = out_ptr + r.to(tl.int64) * stride_o
     first_eq = K - need
-    end = tl.minimum(_visible_width(W, ends_ptr, r, col_start, HAS_ENDS), (g + 1) * SEGMENT)
+    end = tl.minimum(width, (g + 1) * SEGMENT)
     for c0 in range(g * SEGMENT, end, BLOCK):
         c = c0 + tl.arange(0, BLOCK)
         v = tl.load(row + c, mask=c < end, other=float("-inf"))
         n_gt, n_eq = _write_keys(v, c, end, t, n_gt, n_eq, need, first_eq, col_start, base,
                                  out_row)
     if HAS_ENDS:
-        if g == G - 1:  # n_eq now counts the row's == T entries in every segment
+        if g == tl.maximum(tl.cdiv(width, SEGMENT) - 1, 0):  # n_eq now counts all the row's == T
             _pad_unread(t, n_eq, need, first_eq, out_row, BLOCK)
 
 
 def segment_width(rows: int, width: int, device) -> int:
-    """Columns per program of the segmented path: SEGMENT, halved (not below BLOCK) while the
-    rows' segments would give fewer than two programs per SM."""
+    """Columns per program: ``width`` itself up to SEGMENT (one program per row; cutting 256
+    rows of 10,688 into two segments each was slower on the H200: 129 µs in the segment launches
+    against 93-101 in one), else
+    SEGMENT halved (not below BLOCK) while the rows' segments would give fewer than two programs
+    per SM."""
     from sm12x.kernels import configs
 
+    if width <= SEGMENT:
+        return width
+    sms = configs.sm_count(device)
     seg = SEGMENT
-    while seg // 2 >= BLOCK and rows * triton.cdiv(width, seg) < 2 * configs.sm_count(device):
+    while seg // 2 >= BLOCK and rows * triton.cdiv(width, seg) < 2 * sms:
         seg //= 2
     return seg
 
@@ -356,14 +378,14 @@ def row_topk_keys(x: torch.Tensor, k: int, col_start: int = 0, base: torch.Tenso
         return out
     base_arg = base if base is not None else x
     ends_arg = ends if ends is not None else x
-    if w <= SEGMENT:
+    seg = segment_width(r, w, x.device)
+    if seg >= w:
         _row_topk_keys_kernel[(r,)](
             x, x.stride(0), w, base_arg, col_start, out, out.stride(0), k,
             floor if floor is not None else out, skip if skip is not None else base_arg, ends_arg,
             HAS_BASE=base is not None, HAS_FLOOR=floor is not None, HAS_SKIP=skip is not None,
             HAS_ENDS=ends is not None, BLOCK=BLOCK, RADIX_BITS=RADIX_BITS, num_warps=NUM_WARPS)
         return out
-    seg = segment_width(r, w, x.device)
     g = triton.cdiv(w, seg)
     # Wide rows: the floor is only a shortcut, and this path does not take it (the keys <= floor
     # it may return lose to the running top-k that set the floor anyway).

@@ -38,6 +38,14 @@ def test_first_window_pads_with_int64_min(device):
     assert (got[:, 30:] == INT64_MIN).all()
 
 
+@pytest.mark.parametrize("m", [2048, 1500])
+def test_wide_first_window_is_sorted(device, m):
+    """A first window wider than one program (top-2048): sorted by torch, padded when short."""
+    cand = random_keys(3, m, seed=m)
+    got = merge_topk_keys(None, cand.to(device), torch.empty(3, 2048, dtype=torch.int64, device=device)).cpu()
+    assert torch.equal(got, expected(None, cand, 2048))
+
+
 def test_in_place_into_best(device):
     both = random_keys(3, 96, seed=2)
     best = both[:, :64].sort(dim=1, descending=True).values.to(device)

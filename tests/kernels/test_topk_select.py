@@ -132,7 +132,8 @@ def test_ends_limit_what_each_row_reads(device, monkeypatch, segment, k):
 
 
 def test_segment_width_spreads_few_rows(monkeypatch):
-    """Few wide rows get narrower segments (down to BLOCK) until every SM has two programs."""
+    """Few wide rows get narrower segments (down to BLOCK) until every SM has two programs; rows
+    up to SEGMENT wide keep one program each."""
     from sm12x.kernels import topk_select
 
     monkeypatch.setenv("SM12X_NUM_SMS", "132")
@@ -141,3 +142,4 @@ def test_segment_width_spreads_few_rows(monkeypatch):
     assert topk_select.segment_width(4, 262144, cpu) == 2048  # 4 x 128 programs
     assert topk_select.segment_width(256, 262144, cpu) == topk_select.SEGMENT
     assert topk_select.segment_width(20, 20000, cpu) == topk_select.BLOCK  # 20 x 20, not below BLOCK
+    assert topk_select.segment_width(1, 10688, cpu) == 10688  # one program per row
