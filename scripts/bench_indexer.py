@@ -156,6 +156,20 @@ def full_requests(b: int, ctx: int, next_n: int):
     return lens, cache, bt, cl, q, w, ctx
 
 
+def paged_topk_case(b: int, ctx_avg: int, next_n: int, model_len: int | None):
+    """A decode batch for the paged top-k cases: requests of exactly MODEL_LEN keys when
+    ``ctx_avg`` is MODEL_LEN, else ``paged_case``'s; the window is ``model_len`` when given
+    -> (cache, block_table, context_lens, q, weights, max_context_len)."""
+    if ctx_avg == MODEL_LEN:
+        _, cache, bt, cl, q, w, mcl = full_requests(b, ctx_avg, next_n)
+    else:
+        _, cache, bt, cl, q, w, mcl = paged_case(b, ctx_avg, next_n, False)
+    if model_len:
+        bt = torch.nn.functional.pad(bt, (0, model_len // BLOCK_KV - bt.shape[1]))
+        mcl = model_len
+    return cache, bt, cl, q, w, mcl
+
+
 def decode_cases(quick: bool, fp4: bool, out: list):
     from sm12x.kernels.deep_gemm_api import fp8_fp4_paged_mqa_logits, get_num_sms, get_paged_mqa_logits_metadata
 
@@ -243,13 +257,7 @@ def paged_topk_cases(quick: bool, out: list):
         cases += [(1, MODEL_LEN, 1, 2048, MODEL_LEN), (32, MODEL_LEN, 1, 512, MODEL_LEN),
                   (64, 32768, 2, 512, None), (256, 8192, 1, 2048, None), (256, 8192, 1, 512, MODEL_LEN)]
     for b, ctx_avg, next_n, topk, model_len in cases:
-        if ctx_avg == MODEL_LEN:  # requests of exactly the model's limit
-            _, cache, bt, cl, q, w, mcl = full_requests(b, ctx_avg, next_n)
-        else:
-            _, cache, bt, cl, q, w, mcl = paged_case(b, ctx_avg, next_n, False)
-        if model_len:
-            bt = torch.nn.functional.pad(bt, (0, model_len // BLOCK_KV - bt.shape[1]))
-            mcl = model_len
+        cache, bt, cl, q, w, mcl = paged_topk_case(b, ctx_avg, next_n, model_len)
         label = f"B={b} ctx~{ctx_avg} next_n={next_n} topk={topk} max_context_len={mcl}"
         meta = get_paged_mqa_logits_metadata(cl, BLOCK_KV, get_num_sms())
         fused = lambda: paged_mqa_topk_indices(q, cache, w, cl, bt, mcl, topk)  # noqa: E731

@@ -22,7 +22,7 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "scripts")]
 import torch
 import triton
 
-from bench_indexer import BLOCK_KV, MODEL_LEN, full_requests, paged_case
+from bench_indexer import BLOCK_KV, MODEL_LEN, paged_topk_case
 from gpu_timing import traced_calls
 from sm12x.kernels.deep_gemm_api import fp8_fp4_paged_mqa_logits, get_num_sms, get_paged_mqa_logits_metadata
 from sm12x.kernels.indexer_topk import paged_mqa_topk_indices
@@ -52,13 +52,7 @@ def main():
     args = ap.parse_args()
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
     for b, ctx_avg, next_n, topk, model_len in json.loads(args.cases):
-        if ctx_avg == MODEL_LEN:
-            _, cache, bt, cl, q, w, mcl = full_requests(b, ctx_avg, next_n)
-        else:
-            _, cache, bt, cl, q, w, mcl = paged_case(b, ctx_avg, next_n, False)
-        if model_len:
-            bt = torch.nn.functional.pad(bt, (0, model_len // BLOCK_KV - bt.shape[1]))
-            mcl = model_len
+        cache, bt, cl, q, w, mcl = paged_topk_case(b, ctx_avg, next_n, model_len)
         meta = get_paged_mqa_logits_metadata(cl, BLOCK_KV, get_num_sms())
         variants = {
             "fused": lambda: paged_mqa_topk_indices(q, cache, w, cl, bt, mcl, topk),

@@ -18,20 +18,11 @@ as is (sm_90 configs) and once with SM12X_KERNEL_CONFIGS=sm_120.
 import argparse
 import os
 import sys
-import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "scripts")]
 
-import torch
-import triton
-
-from gpu_timing import kernel_span_us
-from source_variant import edited_module
-from sm12x.kernels import configs
-from sm12x.kernels import sparse_mla_decode as base
-from sm12x.kernels.reference.sparse_mla import make_case, ref_sparse_mla_decode
-from sm12x.kernels.tolerance import failures, flashmla_decode_close
+from decode_variants import compare, config_key
 
 ROPE = [("rope = tl.load(rope_row[:, None, None] + d[None, None, :] + (c * 0)[None, :, None],\n"
          "                       mask=v3 & (c == 7)[None, :, None], other=0.0)",
@@ -74,34 +65,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--variants", default="", help="comma-separated subset of the variant names")
     args = ap.parse_args()
-    key = configs.arch_key(torch.device("cuda"))
-    key = "sm_120" if key == "sm_121" else key
+    key = config_key()
     chosen = variants(key)
     if args.variants:
         chosen = {n: chosen[n] for n in args.variants.split(",")}
-    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}, "
-          f"configs {key}")
-    cases = [(label, make_case(device="cuda", sink=True, **{"s_q": 2, **kw})) for label, kw in CASES]
-    with tempfile.TemporaryDirectory() as tmp:
-        mods = {name: edited_module(open(base.__file__).read(), edits, f"variant_{i}", tmp)
-                for i, (name, edits) in enumerate(chosen.items())}
-        print("\n| case | plan (as is) | " + " | ".join(f"{n} µs" for n in mods) + " |")
-        print("|---|---|" + "---:|" * len(mods))
-        checks = []
-        for label, case in cases:
-            pl = base.plan(*case["q"].shape[:3], case["indices"].shape[-1],
-                           case["extra_indices"].shape[-1], case["q"].device,
-                           ragged=case.get("extra_topk_length") is not None)
-            ref = ref_sparse_mla_decode(**case)
-            row = []
-            for name, mod in mods.items():
-                bad = failures(flashmla_decode_close(mod.sparse_mla_decode(**case), ref))
-                if bad:
-                    checks.append(f"{name} {label}: {bad}")
-                call = lambda: mod.sparse_mla_decode(**case)  # noqa: E731
-                row.append(f"{min(kernel_span_us(call) for _ in range(2)):.1f}")
-            print(f"| {label} | H{pl.cfg['BLOCK_H']} {pl.programs}p | " + " | ".join(row) + " |", flush=True)
-        print("\nall variants match the reference on every case" if not checks else "\n".join(checks))
+    compare(chosen, CASES)
 
 
 if __name__ == "__main__":
