@@ -130,10 +130,24 @@ def prefill_cases(quick: bool, fp4: bool, out: list):
         torch.cuda.empty_cache()
 
 
-def paged_case(b: int, ctx_avg: int, next_n: int, fp4: bool):
-    """A decode batch: request lengths uniform in 0.7-1.3 x ``ctx_avg``, a random block table,
-    2-D context lengths -> (ctx, cache, block_table, context_lens, q, weights, max_context_len)."""
-    ctx = torch.randint(int(0.7 * ctx_avg), int(1.3 * ctx_avg), (b,), dtype=torch.int32, device="cuda")
+def peak_gib(fn):
+    """(fn's result, GiB allocated at its peak above what was allocated before the call)."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    result = fn()
+    torch.cuda.synchronize()
+    return result, (torch.cuda.max_memory_allocated() - base) / 2 ** 30
+
+
+def paged_case(b: int, ctx_avg: int, next_n: int, fp4: bool, exact: bool = False):
+    """A decode batch: request lengths uniform in 0.7-1.3 x ``ctx_avg`` (``exact``: all
+    ``ctx_avg``), a random block table, 2-D context lengths
+    -> (ctx, cache, block_table, context_lens, q, weights, max_context_len)."""
+    if exact:
+        ctx = torch.full((b,), ctx_avg, dtype=torch.int32, device="cuda")
+    else:
+        ctx = torch.randint(int(0.7 * ctx_avg), int(1.3 * ctx_avg), (b,), dtype=torch.int32, device="cuda")
     max_blocks = int((int(ctx.max()) + BLOCK_KV - 1) // BLOCK_KV)
     cache = make_cache(b * max_blocks, fp4)
     bt = torch.randperm(b * max_blocks, device="cuda", dtype=torch.int32).view(b, max_blocks)
@@ -143,27 +157,11 @@ def paged_case(b: int, ctx_avg: int, next_n: int, fp4: bool):
     return ctx, cache, bt, cl, q, w, max_blocks * BLOCK_KV
 
 
-def full_requests(b: int, ctx: int, next_n: int):
-    """A decode batch of ``b`` FP8 requests of exactly ``ctx`` keys (``ctx`` a multiple of
-    BLOCK_KV), as ``paged_case`` returns it."""
-    blocks = ctx // BLOCK_KV
-    cache = make_cache(b * blocks, False)
-    bt = torch.randperm(b * blocks, device="cuda", dtype=torch.int32).view(b, blocks)
-    lens = torch.full((b,), ctx, dtype=torch.int32, device="cuda")
-    cl = (lens[:, None] - next_n + 1 + torch.arange(next_n, device="cuda", dtype=torch.int32)).contiguous()
-    q = make_q((b, next_n, H), False)
-    w = torch.randn(b * next_n, H, device="cuda")
-    return lens, cache, bt, cl, q, w, ctx
-
-
 def paged_topk_case(b: int, ctx_avg: int, next_n: int, model_len: int | None):
     """A decode batch for the paged top-k cases: requests of exactly MODEL_LEN keys when
     ``ctx_avg`` is MODEL_LEN, else ``paged_case``'s; the window is ``model_len`` when given
     -> (cache, block_table, context_lens, q, weights, max_context_len)."""
-    if ctx_avg == MODEL_LEN:
-        _, cache, bt, cl, q, w, mcl = full_requests(b, ctx_avg, next_n)
-    else:
-        _, cache, bt, cl, q, w, mcl = paged_case(b, ctx_avg, next_n, False)
+    _, cache, bt, cl, q, w, mcl = paged_case(b, ctx_avg, next_n, False, exact=ctx_avg == MODEL_LEN)
     if model_len:
         bt = torch.nn.functional.pad(bt, (0, model_len // BLOCK_KV - bt.shape[1]))
         mcl = model_len
@@ -205,14 +203,6 @@ def topk_cases(quick: bool, out: list):
     from sm12x.kernels.deep_gemm_api import fp8_mqa_logits
     from sm12x.kernels.indexer_topk import mqa_topk_indices
 
-    def peak(fn):
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        fn()
-        torch.cuda.synchronize()
-        return (torch.cuda.max_memory_allocated() - base) / 2 ** 30
-
     cases = [(4096, 262144, 512, "S=4096 S_kv=262144 topk=512"),
              (4096, 262144, 2048, "S=4096 S_kv=262144 topk=2048"),
              (8192, 262144, 512, "1M-token prompt: S=8192 chunk, S_kv=262144")]
@@ -224,14 +214,14 @@ def topk_cases(quick: bool, out: list):
         ke = torch.arange(s, dtype=torch.int32, device="cuda") + (s_kv - s) + 1
         fused = lambda: mqa_topk_indices(q, kv, w, ks, ke, topk)  # noqa: E731
         ms = bench(fused, reps=3)
-        gib = peak(fused)
+        _, gib = peak_gib(fused)
         out.append(("fused top-k", label, f"{ms * 1e3:.0f}", "", "", "", f"peak +{gib:.2f} GiB"))
         if s == 4096:
             def unfused():
                 logits = fp8_mqa_logits(q, kv, w, ks, ke, clean_logits=True)
                 return logits.topk(topk, dim=1)
             ms = bench(unfused, reps=3)
-            gib = peak(unfused)
+            _, gib = peak_gib(unfused)
             out.append(("logits + torch.topk", label, f"{ms * 1e3:.0f}", "", "", "", f"peak +{gib:.2f} GiB"))
         del q, kv, w
         torch.cuda.empty_cache()
@@ -242,14 +232,6 @@ def topk_cases(quick: bool, out: list):
 def paged_topk_cases(quick: bool, out: list):
     from sm12x.kernels.deep_gemm_api import fp8_fp4_paged_mqa_logits, get_num_sms, get_paged_mqa_logits_metadata
     from sm12x.kernels.indexer_topk import paged_mqa_topk_indices
-
-    def peak(fn):
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        result = fn()
-        torch.cuda.synchronize()
-        return result, (torch.cuda.max_memory_allocated() - base) / 2 ** 30
 
     # (B, context, next_n, topk, max_context_len: None = the batch's longest request)
     cases = [(1, MODEL_LEN, 1, 512, MODEL_LEN), (1, MODEL_LEN, 2, 512, MODEL_LEN)]
@@ -266,8 +248,8 @@ def paged_topk_cases(quick: bool, out: list):
             logits = fp8_fp4_paged_mqa_logits(q, cache, w, cl, bt, meta, mcl, clean_logits=True)
             return logits.topk(topk, dim=1).indices
 
-        got, gib = peak(fused)
-        ref, ref_gib = peak(unfused)
+        got, gib = peak_gib(fused)
+        ref, ref_gib = peak_gib(unfused)
         same = (got.long().sort(dim=1).values == ref.sort(dim=1).values).all(dim=1).float().mean().item()
         ms, ref_ms = bench_graph(fused), bench_graph(unfused)
         out.append(("fused paged top-k", label, f"{ms * 1e3:.0f}", f"{ref_ms / ms:.2f}x", "", "",
