@@ -1,7 +1,8 @@
 """Fold a window's few keys above a running top-k's floor straight into it.
 
-Contract: ``fold_above_floor(x, best, col_start, base, scratch, done, ends=None)`` with x float32
-[R, W] (a logits window as ``topk_select.row_topk_keys`` takes it, ``ends`` as there), ``best``
+Contract: ``fold_above_floor(x, best, col_start, base, scratch, done, ends=None, starts=None)`` with
+x float32 [R, W] (a logits window as ``topk_select.row_topk_keys`` takes it, ``ends`` / ``starts``
+as there), ``best``
 int64 [R, k] sorted descending (the running top-k as ``topk_merge`` keeps it) and ``scratch``
 int64 [R, >= k]. For each row, the window's keys (``topk_select``'s int64 sort key of each
 visible value) above best[r, k-1] are counted. When there are at most ``fold_limits(k)[0]`` of
@@ -74,18 +75,25 @@ def _count_above(sorted_ptr, n, keys, STEPS: tl.constexpr):
 
 @triton.jit
 def _collect_kernel(x_ptr, stride_x, W, base_ptr, col_start, best_ptr, stride_b, K, cand_ptr,
-                    stride_c, count_ptr, limit, ends_ptr, HAS_BASE: tl.constexpr, HAS_ENDS: tl.constexpr,
-                    COLS: tl.constexpr):
+                    stride_c, count_ptr, limit, starts_ptr, ends_ptr, HAS_BASE: tl.constexpr,
+                    HAS_STARTS: tl.constexpr, HAS_ENDS: tl.constexpr, COLS: tl.constexpr):
     """Append the keys above row r's floor in one COLS-column tile to the row's candidate list
     (after an atomic add on the row's count; the merge sorts them)."""
     r = tl.program_id(0).to(tl.int64)
-    c = tl.program_id(1) * COLS + tl.arange(0, COLS)
+    c0 = tl.program_id(1) * COLS
+    hi = W
+    if HAS_ENDS:
+        hi = tl.minimum(hi, tl.load(ends_ptr + r) - col_start)
+    lo = 0
+    if HAS_STARTS:
+        lo = tl.load(starts_ptr + r) - col_start
+    if (c0 >= hi) | (c0 + COLS <= lo):  # the row reads none of this tile
+        return
     base = 0
     if HAS_BASE:
         base = tl.load(base_ptr + r)
-    if HAS_ENDS:
-        W = tl.minimum(W, tl.load(ends_ptr + r) - col_start)
-    v = tl.load(x_ptr + r * stride_x + c, mask=c < W, other=float("-inf"))
+    c = c0 + tl.arange(0, COLS)
+    v = tl.load(x_ptr + r * stride_x + c, mask=(c >= lo) & (c < hi), other=float("-inf"))
     key = sort_key(v, c, col_start, base)
     take = key > tl.load(best_ptr + r * stride_b + K - 1)
     n = tl.sum(take.to(tl.int32))
@@ -106,6 +114,7 @@ def _merge_kernel(best_ptr, stride_b, K, cand_ptr, stride_c, done_ptr, limit,
     n = tl.load(done_ptr + r)
     done = (n >= 0) & (n <= limit)
     # no branch on done: the barriers stay outside control flow; an undone row masks every store
+    # (with an early return for rows without candidates this kernel faulted on the H200, triton 3.6)
     m = tl.where(done, n, 0)  # candidates to merge
     j = tl.arange(0, CAND)
     lowest = tl.full((CAND,), -9223372036854775807 - 1, tl.int64)
@@ -124,10 +133,11 @@ def _merge_kernel(best_ptr, stride_b, K, cand_ptr, stride_c, done_ptr, limit,
 
 
 def fold_above_floor(x: torch.Tensor, best: torch.Tensor, col_start: int, base: torch.Tensor | None,
-                     scratch: torch.Tensor, done: torch.Tensor, ends: torch.Tensor | None = None) -> torch.Tensor:
+                     scratch: torch.Tensor, done: torch.Tensor, ends: torch.Tensor | None = None,
+                     starts: torch.Tensor | None = None) -> torch.Tensor:
     """Merge each row's window keys above best[r, -1] into best[r] when they are few (see the
-    module docstring); returns ``done`` (int32 [R]: 1 where folded). ``ends`` (int32 [R]): row r
-    reads only the columns c with col_start + c < ends[r]."""
+    module docstring); returns ``done`` (int32 [R]: 1 where folded). ``ends`` / ``starts`` (int32
+    [R]): row r reads only the columns c with starts[r] <= col_start + c < ends[r]."""
     require_dtype(x, (torch.float32,), OP, "x")
     require(x.dim() == 2 and x.stride(1) == 1, OP, "x",
             lambda: f"shape {list(x.shape)} strides {tuple(x.stride())}",
@@ -144,7 +154,7 @@ def fold_above_floor(x: torch.Tensor, best: torch.Tensor, col_start: int, base: 
     require_dtype(done, (torch.int32,), OP, "done")
     require(done.shape == (rows,) and done.stride(0) == 1, OP, "done",
             lambda: f"shape {list(done.shape)}", f"contiguous [{rows}]")
-    for name, t in (("base", base), ("ends", ends)):
+    for name, t in (("base", base), ("ends", ends), ("starts", starts)):
         if t is not None:
             require_dtype(t, (torch.int32,), OP, name)
             require(t.shape == (rows,) and t.stride(0) == 1, OP, name,
@@ -159,8 +169,9 @@ def fold_above_floor(x: torch.Tensor, best: torch.Tensor, col_start: int, base: 
     done.zero_()  # the collect counts each row's candidates here
     _collect_kernel[(rows, triton.cdiv(x.shape[1], COLS))](
         x, x.stride(0), x.shape[1], base if base is not None else done, col_start, best, best.stride(0),
-        k, scratch, scratch.stride(0), done, limit, ends if ends is not None else done,
-        HAS_BASE=base is not None, HAS_ENDS=ends is not None, COLS=COLS, num_warps=COLLECT_WARPS)
+        k, scratch, scratch.stride(0), done, limit, starts if starts is not None else done,
+        ends if ends is not None else done, HAS_BASE=base is not None, HAS_STARTS=starts is not None,
+        HAS_ENDS=ends is not None, COLS=COLS, num_warps=COLLECT_WARPS)
     _merge_kernel[(rows,)](best, best.stride(0), k, scratch, scratch.stride(0), done, limit, CAND=cand,
                            KP=kp, STEPS_K=k.bit_length(), STEPS_C=cand.bit_length(),
                            num_warps=merge_warps)
@@ -177,11 +188,12 @@ def compile_reports(targets=("sm_120", "sm_121")):
         return reports_in_subprocess(__name__, targets=tuple(targets))
     collect = {"x_ptr": "*fp32", "stride_x": "i64", "W": "i32", "base_ptr": "*i32",
                "col_start": "i32", "best_ptr": "*i64", "stride_b": "i64", "K": "i32", "cand_ptr": "*i64",
-               "stride_c": "i64", "count_ptr": "*i32", "limit": "i32", "ends_ptr": "*i32"}
+               "stride_c": "i64", "count_ptr": "*i32", "limit": "i32", "starts_ptr": "*i32", "ends_ptr": "*i32"}
     merge = {"best_ptr": "*i64", "stride_b": "i64", "K": "i32", "cand_ptr": "*i64", "stride_c": "i64",
              "done_ptr": "*i32", "limit": "i32"}
-    kernels = [*[(_collect_kernel, collect, {"HAS_BASE": True, "HAS_ENDS": ends, "COLS": COLS}, COLLECT_WARPS,
-                  f"collect {COLS}" + (" ends" if ends else "")) for ends in (False, True)],
+    kernels = [*[(_collect_kernel, collect, {"HAS_BASE": True, "HAS_STARTS": starts, "HAS_ENDS": ends, "COLS": COLS},
+                  COLLECT_WARPS, f"collect {COLS}" + (" starts" if starts else "") + (" ends" if ends else ""))
+                 for starts, ends in ((False, False), (False, True), (True, True))],
                *[(_merge_kernel, merge, {"CAND": cand, "KP": kp, "STEPS_K": kp.bit_length(),
                                          "STEPS_C": cand.bit_length()}, warps, f"merge K{kp} C{cand}")
                  for kp, (cand, warps) in ((512, fold_limits(512)), (MAX_K, fold_limits(MAX_K)))]]

@@ -8,7 +8,8 @@ of each row (equal values: lower column first), the key
 
 (``base`` int32 [R] or None for 0), and INT64_MIN for -inf values. With ``ends`` (int32 [R]),
 columns whose position col_start + c is >= ends[r] are not read and count as -inf: a decode row
-of a window far longer than its request reads only the request's keys. Keys compare like
+of a window far longer than its request reads only the request's keys. ``starts`` does the same
+below starts[r]: a prefill row of a chunk of several requests reads only its own request's keys. Keys compare like
 (value desc, index asc), so ``torch.topk`` / ``sort`` of them is a deterministic ordering; the
 keys are returned in no particular order. This is the same key the indexer's top-k merges.
 
@@ -64,18 +65,33 @@ def sort_key(v, c, col_start, base):
 
 
 @triton.jit
-def _visible_width(W, ends_ptr, r, col_start, HAS_ENDS: tl.constexpr):
-    """Columns of row r that are read: W, or those before the row's end (``ends``)."""
+def _read_range(W, starts_ptr, ends_ptr, r, col_start, HAS_STARTS: tl.constexpr, HAS_ENDS: tl.constexpr):
+    """Columns [lo, hi) of row r that are read: all W, or those from the row's start (``starts``)
+    and before its end (``ends``); lo = hi = 0 when there are none."""
+    hi = W
     if HAS_ENDS:
-        return tl.minimum(W, tl.maximum(tl.load(ends_ptr + r) - col_start, 0))
-    return W
+        hi = tl.minimum(W, tl.maximum(tl.load(ends_ptr + r) - col_start, 0))
+    lo = hi * 0
+    if HAS_STARTS:
+        lo = tl.minimum(tl.maximum(tl.load(starts_ptr + r) - col_start, 0), hi)
+        hi = tl.where(lo < hi, hi, 0)
+        lo = tl.where(lo < hi, lo, 0)
+    return lo, hi
 
 
 @triton.jit
-def _past_visible(g, width, SEGMENT: tl.constexpr):
-    """Segment g holds none of the row's ``width`` read columns and is not its first: nothing to
-    do (a row of a window far longer than its request has many such segments)."""
-    return (g > 0) & (g * SEGMENT >= width)
+def _aligned(lo, BLOCK: tl.constexpr):
+    """Where a loop over columns lo.. starts: lo rounded down to a multiple of BLOCK, so its
+    loads stay vectorised (the columns before lo are masked off)."""
+    return lo // BLOCK * BLOCK
+
+
+@triton.jit
+def _outside(g, lo, hi, SEGMENT: tl.constexpr):
+    """Segment g holds none of the row's read columns [lo, hi) and is not its first (the one
+    holding column lo): nothing to do (a row of a window far longer than its request, or of a
+    chunk of several requests, has many such segments)."""
+    return (g != lo // SEGMENT) & ((g * SEGMENT >= hi) | ((g + 1) * SEGMENT <= lo))
 
 
 @triton.jit
@@ -99,14 +115,14 @@ def _pad_unread(t, n_eq, need, first_eq, out_row, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _write_keys(v, c, end, t, n_gt, n_eq, need, first_eq, col_start, base, out_row):
-    """Store the keys of the entries of block ``v`` (columns ``c`` < ``end``) that are > T (image
-    ``t``), after the ``n_gt`` already written, and of the entries == T whose rank among them
-    (after ``n_eq`` earlier ones) is below ``need``, from slot ``first_eq`` on
+def _write_keys(v, c, read, t, n_gt, n_eq, need, first_eq, col_start, base, out_row):
+    """Store the keys of the entries of block ``v`` (columns ``c`` where ``read``) that are > T
+    (image ``t``), after the ``n_gt`` already written, and of the entries == T whose rank among
+    them (after ``n_eq`` earlier ones) is below ``need``, from slot ``first_eq`` on
     -> updated (n_gt, n_eq)."""
     u = _ordered_u32(v)
-    gt = (c < end) & (u > t)
-    eq = (c < end) & (u == t)
+    gt = read & (u > t)
+    eq = read & (u == t)
     pos_gt = n_gt + tl.cumsum(gt.to(tl.int32), 0) - 1
     rank_eq = n_eq + tl.cumsum(eq.to(tl.int32), 0) - 1
     key = sort_key(v, c, col_start, base)
@@ -117,17 +133,16 @@ def _write_keys(v, c, end, t, n_gt, n_eq, need, first_eq, col_start, base, out_r
 
 @triton.jit
 def _row_topk_keys_kernel(x_ptr, stride_x, W, base_ptr, col_start, out_ptr, stride_o, K, floor_ptr,
-                          skip_ptr, ends_ptr, HAS_BASE: tl.constexpr, HAS_FLOOR: tl.constexpr,
-                          HAS_SKIP: tl.constexpr, HAS_ENDS: tl.constexpr, BLOCK: tl.constexpr,
-                          RADIX_BITS: tl.constexpr):
+                          skip_ptr, starts_ptr, ends_ptr, HAS_BASE: tl.constexpr, HAS_FLOOR: tl.constexpr,
+                          HAS_SKIP: tl.constexpr, HAS_STARTS: tl.constexpr, HAS_ENDS: tl.constexpr,
+                          BLOCK: tl.constexpr, RADIX_BITS: tl.constexpr):
     r = tl.program_id(0)
     if HAS_SKIP:
         if tl.load(skip_ptr + r) != 0:
             return
+    lo, hi = _read_range(W, starts_ptr, ends_ptr, r, col_start, HAS_STARTS, HAS_ENDS)
+    unread = W - (hi - lo)
     row = x_ptr + r.to(tl.int64) * stride_x
-    unread = W
-    W = _visible_width(W, ends_ptr, r, col_start, HAS_ENDS)
-    unread -= W
     base = 0
     if HAS_BASE:
         base = tl.load(base_ptr + r)
@@ -139,26 +154,29 @@ def _row_topk_keys_kernel(x_ptr, stride_x, W, base_ptr, col_start, out_ptr, stri
     if HAS_FLOOR:
         floor = tl.load(floor_ptr + r)
         counts = tl.zeros((BLOCK,), dtype=tl.int32)  # summed once after the loop, not per block
-        for c0 in range(0, W, BLOCK):
+        for c0 in range(_aligned(lo, BLOCK), hi, BLOCK):
             c = c0 + tl.arange(0, BLOCK)
-            v = tl.load(row + c, mask=c < W, other=float("-inf"))
-            counts += ((c < W) & (sort_key(v, c, col_start, base) > floor)).to(tl.int32)
+            read = (c >= lo) & (c < hi)
+            v = tl.load(row + c, mask=read, other=float("-inf"))
+            counts += (read & (sort_key(v, c, col_start, base) > floor)).to(tl.int32)
         above = tl.sum(counts)
     if above <= K:
-        _write_above_floor(row, W, floor, above, K, col_start, base, out_row, BLOCK)
+        _write_above_floor(row, lo, hi, floor, above, K, col_start, base, out_row, BLOCK)
     else:
-        _radix_select_row(row, W, unread, K, col_start, base, out_row, BLOCK, RADIX_BITS)
+        _radix_select_row(row, lo, hi, unread, K, col_start, base, out_row, BLOCK, RADIX_BITS)
 
 
 @triton.jit
-def _write_above_floor(row, W, floor, above, K, col_start, base, out_row, BLOCK: tl.constexpr):
-    """Write the keys > ``floor`` of a row in column order, then INT64_MIN up to K."""
+def _write_above_floor(row, lo, hi, floor, above, K, col_start, base, out_row, BLOCK: tl.constexpr):
+    """Write the keys > ``floor`` of a row's columns [lo, hi) in column order, then INT64_MIN up
+    to K."""
     n = 0
-    for c0 in range(0, W, BLOCK):
+    for c0 in range(_aligned(lo, BLOCK), hi, BLOCK):
         c = c0 + tl.arange(0, BLOCK)
-        v = tl.load(row + c, mask=c < W, other=float("-inf"))
+        read = (c >= lo) & (c < hi)
+        v = tl.load(row + c, mask=read, other=float("-inf"))
         key = sort_key(v, c, col_start, base)
-        take = (c < W) & (key > floor)
+        take = read & (key > floor)
         tl.store(out_row + n + tl.cumsum(take.to(tl.int32), 0) - 1, key, mask=take)
         n += tl.sum(take.to(tl.int32))
     for c0 in range(above, K, BLOCK):
@@ -167,10 +185,10 @@ def _write_above_floor(row, W, floor, above, K, col_start, base, out_row, BLOCK:
 
 
 @triton.jit
-def _radix_select_row(row, W, unread, K, col_start, base, out_row, BLOCK: tl.constexpr,
+def _radix_select_row(row, lo, hi, unread, K, col_start, base, out_row, BLOCK: tl.constexpr,
                       RADIX_BITS: tl.constexpr):
-    """The K best keys of one row by radix select (see the module docstring); W columns are
-    read, ``unread`` more count as -inf."""
+    """The K best keys of one row by radix select (see the module docstring); columns [lo, hi)
+    are read, ``unread`` more count as -inf."""
     NBINS: tl.constexpr = 1 << RADIX_BITS
     bins = tl.arange(0, NBINS)
     prefix = tl.zeros((), dtype=tl.uint32)
@@ -179,10 +197,11 @@ def _radix_select_row(row, W, unread, K, col_start, base, out_row, BLOCK: tl.con
     for p in tl.static_range(32 // RADIX_BITS):
         shift = 32 - RADIX_BITS * (p + 1)
         hist = tl.zeros((NBINS,), dtype=tl.int32)
-        for c0 in range(0, W, BLOCK):
+        for c0 in range(_aligned(lo, BLOCK), hi, BLOCK):
             c = c0 + tl.arange(0, BLOCK)
-            u = _ordered_u32(tl.load(row + c, mask=c < W, other=float("-inf")))
-            sel = (c < W) & ((u & pmask) == prefix)
+            read = (c >= lo) & (c < hi)
+            u = _ordered_u32(tl.load(row + c, mask=read, other=float("-inf")))
+            sel = read & ((u & pmask) == prefix)
             digit = ((u >> shift) & (NBINS - 1)).to(tl.int32)
             # excluded entries are counted in bin 0 and taken out again (no masked histogram)
             hist += tl.histogram(tl.where(sel, digit, 0), NBINS)
@@ -198,10 +217,11 @@ def _radix_select_row(row, W, unread, K, col_start, base, out_row, BLOCK: tl.con
     n_gt = 0
     n_eq = 0
     first_eq = K - need
-    for c0 in range(0, W, BLOCK):
+    for c0 in range(_aligned(lo, BLOCK), hi, BLOCK):
         c = c0 + tl.arange(0, BLOCK)
-        v = tl.load(row + c, mask=c < W, other=float("-inf"))
-        n_gt, n_eq = _write_keys(v, c, W, prefix, n_gt, n_eq, need, first_eq, col_start, base,
+        read = (c >= lo) & (c < hi)
+        v = tl.load(row + c, mask=read, other=float("-inf"))
+        n_gt, n_eq = _write_keys(v, c, read, prefix, n_gt, n_eq, need, first_eq, col_start, base,
                                  out_row)
     _pad_unread(prefix, n_eq, need, first_eq, out_row, BLOCK)
 
@@ -226,18 +246,18 @@ def _digits_so_far(hist_ptr, r, R, K, P: tl.constexpr, RADIX_BITS: tl.constexpr)
 
 
 @triton.jit
-def _segment_hist_kernel(x_ptr, stride_x, W, hist_ptr, R, K, skip_ptr, ends_ptr, col_start, P: tl.constexpr,
-                         SEGMENT: tl.constexpr, BLOCK: tl.constexpr, RADIX_BITS: tl.constexpr,
-                         HAS_SKIP: tl.constexpr, HAS_ENDS: tl.constexpr):
-    """Pass P: add the digit histogram of one segment of row r into hist[P, r] (segment 0 also
-    counts the row's unread columns)."""
+def _segment_hist_kernel(x_ptr, stride_x, W, hist_ptr, R, K, skip_ptr, starts_ptr, ends_ptr, col_start,
+                         P: tl.constexpr, SEGMENT: tl.constexpr, BLOCK: tl.constexpr, RADIX_BITS: tl.constexpr,
+                         HAS_SKIP: tl.constexpr, HAS_STARTS: tl.constexpr, HAS_ENDS: tl.constexpr):
+    """Pass P: add the digit histogram of one segment of row r into hist[P, r] (the row's first
+    segment also counts its unread columns)."""
     r = tl.program_id(0)
     g = tl.program_id(1)
     if HAS_SKIP:
         if tl.load(skip_ptr + r) != 0:
             return
-    width = _visible_width(W, ends_ptr, r, col_start, HAS_ENDS)
-    if _past_visible(g, width, SEGMENT):
+    lo, hi = _read_range(W, starts_ptr, ends_ptr, r, col_start, HAS_STARTS, HAS_ENDS)
+    if _outside(g, lo, hi, SEGMENT):
         return
     row = x_ptr + r.to(tl.int64) * stride_x
     NBINS: tl.constexpr = 1 << RADIX_BITS
@@ -245,13 +265,14 @@ def _segment_hist_kernel(x_ptr, stride_x, W, hist_ptr, R, K, skip_ptr, ends_ptr,
     prefix, pmask, need = _digits_so_far(hist_ptr, r, R, K, P, RADIX_BITS)
     shift: tl.constexpr = 32 - RADIX_BITS * (P + 1)
     hist = tl.zeros((NBINS,), dtype=tl.int32)
-    if g == 0:
-        hist = _add_unread(hist, W - width, prefix, pmask, shift, NBINS)
-    end = tl.minimum(width, (g + 1) * SEGMENT)
-    for c0 in range(g * SEGMENT, end, BLOCK):
+    if g == lo // SEGMENT:
+        hist = _add_unread(hist, W - (hi - lo), prefix, pmask, shift, NBINS)
+    end = tl.minimum(hi, (g + 1) * SEGMENT)
+    for c0 in range(tl.maximum(_aligned(lo, BLOCK), g * SEGMENT), end, BLOCK):
         c = c0 + tl.arange(0, BLOCK)
-        u = _ordered_u32(tl.load(row + c, mask=c < end, other=float("-inf")))
-        sel = (c < end) & ((u & pmask) == prefix)
+        read = (c >= lo) & (c < end)
+        u = _ordered_u32(tl.load(row + c, mask=read, other=float("-inf")))
+        sel = read & ((u & pmask) == prefix)
         digit = ((u >> shift) & (NBINS - 1)).to(tl.int32)
         hist += tl.histogram(tl.where(sel, digit, 0), NBINS)
         hist -= tl.where(bins == 0, tl.sum(tl.where(sel, 0, 1)), 0)
@@ -259,9 +280,10 @@ def _segment_hist_kernel(x_ptr, stride_x, W, hist_ptr, R, K, skip_ptr, ends_ptr,
 
 
 @triton.jit
-def _segment_count_kernel(x_ptr, stride_x, W, hist_ptr, R, K, cnt_ptr, G, skip_ptr, ends_ptr, col_start,
-                          PASSES: tl.constexpr, SEGMENT: tl.constexpr, BLOCK: tl.constexpr,
-                          RADIX_BITS: tl.constexpr, HAS_SKIP: tl.constexpr, HAS_ENDS: tl.constexpr):
+def _segment_count_kernel(x_ptr, stride_x, W, hist_ptr, R, K, cnt_ptr, G, skip_ptr, starts_ptr, ends_ptr,
+                          col_start, PASSES: tl.constexpr, SEGMENT: tl.constexpr, BLOCK: tl.constexpr,
+                          RADIX_BITS: tl.constexpr, HAS_SKIP: tl.constexpr, HAS_STARTS: tl.constexpr,
+                          HAS_ENDS: tl.constexpr):
     """Entries > T and == T in one segment of row r -> cnt[r, g, 0:2] (segments past the read
     columns store nothing: no write program reads them)."""
     r = tl.program_id(0)
@@ -269,19 +291,20 @@ def _segment_count_kernel(x_ptr, stride_x, W, hist_ptr, R, K, cnt_ptr, G, skip_p
     if HAS_SKIP:
         if tl.load(skip_ptr + r) != 0:
             return
-    width = _visible_width(W, ends_ptr, r, col_start, HAS_ENDS)
-    if _past_visible(g, width, SEGMENT):
+    lo, hi = _read_range(W, starts_ptr, ends_ptr, r, col_start, HAS_STARTS, HAS_ENDS)
+    if _outside(g, lo, hi, SEGMENT):
         return
     row = x_ptr + r.to(tl.int64) * stride_x
     t, _, need = _digits_so_far(hist_ptr, r, R, K, PASSES, RADIX_BITS)
     n_gt = 0
     n_eq = 0
-    end = tl.minimum(width, (g + 1) * SEGMENT)
-    for c0 in range(g * SEGMENT, end, BLOCK):
+    end = tl.minimum(hi, (g + 1) * SEGMENT)
+    for c0 in range(tl.maximum(_aligned(lo, BLOCK), g * SEGMENT), end, BLOCK):
         c = c0 + tl.arange(0, BLOCK)
-        u = _ordered_u32(tl.load(row + c, mask=c < end, other=float("-inf")))
-        n_gt += tl.sum(((c < end) & (u > t)).to(tl.int32))
-        n_eq += tl.sum(((c < end) & (u == t)).to(tl.int32))
+        read = (c >= lo) & (c < end)
+        u = _ordered_u32(tl.load(row + c, mask=read, other=float("-inf")))
+        n_gt += tl.sum((read & (u > t)).to(tl.int32))
+        n_eq += tl.sum((read & (u == t)).to(tl.int32))
     cnt = cnt_ptr + (r.to(tl.int64) * G + g) * 2
     tl.store(cnt, n_gt)
     tl.store(cnt + 1, n_eq)
@@ -289,9 +312,10 @@ def _segment_count_kernel(x_ptr, stride_x, W, hist_ptr, R, K, cnt_ptr, G, skip_p
 
 @triton.jit
 def _segment_write_kernel(x_ptr, stride_x, W, hist_ptr, R, K, cnt_ptr, G, base_ptr, col_start,
-                          out_ptr, stride_o, skip_ptr, ends_ptr, HAS_BASE: tl.constexpr, PASSES: tl.constexpr,
-                          SEGMENT: tl.constexpr, G_POW2: tl.constexpr, BLOCK: tl.constexpr,
-                          RADIX_BITS: tl.constexpr, HAS_SKIP: tl.constexpr, HAS_ENDS: tl.constexpr):
+                          out_ptr, stride_o, skip_ptr, starts_ptr, ends_ptr, HAS_BASE: tl.constexpr,
+                          PASSES: tl.constexpr, SEGMENT: tl.constexpr, G_POW2: tl.constexpr, BLOCK: tl.constexpr,
+                          RADIX_BITS: tl.constexpr, HAS_SKIP: tl.constexpr, HAS_STARTS: tl.constexpr,
+                          HAS_ENDS: tl.constexpr):
     """Write the keys of one segment's entries > T and of its share of the needed == T ones
     (the last segment with read columns also the unread columns' share)."""
     r = tl.program_id(0)
@@ -299,28 +323,30 @@ def _segment_write_kernel(x_ptr, stride_x, W, hist_ptr, R, K, cnt_ptr, G, base_p
     if HAS_SKIP:
         if tl.load(skip_ptr + r) != 0:
             return
-    width = _visible_width(W, ends_ptr, r, col_start, HAS_ENDS)
-    if _past_visible(g, width, SEGMENT):
+    lo, hi = _read_range(W, starts_ptr, ends_ptr, r, col_start, HAS_STARTS, HAS_ENDS)
+    if _outside(g, lo, hi, SEGMENT):
         return
     row = x_ptr + r.to(tl.int64) * stride_x
     t, _, need = _digits_so_far(hist_ptr, r, R, K, PASSES, RADIX_BITS)
     before = tl.arange(0, G_POW2)
+    counted = (before < g) & (before >= lo // SEGMENT)  # earlier segments with read columns
     cnt = cnt_ptr + (r.to(tl.int64) * G + before) * 2
-    n_gt = tl.sum(tl.load(cnt, mask=before < g, other=0))      # > T in earlier segments
-    n_eq = tl.sum(tl.load(cnt + 1, mask=before < g, other=0))  # == T in earlier segments
+    n_gt = tl.sum(tl.load(cnt, mask=counted, other=0))      # > T in earlier segments
+    n_eq = tl.sum(tl.load(cnt + 1, mask=counted, other=0))  # == T in earlier segments
     base = 0
     if HAS_BASE:
         base = tl.load(base_ptr + r)
     out_row = out_ptr + r.to(tl.int64) * stride_o
     first_eq = K - need
-    end = tl.minimum(width, (g + 1) * SEGMENT)
-    for c0 in range(g * SEGMENT, end, BLOCK):
+    end = tl.minimum(hi, (g + 1) * SEGMENT)
+    for c0 in range(tl.maximum(_aligned(lo, BLOCK), g * SEGMENT), end, BLOCK):
         c = c0 + tl.arange(0, BLOCK)
-        v = tl.load(row + c, mask=c < end, other=float("-inf"))
-        n_gt, n_eq = _write_keys(v, c, end, t, n_gt, n_eq, need, first_eq, col_start, base,
+        read = (c >= lo) & (c < end)
+        v = tl.load(row + c, mask=read, other=float("-inf"))
+        n_gt, n_eq = _write_keys(v, c, read, t, n_gt, n_eq, need, first_eq, col_start, base,
                                  out_row)
-    if HAS_ENDS:
-        if g == tl.maximum(tl.cdiv(width, SEGMENT) - 1, 0):  # n_eq now counts all the row's == T
+    if HAS_STARTS or HAS_ENDS:
+        if g == tl.maximum(tl.cdiv(hi, SEGMENT) - 1, 0):  # n_eq now counts all the row's == T
             _pad_unread(t, n_eq, need, first_eq, out_row, BLOCK)
 
 
@@ -343,14 +369,15 @@ def segment_width(rows: int, width: int, device) -> int:
 
 def row_topk_keys(x: torch.Tensor, k: int, col_start: int = 0, base: torch.Tensor | None = None,
                   out: torch.Tensor | None = None, floor: torch.Tensor | None = None,
-                  skip: torch.Tensor | None = None, ends: torch.Tensor | None = None) -> torch.Tensor:
+                  skip: torch.Tensor | None = None, ends: torch.Tensor | None = None,
+                  starts: torch.Tensor | None = None) -> torch.Tensor:
     """Keys of the k largest entries of each row of ``x`` (see the module docstring).
     ``floor`` (int64 [R], optional): only entries whose key is > floor[r] count; rows with fewer
     than k of them are padded with INT64_MIN. A running top-k passes its k-th best key here:
     then most windows skip the radix passes (one counting pass and one writing pass instead).
     ``skip`` (int32 [R], optional): rows r with skip[r] != 0 need no answer: they are not read and
-    their out rows are left as they are. ``ends`` (int32 [R], optional): row r reads only the
-    columns c with col_start + c < ends[r]; the others count as -inf."""
+    their out rows are left as they are. ``ends`` / ``starts`` (int32 [R], optional): row r reads
+    only the columns c with starts[r] <= col_start + c < ends[r]; the others count as -inf."""
     require_dtype(x, (torch.float32,), OP, "x")
     require(x.dim() == 2 and x.stride(1) == 1, OP, "x",
             lambda: f"shape {list(x.shape)} strides {tuple(x.stride())}",
@@ -364,7 +391,7 @@ def row_topk_keys(x: torch.Tensor, k: int, col_start: int = 0, base: torch.Tenso
         require_dtype(floor, (torch.int64,), OP, "floor")
         require(floor.shape == (x.shape[0],) and floor.stride(0) == 1, OP, "floor",
                 lambda: f"shape {list(floor.shape)}", lambda: f"contiguous [{x.shape[0]}]")
-    for name, t in (("skip", skip), ("ends", ends)):
+    for name, t in (("skip", skip), ("ends", ends), ("starts", starts)):
         if t is not None:
             require_dtype(t, (torch.int32,), OP, name)
             require(t.shape == (x.shape[0],) and t.stride(0) == 1, OP, name,
@@ -378,13 +405,15 @@ def row_topk_keys(x: torch.Tensor, k: int, col_start: int = 0, base: torch.Tenso
         return out
     base_arg = base if base is not None else x
     ends_arg = ends if ends is not None else x
+    starts_arg = starts if starts is not None else x
     seg = segment_width(r, w, x.device)
     if seg >= w:
         _row_topk_keys_kernel[(r,)](
             x, x.stride(0), w, base_arg, col_start, out, out.stride(0), k,
-            floor if floor is not None else out, skip if skip is not None else base_arg, ends_arg,
+            floor if floor is not None else out, skip if skip is not None else base_arg, starts_arg, ends_arg,
             HAS_BASE=base is not None, HAS_FLOOR=floor is not None, HAS_SKIP=skip is not None,
-            HAS_ENDS=ends is not None, BLOCK=BLOCK, RADIX_BITS=RADIX_BITS, num_warps=NUM_WARPS)
+            HAS_STARTS=starts is not None, HAS_ENDS=ends is not None, BLOCK=BLOCK, RADIX_BITS=RADIX_BITS,
+            num_warps=NUM_WARPS)
         return out
     g = triton.cdiv(w, seg)
     # Wide rows: the floor is only a shortcut, and this path does not take it (the keys <= floor
@@ -393,14 +422,15 @@ def row_topk_keys(x: torch.Tensor, k: int, col_start: int = 0, base: torch.Tenso
     cnt = torch.empty((r, g, 2), dtype=torch.int32, device=x.device)
     skip_arg = skip if skip is not None else cnt
     common = dict(SEGMENT=seg, BLOCK=BLOCK, RADIX_BITS=RADIX_BITS, HAS_SKIP=skip is not None,
-                  HAS_ENDS=ends is not None, num_warps=NUM_WARPS)
+                  HAS_STARTS=starts is not None, HAS_ENDS=ends is not None, num_warps=NUM_WARPS)
     for p in range(PASSES):
-        _segment_hist_kernel[(r, g)](x, x.stride(0), w, hist, r, k, skip_arg, ends_arg, col_start, P=p,
-                                     **common)
-    _segment_count_kernel[(r, g)](x, x.stride(0), w, hist, r, k, cnt, g, skip_arg, ends_arg, col_start,
-                                  PASSES=PASSES, **common)
+        _segment_hist_kernel[(r, g)](x, x.stride(0), w, hist, r, k, skip_arg, starts_arg, ends_arg, col_start,
+                                     P=p, **common)
+    _segment_count_kernel[(r, g)](x, x.stride(0), w, hist, r, k, cnt, g, skip_arg, starts_arg, ends_arg,
+                                  col_start, PASSES=PASSES, **common)
     _segment_write_kernel[(r, g)](
-        x, x.stride(0), w, hist, r, k, cnt, g, base_arg, col_start, out, out.stride(0), skip_arg, ends_arg,
+        x, x.stride(0), w, hist, r, k, cnt, g, base_arg, col_start, out, out.stride(0), skip_arg, starts_arg,
+        ends_arg,
         HAS_BASE=base is not None, PASSES=PASSES, G_POW2=triton.next_power_of_2(g), **common)
     return out
 
@@ -412,17 +442,19 @@ def compile_reports(targets=("sm_120", "sm_121")):
 
     if interpreting():
         return reports_in_subprocess(__name__, targets=tuple(targets))
-    rows = {"x_ptr": "*fp32", "stride_x": "i64", "W": "i32", "ends_ptr": "*i32", "col_start": "i32"}
+    rows = {"x_ptr": "*fp32", "stride_x": "i64", "W": "i32", "starts_ptr": "*i32", "ends_ptr": "*i32",
+            "col_start": "i32"}
     seg = {**rows, "hist_ptr": "*i32", "R": "i32", "K": "i32", "skip_ptr": "*i32"}
     consts = {"BLOCK": BLOCK, "RADIX_BITS": RADIX_BITS}
     kernels = []
-    for ends in (False, True):
-        tag = " ends" if ends else ""
+    for starts, ends in ((False, False), (False, True), (True, True)):  # whole rows, decode, prefill
+        tag = (" starts" if starts else "") + (" ends" if ends else "")
+        ranged = {"HAS_STARTS": starts, "HAS_ENDS": ends}
         kernels.append((_row_topk_keys_kernel, {**rows, "base_ptr": "*i32", "out_ptr": "*i64", "stride_o": "i64",
                                                 "K": "i32", "floor_ptr": "*i64", "skip_ptr": "*i32"},
-                        {"HAS_BASE": True, "HAS_FLOOR": True, "HAS_SKIP": True, "HAS_ENDS": ends}, "row" + tag))
+                        {"HAS_BASE": True, "HAS_FLOOR": True, "HAS_SKIP": True, **ranged}, "row" + tag))
         for width in (SEGMENT, BLOCK):  # segment_width's range
-            sized = {"SEGMENT": width, "HAS_SKIP": True, "HAS_ENDS": ends}
+            sized = {"SEGMENT": width, "HAS_SKIP": True, **ranged}
             kernels += [
                 (_segment_hist_kernel, seg, {**sized, "P": PASSES - 1}, f"segment histogram{tag} S{width}"),
                 (_segment_count_kernel, {**seg, "cnt_ptr": "*i32", "G": "i32"}, {**sized, "PASSES": PASSES},

@@ -17,13 +17,13 @@ def running_best(r, k, w, seed, fill):
     return ref_topk_sort_keys(x, 0, torch.zeros(r, dtype=torch.int32)).topk(k, dim=1).values
 
 
-def fold(x, best, col_start, base, device, scratch_cols=None, ends=None):
+def fold(x, best, col_start, base, device, scratch_cols=None, ends=None, starts=None):
     r, k = best.shape
     b = best.clone().to(device)
     scratch = torch.full((r, scratch_cols or k), 7, dtype=torch.int64, device=device)
     done = torch.full((r,), 5, dtype=torch.int32, device=device)
     fold_above_floor(x.to(device), b, col_start, base.to(device), scratch, done,
-                     None if ends is None else ends.to(device))
+                     None if ends is None else ends.to(device), None if starts is None else starts.to(device))
     return b.cpu(), done.cpu()
 
 
@@ -83,6 +83,26 @@ def test_ends_limit_what_each_row_reads(device):
                                topk_fold.fold_limits(k)[0])
     assert torch.equal(got, want) and torch.equal(done, want_done)
     assert torch.equal(got[:2], best[:2]) and done[:2].all()
+
+
+def test_starts_and_ends_limit_what_each_row_reads(device):
+    """With starts and ends, columns outside starts[r] <= position < ends[r] (poisoned with +inf
+    here) are not read: ranges before the window, across its start, inside it, across its end,
+    empty."""
+    r, k, col_start = 5, 64, 1000
+    best = running_best(r, k, 1000, seed=4, fill=1000)
+    x = torch.randn(r, 600) * 1.5
+    starts = torch.tensor([0, 900, 1100, 1450, 1200], dtype=torch.int32)
+    ends = torch.tensor([1000, 1200, 1500, 1700, 1200], dtype=torch.int32)
+    pos = (col_start + torch.arange(600))[None, :]
+    outside = (pos < starts[:, None]) | (pos >= ends[:, None])
+    base = torch.randint(0, 3, (r,), dtype=torch.int32)
+    got, done = fold(x.masked_fill(outside, float("inf")), best, col_start, base, device, ends=ends,
+                     starts=starts)
+    want, want_done = expected(x.masked_fill(outside, float("-inf")), best, col_start, base,
+                               topk_fold.fold_limits(k)[0])
+    assert torch.equal(got, want) and torch.equal(done, want_done)
+    assert torch.equal(got[0], best[0]) and torch.equal(got[4], best[4]) and done[[0, 4]].all()
 
 
 def test_limits_leave_rows_undone(device, monkeypatch):

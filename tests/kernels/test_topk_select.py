@@ -131,6 +131,41 @@ def test_ends_limit_what_each_row_reads(device, monkeypatch, segment, k):
     assert torch.equal(got, torch.where(want > floor[:, None], want, torch.full_like(want, INT64_MIN)))
 
 
+@pytest.mark.parametrize("segment", [None, 512])
+@pytest.mark.parametrize("k", [7, 300])
+def test_starts_and_ends_limit_what_each_row_reads(device, monkeypatch, segment, k):
+    """With starts and ends, row r reads only columns whose position starts[r] <= col_start + c
+    < ends[r] (a prefill chunk of several requests): the others, poisoned with +inf and NaN,
+    count as -inf. Ranges before, across, inside (fewer and more than k columns, also in a later
+    segment), after; empty ones; a floor on top of them too."""
+    from sm12x.kernels import topk_select
+
+    if segment:
+        monkeypatch.setattr(topk_select, "SEGMENT", segment)
+    col_start = 100
+    ranges = [(0, 50), (90, 100 + k), (150, 150 + k // 2), (700, 1500), (1700, 3100), (3200, 4000),
+              (1300, 1300 + k // 2), (1100, 1100), (1500, 1200), (0, 5000)]
+    r, w = len(ranges), 3000
+    x = rows_with_ties(r, w, seed=k + 1)
+    starts = torch.tensor([a for a, _ in ranges], dtype=torch.int32)
+    ends = torch.tensor([b for _, b in ranges], dtype=torch.int32)
+    pos = (col_start + torch.arange(w))[None, :]
+    outside = (pos < starts[:, None]) | (pos >= ends[:, None])
+    poisoned = x.masked_fill(outside, float("inf"))
+    poisoned[:, ::7] = torch.where(outside[:, ::7], float("nan"), poisoned[:, ::7])
+    base = torch.randint(0, 5, (r,), dtype=torch.int32)
+    want = ref_keys(x.masked_fill(outside, float("-inf")), k, col_start, base)
+    args = dict(col_start=col_start, base=base.to(device), ends=ends.to(device), starts=starts.to(device))
+    got = row_topk_keys(poisoned.to(device), k, **args).cpu()
+    assert torch.equal(got.sort(dim=1, descending=True).values, want)
+    if segment:
+        return  # the segmented path does not take a floor (a shortcut only)
+    floor = want[:, k // 3].clone()
+    got = row_topk_keys(poisoned.to(device), k, floor=floor.to(device), **args).cpu()
+    got = got.sort(dim=1, descending=True).values
+    assert torch.equal(got, torch.where(want > floor[:, None], want, torch.full_like(want, INT64_MIN)))
+
+
 def test_segment_width_spreads_few_rows(monkeypatch):
     """Few wide rows get narrower segments (down to BLOCK) until every SM has two programs; rows
     up to SEGMENT wide keep one program each."""
