@@ -2,16 +2,18 @@
 cache, without materialising the [rows, S_kv] logits.
 
 How: the MQA-logits kernels fill a float32 workspace of at most ``workspace_bytes`` (default
-256 MiB) with the logits of a block of rows over a window of key columns (-inf where a row cannot
-see the key); ``topk_select.row_topk_keys`` picks each row's best ``topk`` of the window by
+256 MiB) with the logits of a block of rows over a window of key columns;
+``topk_select.row_topk_keys`` picks each row's best ``topk`` of the window by
 radix select and returns them as int64 sort keys -- the float mapped to an order-preserving int32
 in the high half, (2**31-1 - index) in the low half, INT64_MIN for invisible keys. Windows are
 merged into a running [rows, topk] set (``topk_merge``). Once that set is full, only a window's
 keys above its worst can enter: rows with few of them (most rows after the first windows) fold
 them in with one pass and a binary-search merge (``topk_fold``); the others count and write just
-those keys, or run the radix passes when there are more than topk. Decode rows are read only up
-to their end (``row_ends``), so the paged logits skip the -inf fill: a window of vLLM's
-max_context_len (the model's limit) costs only the requests' keys. Memory is O(rows x topk) plus
+those keys, or run the radix passes when there are more than topk. Each row is read only where
+it can see keys, so the logits kernels skip their -inf fill: prefill rows inside their own
+[ks, ke) (a chunk of several requests costs each row its own request's keys), decode rows up to
+their end (``row_ends``; a window of vLLM's max_context_len, the model's limit, costs only the
+requests' keys). Memory is O(rows x topk) plus
 the workspace, independent of S_kv (the default budget holds e.g. 256 rows x 262,144 keys or 4096 rows x
 16,384). No host sync: the loop bounds come from shapes and ``max_context_len`` only
 (CUDA-graph safe).
@@ -77,9 +79,9 @@ class _RunningTopk:
     def start(self):
         self.best = None
 
-    def add(self, logits, col_start, base, ends=None):
-        """Fold a window ([rows, width] float32, columns from ``col_start``; with ``ends``, row r
-        is read only before position ends[r]) in. Once the set is full, only keys above its last
+    def add(self, logits, col_start, base, ends=None, starts=None):
+        """Fold a window ([rows, width] float32, columns from ``col_start``; with ``ends`` /
+        ``starts``, row r is read only at positions starts[r] <= p < ends[r]) in. Once the set is full, only keys above its last
         one can enter: rows with few of them are merged in place (``fold_above_floor``); the rest
         take the window's best keys above that floor (radix select) and a sort merge."""
         rows, width = logits.shape
@@ -87,12 +89,13 @@ class _RunningTopk:
         cand = self.scratch[:rows, :k_w]
         out = self.best_ws[:rows]
         if self.best is None:
-            self.best = merge_topk_keys(None, row_topk_keys(logits, k_w, col_start, base, out=cand, ends=ends),
-                                        out)
+            self.best = merge_topk_keys(
+                None, row_topk_keys(logits, k_w, col_start, base, out=cand, ends=ends, starts=starts), out)
             return
-        done = fold_above_floor(logits, self.best, col_start, base, self.scratch[:rows], self.done[:rows], ends)
+        done = fold_above_floor(logits, self.best, col_start, base, self.scratch[:rows], self.done[:rows], ends,
+                                starts)
         cand = row_topk_keys(logits, k_w, col_start, base, out=cand, floor=self.best[:, -1].contiguous(),
-                             skip=done, ends=ends)
+                             skip=done, ends=ends, starts=starts)
         self.best = merge_topk_keys(self.best, cand, out, skip=done)
 
     def result(self, rows, device):
@@ -119,6 +122,7 @@ def mqa_topk_indices(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, topk:
     k, k_sf = kv
     _check_mqa("mqa_topk_indices", qv, qs, k, k_sf, weights, cu_seq_len_k_start, cu_seq_len_k_end)
     _check_topk("mqa_topk_indices", topk, out, qv.shape[0], qv.device)
+    ks, ke = cu_seq_len_k_start, cu_seq_len_k_end
     s, s_kv = qv.shape[0], k.shape[0]
     cfg = configs.pick(_mqa.CONFIGS, qv.device)["fp4" if qs is not None else "fp8"]
     unit = cfg["BLOCK_N"] * cfg["N_ITERS"]
@@ -136,13 +140,15 @@ def mqa_topk_indices(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, topk:
             if n <= 0:
                 break
             w_ = ws[: r1 - r0, :n]
+            # No -inf fill (clean=False): each row is read only inside its own [ks, ke), so a
+            # chunk of several requests costs each row its request's keys, not the chunk's.
             _mqa.launch(qv[r0:r1], None if qs is None else qs[r0:r1], k, k_sf, weights[r0:r1],
-                        cu_seq_len_k_start[r0:r1], cu_seq_len_k_end[r0:r1], w_,
-                        clean=True, compressed=False, out_mode=0, col_start=c0, num_cols=n)
-            running.add(w_, c0, cu_seq_len_k_start[r0:r1])
+                        ks[r0:r1], ke[r0:r1], w_, clean=False, compressed=False, out_mode=0, col_start=c0,
+                        num_cols=n)
+            running.add(w_, c0, ks[r0:r1], ends=ke[r0:r1], starts=ks[r0:r1])
         idx = decode_keys(running.result(r1 - r0, qv.device), topk)
         if not relative:
-            idx = torch.where(idx >= 0, idx + cu_seq_len_k_start[r0:r1, None], idx)
+            idx = torch.where(idx >= 0, idx + ks[r0:r1, None], idx)
         result[r0:r1] = idx
     return result
 

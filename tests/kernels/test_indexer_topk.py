@@ -68,6 +68,21 @@ def test_prefill_topk_2048_and_padding(device):
     assert idx[2, 0].item() == 0 and bool((idx[2, 1:] == -1).all())
 
 
+@pytest.mark.parametrize("topk", [7, 512])
+def test_prefill_topk_chunk_of_requests(device, topk):
+    """A chunk of three requests gathered into one key buffer: each row sees its own request's
+    prefix and earlier tokens; the stale workspace of earlier windows and the other requests'
+    logits are never read."""
+    new, prefix = [3, 2, 4], [700, 0, 650]
+    ks, ke = chunk_ranges(new, prefix)
+    s, s_kv = sum(new), sum(new) + sum(prefix)
+    inp = make_inputs(s, s_kv, 8, 32, False, device, seed=11)
+    ks, ke = ks.to(device), ke.to(device)
+    idx = tk.mqa_topk_indices(inp["q"][0], inp["kv"], inp["weights"], ks, ke, topk, workspace_bytes=4 * s * 512)
+    logits = api.fp8_mqa_logits(inp["q"][0], inp["kv"], inp["weights"], ks, ke)
+    assert torch.equal(idx.cpu(), ref_indexer_topk(logits.cpu(), topk, ks.cpu(), ke.cpu()))
+
+
 def test_ties_lower_index_first(device):
     """Keys duplicated in blocks of 4 give exactly equal scores; lower index must come first."""
     s, s_kv, h, d = 2, 600, 8, 32
@@ -150,9 +165,9 @@ def test_topk_errors(device):
 # GPU
 
 
-def _gpu_prefill_topk_check(s, s_kv, topk, seed, ks_max, workspace_bytes):
-    """Causal prefill rows (first visible key random below ``ks_max``): the fused top-k equals the
-    reference top-k of the kernel's own logits."""
+def _gpu_prefill_topk_check(s, s_kv, topk, seed, ks_max, workspace_bytes, ranges=None):
+    """Causal prefill rows (first visible key random below ``ks_max``, or ``ranges`` = (ks, ke)):
+    the fused top-k equals the reference top-k of the kernel's own logits."""
     h, d = 64, 128
     torch.manual_seed(seed)
     q = torch.randn(s, h, d, device="cuda").to(torch.float8_e4m3fn)
@@ -161,6 +176,8 @@ def _gpu_prefill_topk_check(s, s_kv, topk, seed, ks_max, workspace_bytes):
     ks = torch.randint(0, ks_max, (s,), dtype=torch.int32, device="cuda") if ks_max else \
         torch.zeros(s, dtype=torch.int32, device="cuda")
     ke = torch.arange(s, dtype=torch.int32, device="cuda") + (s_kv - s) + 1
+    if ranges is not None:
+        ks, ke = (t.to("cuda") for t in ranges)
     logits = api.fp8_mqa_logits(q, kv, w, ks, ke)
     idx = tk.mqa_topk_indices(q, kv, w, ks, ke, topk, workspace_bytes=workspace_bytes)
     assert torch.equal(idx, ref_indexer_topk(logits, topk, ks, ke))
@@ -177,6 +194,28 @@ def test_gpu_prefill_topk_matches_logits(topk):
 def test_gpu_prefill_topk_many_windows(topk):
     """Rows 16 windows long: the later windows fold their few new keys in (``topk_fold``)."""
     _gpu_prefill_topk_check(256, 262144, topk, seed=1, ks_max=1000, workspace_bytes=256 * 16384 * 4)
+
+
+def chunk_ranges(new_tokens, prefixes):
+    """(ks, ke) int32 of a prefill chunk of several requests, as vLLM gathers their keys into one
+    buffer: request i's keys follow request i-1's; its queries see its prefix and themselves."""
+    ks, ke, start = [], [], 0
+    for n, p in zip(new_tokens, prefixes):
+        ks += [start] * n
+        ke += [start + p + t + 1 for t in range(n)]
+        start += p + n
+    return torch.tensor(ks, dtype=torch.int32), torch.tensor(ke, dtype=torch.int32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("topk", [512, 2048])
+def test_gpu_prefill_topk_chunk_of_requests(topk):
+    """A chunk of 8 requests (100-500 new tokens after 0-30,000 keys of prefix): each row reads
+    only its own request's keys, in several windows and row blocks."""
+    new, prefix = [300, 100, 500, 256, 200, 150, 400, 142], [30000, 0, 5000, 12000, 700, 20000, 1, 9000]
+    ks, ke = chunk_ranges(new, prefix)
+    _gpu_prefill_topk_check(sum(new), sum(new) + sum(prefix), topk, seed=2, ks_max=0,
+                            workspace_bytes=1024 * 8192 * 4, ranges=(ks, ke))
 
 
 @pytest.mark.gpu
