@@ -15,8 +15,10 @@ Cases (H=64, D=128 throughout):
 Logits kernels are timed by CUDA-graph replay (no host time, L2 warm), and again as DeepGEMM's own
 test harness times them: kernel time in a profiler trace, L2 flushed before every call ("kernel
 us", the figure to hold against DeepGEMM's). The top-k cases are timed with do_bench.
-- fused top-k (mqa_topk_indices) vs logits + torch.topk at S=4096, S_kv=262144, topk=512 and 2048:
-  time and torch.cuda.max_memory_allocated.
+- fused top-k (mqa_topk_indices) vs logits + torch.topk at S=4096, S_kv=262144, topk=512 and 2048,
+  and on prefill chunks of several requests (vLLM gathers their keys into one buffer; each row
+  sees its own request's): time, torch.cuda.max_memory_allocated, and whether both return the
+  same index sets.
 - the 1M-token prompt case: S_kv = 262144 compressed keys (1M tokens / 4), prefill chunk S=8192,
   fused top-k only (the logits would be 8 GiB): time and peak memory.
 - fused paged top-k (paged_mqa_topk_indices) vs paged logits (clean) + torch.topk in decode: one
@@ -199,34 +201,68 @@ def decode_cases(quick: bool, fp4: bool, out: list):
             torch.cuda.empty_cache()
 
 
+def same_sets(got, ref):
+    """Share of rows where the fused op's indices (int32, -1 padded) and torch.topk's (values,
+    indices) name the same keys; torch.topk's picks of -inf entries (rows that see fewer than
+    topk keys) are left out, as the fused op pads those with -1."""
+    ref_idx = torch.where(ref.values > float("-inf"), ref.indices, -1)
+    return (got.long().sort(dim=1).values == ref_idx.sort(dim=1).values).all(dim=1).float().mean().item()
+
+
+def chunk_ranges(new_tokens, prefixes):
+    """(ks, ke) of a prefill chunk of several requests whose keys vLLM gathers into one buffer:
+    request i's keys follow request i-1's; its queries see its prefix and themselves (causal)."""
+    ks, ke, start = [], [], 0
+    for n, p in zip(new_tokens, prefixes):
+        ks.append(torch.full((n,), start, dtype=torch.int32))
+        ke.append(torch.arange(n, dtype=torch.int32) + start + p + 1)
+        start += p + n
+    return torch.cat(ks).cuda(), torch.cat(ke).cuda()
+
+
 def topk_cases(quick: bool, out: list):
     from sm12x.kernels.deep_gemm_api import fp8_mqa_logits
     from sm12x.kernels.indexer_topk import mqa_topk_indices
 
-    cases = [(4096, 262144, 512, "S=4096 S_kv=262144 topk=512"),
-             (4096, 262144, 2048, "S=4096 S_kv=262144 topk=2048"),
-             (8192, 262144, 512, "1M-token prompt: S=8192 chunk, S_kv=262144")]
-    for s, s_kv, topk, label in cases:
+    def causal(s, s_kv):
+        return torch.zeros(s, dtype=torch.int32, device="cuda"), \
+            torch.arange(s, dtype=torch.int32, device="cuda") + (s_kv - s) + 1
+
+    # (label, S, S_kv, topk, (ks, ke) builder, also time logits + torch.topk)
+    cases = [("S=4096 S_kv=262144 topk=512", 4096, 262144, 512, causal, True),
+             ("S=4096 S_kv=262144 topk=2048", 4096, 262144, 2048, causal, True),
+             ("1M-token prompt: S=8192 chunk, S_kv=262144", 8192, 262144, 512, causal, False),
+             ("chunk of 8 requests x 1024 new after 31,744 keys: S=8192 S_kv=262144 topk=512", 8192, 262144, 512,
+              lambda s, s_kv: chunk_ranges([1024] * 8, [31744] * 8), True),
+             ("chunk of 16 requests x 512 new after 0-29,000 keys: S=8192 S_kv=240152 topk=2048", 8192, None, 2048,
+              lambda s, s_kv: chunk_ranges([512] * 16, [i * 1933 for i in range(16)]), True)]
+    if quick:
+        cases = cases[:1] + cases[3:4]
+    for label, s, s_kv, topk, ranges, compare in cases:
+        ks, ke = ranges(s, s_kv)
+        s_kv = s_kv or int(ke.max())
         q, _ = make_q((s, H), False)
         kv = make_keys(s_kv, False)
         w = torch.randn(s, H, device="cuda")
-        ks = torch.zeros(s, dtype=torch.int32, device="cuda")
-        ke = torch.arange(s, dtype=torch.int32, device="cuda") + (s_kv - s) + 1
-        fused = lambda: mqa_topk_indices(q, kv, w, ks, ke, topk)  # noqa: E731
+        fused = lambda: mqa_topk_indices(q, kv, w, ks, ke, topk, relative=False)  # noqa: E731
         ms = bench(fused, reps=3)
-        _, gib = peak_gib(fused)
-        out.append(("fused top-k", label, f"{ms * 1e3:.0f}", "", "", "", f"peak +{gib:.2f} GiB"))
-        if s == 4096:
+        got, gib = peak_gib(fused)
+        note = f"peak +{gib:.2f} GiB"
+        if compare:
             def unfused():
                 logits = fp8_mqa_logits(q, kv, w, ks, ke, clean_logits=True)
                 return logits.topk(topk, dim=1)
-            ms = bench(unfused, reps=3)
-            _, gib = peak_gib(unfused)
-            out.append(("logits + torch.topk", label, f"{ms * 1e3:.0f}", "", "", "", f"peak +{gib:.2f} GiB"))
-        del q, kv, w
+            ref_ms = bench(unfused, reps=3)
+            ref, ref_gib = peak_gib(unfused)
+            same = same_sets(got, ref)
+            out.append(("fused top-k", label, f"{ms * 1e3:.0f}", f"{ref_ms / ms:.2f}x", "", "",
+                        f"{note}; same sets {same:.0%}"))
+            out.append(("logits + torch.topk", label, f"{ref_ms * 1e3:.0f}", "", "", "", f"peak +{ref_gib:.2f} GiB"))
+            del ref
+        else:
+            out.append(("fused top-k", label, f"{ms * 1e3:.0f}", "", "", "", note))
+        del q, kv, w, got
         torch.cuda.empty_cache()
-        if quick:
-            break
 
 
 def paged_topk_cases(quick: bool, out: list):
@@ -246,11 +282,11 @@ def paged_topk_cases(quick: bool, out: list):
 
         def unfused():
             logits = fp8_fp4_paged_mqa_logits(q, cache, w, cl, bt, meta, mcl, clean_logits=True)
-            return logits.topk(topk, dim=1).indices
+            return logits.topk(topk, dim=1)
 
         got, gib = peak_gib(fused)
         ref, ref_gib = peak_gib(unfused)
-        same = (got.long().sort(dim=1).values == ref.sort(dim=1).values).all(dim=1).float().mean().item()
+        same = same_sets(got, ref)
         ms, ref_ms = bench_graph(fused), bench_graph(unfused)
         out.append(("fused paged top-k", label, f"{ms * 1e3:.0f}", f"{ref_ms / ms:.2f}x", "", "",
                     f"peak +{gib:.3f} GiB; same sets {same:.0%}"))
