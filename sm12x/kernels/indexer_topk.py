@@ -3,8 +3,8 @@ cache, without materialising the [rows, S_kv] logits.
 
 How: the MQA-logits kernels fill a float32 workspace of at most ``workspace_bytes`` (default
 256 MiB) with the logits of a block of rows over a window of key columns;
-``topk_select.row_topk_keys`` picks each row's best ``topk`` of the window by
-radix select and returns them as int64 sort keys -- the float mapped to an order-preserving int32
+``topk_select.row_topk_keys`` picks each row's best ``topk`` of the window by radix select and
+returns them as int64 sort keys -- the float mapped to an order-preserving int32
 in the high half, (2**31-1 - index) in the low half, INT64_MIN for invisible keys. Windows are
 merged into a running [rows, topk] set (``topk_merge``). Once that set is full, only a window's
 keys above its worst can enter: rows with few of them (most rows after the first windows) fold
@@ -13,10 +13,9 @@ those keys, or run the radix passes when there are more than topk. Each row is r
 it can see keys, so the logits kernels skip their -inf fill: prefill rows inside their own
 [ks, ke) (a chunk of several requests costs each row its own request's keys), decode rows up to
 their end (``row_ends``; a window of vLLM's max_context_len, the model's limit, costs only the
-requests' keys). Memory is O(rows x topk) plus
-the workspace, independent of S_kv (the default budget holds e.g. 256 rows x 262,144 keys or 4096 rows x
-16,384). No host sync: the loop bounds come from shapes and ``max_context_len`` only
-(CUDA-graph safe).
+requests' keys). Memory is O(rows x topk) plus the workspace, independent of S_kv (the default
+budget holds e.g. 256 rows x 262,144 keys or 4096 rows x 16,384). No host sync: the loop bounds
+come from shapes and ``max_context_len`` only (CUDA-graph safe).
 
 Index conventions (int32 output, -1 padded at the end when a row sees fewer than topk keys):
 
@@ -81,9 +80,10 @@ class _RunningTopk:
 
     def add(self, logits, col_start, base, ends=None, starts=None):
         """Fold a window ([rows, width] float32, columns from ``col_start``; with ``ends`` /
-        ``starts``, row r is read only at positions starts[r] <= p < ends[r]) in. Once the set is full, only keys above its last
-        one can enter: rows with few of them are merged in place (``fold_above_floor``); the rest
-        take the window's best keys above that floor (radix select) and a sort merge."""
+        ``starts``, row r is read only at positions starts[r] <= p < ends[r]) in. Once the set is
+        full, only keys above its last one can enter: rows with few of them are merged in place
+        (``fold_above_floor``); the rest take the window's best keys above that floor (radix
+        select) and a sort merge."""
         rows, width = logits.shape
         k_w = min(self.topk, width)
         cand = self.scratch[:rows, :k_w]

@@ -1,15 +1,14 @@
 """Fold a window's few keys above a running top-k's floor straight into it.
 
-Contract: ``fold_above_floor(x, best, col_start, base, scratch, done, ends=None, starts=None)`` with
-x float32 [R, W] (a logits window as ``topk_select.row_topk_keys`` takes it, ``ends`` / ``starts``
-as there), ``best``
-int64 [R, k] sorted descending (the running top-k as ``topk_merge`` keeps it) and ``scratch``
-int64 [R, >= k]. For each row, the window's keys (``topk_select``'s int64 sort key of each
-visible value) above best[r, k-1] are counted. When there are at most ``fold_limits(k)[0]`` of
-them, they are merged into best[r] in place (best[r] becomes the k largest of both, sorted
-descending) and done[r] = 1; otherwise best[r] is left as it was and done[r] = 0, for
-``row_topk_keys(..., skip=done)`` and ``merge_topk_keys(..., skip=done)`` to finish. No host
-sync (CUDA-graph safe).
+Contract: ``fold_above_floor(x, best, col_start, base, scratch, done, ends=None, starts=None)``
+with x float32 [R, W] (a logits window as ``topk_select.row_topk_keys`` takes it, ``ends`` /
+``starts`` as there), ``best`` int64 [R, k] sorted descending (the running top-k as
+``topk_merge`` keeps it) and ``scratch`` int64 [R, >= k]. For each row, the window's keys
+(``topk_select``'s int64 sort key of each visible value) above best[r, k-1] are counted. When
+there are at most ``fold_limits(k)[0]`` of them, they are merged into best[r] in place (best[r]
+becomes the k largest of both, sorted descending) and done[r] = 1; otherwise best[r] is left as
+it was and done[r] = 0, for ``row_topk_keys(..., skip=done)`` and ``merge_topk_keys(...,
+skip=done)`` to finish. No host sync (CUDA-graph safe).
 
 Why: after the first windows of a long row, a window holds only about k / (windows so far) keys
 that can still enter the top-k. The radix select + sort merge spent 0.38 + 0.20 ms per such

@@ -9,9 +9,10 @@ of each row (equal values: lower column first), the key
 (``base`` int32 [R] or None for 0), and INT64_MIN for -inf values. With ``ends`` (int32 [R]),
 columns whose position col_start + c is >= ends[r] are not read and count as -inf: a decode row
 of a window far longer than its request reads only the request's keys. ``starts`` does the same
-below starts[r]: a prefill row of a chunk of several requests reads only its own request's keys. Keys compare like
-(value desc, index asc), so ``torch.topk`` / ``sort`` of them is a deterministic ordering; the
-keys are returned in no particular order. This is the same key the indexer's top-k merges.
+below starts[r]: a prefill row of a chunk of several requests reads only its own request's keys.
+Keys compare like (value desc, index asc), so ``torch.topk`` / ``sort`` of them is a
+deterministic ordering; the keys are returned in no particular order. This is the same key the
+indexer's top-k merges.
 
 How: 32 / RADIX_BITS passes over the row build histograms of successive digits of the
 order-preserving uint32 image of each value, narrowing down to the exact k-th largest value T and
@@ -71,7 +72,7 @@ def _read_range(W, starts_ptr, ends_ptr, r, col_start, HAS_STARTS: tl.constexpr,
     hi = W
     if HAS_ENDS:
         hi = tl.minimum(W, tl.maximum(tl.load(ends_ptr + r) - col_start, 0))
-    lo = hi * 0
+    lo = hi * 0  # a zero of hi's type
     if HAS_STARTS:
         lo = tl.minimum(tl.maximum(tl.load(starts_ptr + r) - col_start, 0), hi)
         hi = tl.where(lo < hi, hi, 0)
