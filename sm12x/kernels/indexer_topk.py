@@ -219,12 +219,13 @@ def _check_topk(op, topk, out, rows, device):
 
 
 def compile_reports(targets=("sm_120", "sm_121"), heads=(64,), dims=(128,)):
-    """Compile what the fused top-k runs for ``targets``: the clean float32 variants of both logits
-    kernels, the radix-select kernels, the merge and the fold."""
+    """Compile what the fused top-k runs for ``targets``: the float32 variants without the -inf
+    fill of both logits kernels (2-D and 1-D context_lens for the paged one), the radix-select
+    kernels, the merge and the fold."""
     from sm12x.kernels import topk_fold, topk_merge, topk_select
 
-    reports = _mqa.compile_reports(targets, heads, dims, variants=((0, True, False),))
+    reports = _mqa.compile_reports(targets, heads, dims, variants=((0, False, False),))
     reports += _paged.compile_reports(targets, heads, dims, block_kvs=(32, 64), next_ns=(1, 2),
-                                      variants=((0, True, True), (0, True, False)))
+                                      variants=((0, False, True), (0, False, False)))
     return (reports + topk_select.compile_reports(targets) + topk_merge.compile_reports(targets)
             + topk_fold.compile_reports(targets))
