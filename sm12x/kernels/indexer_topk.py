@@ -41,6 +41,13 @@ from sm12x.kernels.topk_merge import merge_topk_keys
 from sm12x.kernels.topk_select import row_topk_keys
 
 DEFAULT_WORKSPACE_BYTES = 256 << 20
+# Top-k above 512: windows of at least this many x topk columns, fewer rows per pass. Each window
+# after a row's first folds in with a merge that sorts up to 1024 candidates per row, even for rows
+# that see nothing in it. H200, prefill chunk of 16 requests x 512 new tokens after 0-29,000 keys,
+# top-2048 (8192 rows; scripts/probes/window_plan_probe.py): 40.7 ms in 8192-column windows,
+# 27.9 in 16,384. Rows that see whole windows (S=4096 x 262,144) already got 16,384 columns; wider
+# ones cost them 17-43% (the select's wide-row path takes no floor shortcut).
+WIDE_TOPK_WINDOW = 8
 INT64_MIN = -(1 << 63)
 
 
@@ -55,10 +62,14 @@ def decode_keys(keys: torch.Tensor, topk: int) -> torch.Tensor:
 
 
 def _plan(rows: int, cols: int, unit: int, topk: int, budget: int, elem_bytes: int = 4):
-    """(rows per pass, columns per window): window a multiple of ``unit``, workspace <= budget."""
+    """(rows per pass, columns per window): window a multiple of ``unit``, workspace <= budget
+    (a window is never narrower than topk columns, nor than WIDE_TOPK_WINDOW x topk for
+    top-k above 512 while the budget holds such a window)."""
     cols_needed = -(-cols // unit) * unit
     per_row = max(budget // elem_bytes, unit)
     win = min(cols_needed, max(unit, (per_row // max(rows, 1)) // unit * unit))
+    if topk > 512:
+        win = max(win, min(cols_needed, -(-WIDE_TOPK_WINDOW * topk // unit) * unit, per_row // unit * unit))
     win = max(win, min(cols_needed, -(-topk // unit) * unit))  # a window never yields fewer than topk
     row_block = max(1, min(rows, per_row // win))
     return row_block, win

@@ -83,6 +83,17 @@ def test_prefill_topk_chunk_of_requests(device, topk):
     assert torch.equal(idx.cpu(), ref_indexer_topk(logits.cpu(), topk, ks.cpu(), ke.cpu()))
 
 
+def test_plan_widens_windows_for_wide_topk():
+    """Top-k above 512 gets windows of WIDE_TOPK_WINDOW x topk columns (fewer rows per pass) while
+    the workspace budget holds one; top-512 keeps the budget's own split."""
+    unit, budget = 4096, 256 << 20
+    assert tk._plan(8192, 240152, unit, 2048, budget) == (4096, 16384)
+    assert tk._plan(8192, 262144, unit, 512, budget) == (8192, 8192)
+    assert tk._plan(8192, 10000, unit, 2048, budget) == (5461, 12288)  # never wider than the keys
+    assert tk._plan(8, 100000, unit, 2048, 8 * 4 * 4096) == (2, 16384)
+    assert tk._plan(8, 100000, unit, 2048, 4 * 4096 * 2) == (1, 8192)  # the budget caps it
+
+
 def test_ties_lower_index_first(device):
     """Keys duplicated in blocks of 4 give exactly equal scores; lower index must come first."""
     s, s_kv, h, d = 2, 600, 8, 32
