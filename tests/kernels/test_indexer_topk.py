@@ -29,6 +29,17 @@ def _value_check(idx, ref_logits, starts, topk, abs_sum=None):
         assert torch.allclose(got, want, atol=atol, rtol=1e-4)
 
 
+def chunk_ranges(new_tokens, prefixes):
+    """(ks, ke) int32 of a prefill chunk of several requests, as vLLM gathers their keys into one
+    buffer: request i's keys follow request i-1's; its queries see its prefix and themselves."""
+    ks, ke, start = [], [], 0
+    for n, p in zip(new_tokens, prefixes):
+        ks += [start] * n
+        ke += [start + p + t + 1 for t in range(n)]
+        start += p + n
+    return torch.tensor(ks, dtype=torch.int32), torch.tensor(ke, dtype=torch.int32)
+
+
 @pytest.mark.parametrize("fp4,h,d", [(False, 16, 64), (True, 8, 64)])
 @pytest.mark.parametrize("topk", [7, 512])
 def test_prefill_topk(device, fp4, h, d, topk):
@@ -205,17 +216,6 @@ def test_gpu_prefill_topk_matches_logits(topk):
 def test_gpu_prefill_topk_many_windows(topk):
     """Rows 16 windows long: the later windows fold their few new keys in (``topk_fold``)."""
     _gpu_prefill_topk_check(256, 262144, topk, seed=1, ks_max=1000, workspace_bytes=256 * 16384 * 4)
-
-
-def chunk_ranges(new_tokens, prefixes):
-    """(ks, ke) int32 of a prefill chunk of several requests, as vLLM gathers their keys into one
-    buffer: request i's keys follow request i-1's; its queries see its prefix and themselves."""
-    ks, ke, start = [], [], 0
-    for n, p in zip(new_tokens, prefixes):
-        ks += [start] * n
-        ke += [start + p + t + 1 for t in range(n)]
-        start += p + n
-    return torch.tensor(ks, dtype=torch.int32), torch.tensor(ke, dtype=torch.int32)
 
 
 @pytest.mark.gpu
