@@ -111,6 +111,12 @@ def make_cache(num_blocks: int, fp4: bool, chunk: int = 4096):
     return cache.view(num_blocks, BLOCK_KV, 1, tok)
 
 
+def causal_ranges(s, s_kv):
+    """(ks, ke) of S causal prefill rows at the end of S_kv keys."""
+    return torch.zeros(s, dtype=torch.int32, device="cuda"), \
+        torch.arange(s, dtype=torch.int32, device="cuda") + (s_kv - s) + 1
+
+
 def prefill_cases(quick: bool, fp4: bool, out: list):
     from sm12x.kernels.deep_gemm_api import fp8_fp4_mqa_logits
 
@@ -120,8 +126,7 @@ def prefill_cases(quick: bool, fp4: bool, out: list):
         q = make_q((s, H), fp4)
         kv = make_keys(s_kv, fp4)
         w = torch.randn(s, H, device="cuda")
-        ks = torch.zeros(s, dtype=torch.int32, device="cuda")
-        ke = torch.arange(s, dtype=torch.int32, device="cuda") + (s_kv - s) + 1  # causal
+        ks, ke = causal_ranges(s, s_kv)
         eff = int((ke - ks).sum())
         call = lambda: fp8_fp4_mqa_logits(q, kv, w, ks, ke, clean_logits=False)  # noqa: E731
         ms, kms = bench_graph(call), bench_kernel(call)
@@ -224,14 +229,10 @@ def topk_cases(quick: bool, out: list):
     from sm12x.kernels.deep_gemm_api import fp8_mqa_logits
     from sm12x.kernels.indexer_topk import mqa_topk_indices
 
-    def causal(s, s_kv):
-        return torch.zeros(s, dtype=torch.int32, device="cuda"), \
-            torch.arange(s, dtype=torch.int32, device="cuda") + (s_kv - s) + 1
-
     # (label, S, S_kv, topk, (ks, ke) builder, also time logits + torch.topk)
-    cases = [("S=4096 S_kv=262144 topk=512", 4096, 262144, 512, causal, True),
-             ("S=4096 S_kv=262144 topk=2048", 4096, 262144, 2048, causal, True),
-             ("1M-token prompt: S=8192 chunk, S_kv=262144", 8192, 262144, 512, causal, False),
+    cases = [("S=4096 S_kv=262144 topk=512", 4096, 262144, 512, causal_ranges, True),
+             ("S=4096 S_kv=262144 topk=2048", 4096, 262144, 2048, causal_ranges, True),
+             ("1M-token prompt: S=8192 chunk, S_kv=262144", 8192, 262144, 512, causal_ranges, False),
              ("chunk of 8 requests x 1024 new after 31,744 keys: S=8192 S_kv=262144 topk=512", 8192, 262144, 512,
               lambda s, s_kv: chunk_ranges([1024] * 8, [31744] * 8), True),
              ("chunk of 16 requests x 512 new after 0-29,000 keys: S=8192 S_kv=240152 topk=2048", 8192, None, 2048,

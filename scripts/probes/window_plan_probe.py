@@ -16,17 +16,11 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "scripts")]
 import torch
 import triton
 
-from bench_indexer import H, bench, chunk_ranges, make_keys, make_q
+from bench_indexer import H, bench, causal_ranges, chunk_ranges, make_keys, make_q
 from sm12x.kernels import indexer_topk
 
-
-def causal(s, s_kv):
-    return (torch.zeros(s, dtype=torch.int32, device="cuda"),
-            torch.arange(s, dtype=torch.int32, device="cuda") + (s_kv - s) + 1)
-
-
-CASES = [("S=4096 S_kv=262144 top-512 causal", 4096, 262144, 512, causal),
-         ("S=4096 S_kv=262144 top-2048 causal", 4096, 262144, 2048, causal),
+CASES = [("S=4096 S_kv=262144 top-512 causal", 4096, 262144, 512, causal_ranges),
+         ("S=4096 S_kv=262144 top-2048 causal", 4096, 262144, 2048, causal_ranges),
          ("chunk 8 x 1024 after 31,744 top-512", 8192, 262144, 512,
           lambda s, s_kv: chunk_ranges([1024] * 8, [31744] * 8)),
          ("chunk 16 x 512 after 0-29,000 top-2048", 8192, 240152, 2048,

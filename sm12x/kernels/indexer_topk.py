@@ -66,12 +66,12 @@ def _plan(rows: int, cols: int, unit: int, topk: int, budget: int, elem_bytes: i
     (a window is never narrower than topk columns, nor than WIDE_TOPK_WINDOW x topk for
     top-k above 512 while the budget holds such a window)."""
     cols_needed = -(-cols // unit) * unit
-    per_row = max(budget // elem_bytes, unit)
-    win = min(cols_needed, max(unit, (per_row // max(rows, 1)) // unit * unit))
+    elems = max(budget // elem_bytes, unit)  # workspace entries the budget holds
+    win = min(cols_needed, max(unit, (elems // max(rows, 1)) // unit * unit))
     if topk > 512:
-        win = max(win, min(cols_needed, -(-WIDE_TOPK_WINDOW * topk // unit) * unit, per_row // unit * unit))
+        win = max(win, min(cols_needed, -(-WIDE_TOPK_WINDOW * topk // unit) * unit, elems // unit * unit))
     win = max(win, min(cols_needed, -(-topk // unit) * unit))  # a window never yields fewer than topk
-    row_block = max(1, min(rows, per_row // win))
+    row_block = max(1, min(rows, elems // win))
     return row_block, win
 
 

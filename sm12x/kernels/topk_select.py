@@ -97,7 +97,7 @@ def _outside(g, lo, hi, SEGMENT: tl.constexpr):
 
 @triton.jit
 def _add_unread(hist, unread, prefix, pmask, shift, NBINS: tl.constexpr):
-    """Count ``unread`` -inf entries (columns past the row's end) into a digit histogram."""
+    """Count ``unread`` -inf entries (columns outside the row's range) into a digit histogram."""
     img = tl.full((), NEG_INF_IMAGE, tl.uint32)
     d = ((img >> shift) & (NBINS - 1)).to(tl.int32)
     take = ((img & pmask) == prefix) & (unread > 0)
