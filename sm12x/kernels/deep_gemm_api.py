@@ -2,7 +2,10 @@
 
 Same names, parameter names, defaults and return shapes as ``deep_gemm`` (checked against
 deepseek-ai/DeepGEMM v2.6.1 ``csrc/apis/attention.hpp``), so a patch can install these functions on
-a ``deep_gemm`` module (see ``NAMES``) or in place of a framework's wrapper implementations.
+a ``deep_gemm`` module (see ``NAMES``) or in place of a framework's wrapper implementations. Later
+front ends order and default some arguments differently (DeepGEMM 2.8 in vLLM 0.33: no
+``clean_logits``, ``max_seqlen_k`` sixth; sgl-deep-gemm: ``clean_logits=False``); the patches
+bind each call by the installed function's own signature (``sm12x.patches.deep_gemm``).
 
 Differences from DeepGEMM (supersets only): 1-D and 2-D ``context_lens`` both work, also with
 ``clean_logits=True``; ``schedule_meta`` is validated but not needed (the kernels use a shape-only
@@ -178,14 +181,16 @@ def _check_paged(op, qv, qs, kv_cache, weights, context_lens, block_table, sched
 
 
 def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True,
-                       max_seqlen_k=0, logits_dtype=torch.float32, **kwargs):
+                       max_seqlen_k=0, logits_dtype=torch.float32, schedule_meta=None, **kwargs):
     """q = (values, scale|None): FP8 float8_e4m3fn [S, H, D] with None, or FP4 int8 [S, H, D/2]
     with int32 [S, H]; kv = (k, k_scale): float8 [S_kv, D] + float32 [S_kv], or int8 [S_kv, D/2] +
     int32 [S_kv]. Returns [S, S_kv] logits (or [S, max_seqlen_k] compressed when max_seqlen_k > 0).
     FP8 k scales must be >= 0 (amax / 448, as every quantiser writes them): the kernel applies them
-    after the ReLU."""
+    after the ReLU. ``schedule_meta`` (DeepGEMM 2.8, sgl-deep-gemm) is accepted and not needed."""
     op = "fp8_fp4_mqa_logits"
     _reject_unknown(op, kwargs)
+    require(schedule_meta is None or isinstance(schedule_meta, torch.Tensor), op, "schedule_meta",
+            type(schedule_meta).__name__, "a tensor or None")
     qv, qs = _split_q(op, q)
     require(isinstance(kv, (tuple, list)) and len(kv) == 2, op, "kv", type(kv).__name__, "(k, k_scale)")
     k, k_sf = kv
@@ -199,14 +204,14 @@ def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, cle
 
 
 def fp8_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True,
-                   max_seqlen_k=0, **kwargs):
+                   max_seqlen_k=0, schedule_meta=None, **kwargs):
     """Legacy FP8 form: q float8 [S, H, D] (no q scale; fold it into weights). Float32 logits."""
     op = "fp8_mqa_logits"
     _reject_unknown(op, kwargs)
     if isinstance(q, (tuple, list)):
         raise bad(op, "q", "a tuple", "a float8_e4m3fn tensor (use fp8_fp4_mqa_logits for (values, scale))")
     return fp8_fp4_mqa_logits((q, None), kv, weights, cu_seq_len_k_start, cu_seq_len_k_end,
-                              clean_logits=clean_logits, max_seqlen_k=max_seqlen_k)
+                              clean_logits=clean_logits, max_seqlen_k=max_seqlen_k, schedule_meta=schedule_meta)
 
 
 def get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms, indices=None, **kwargs):

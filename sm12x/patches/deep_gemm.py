@@ -12,6 +12,7 @@ Consumers: vLLM's ``vllm.utils.deep_gemm`` resolves ``_fp8_fp4_*_impl`` from the
 from __future__ import annotations
 
 import functools
+import inspect
 
 from sm12x.patches import Patch
 
@@ -23,14 +24,47 @@ _WHY = ("DeepGEMM main has no SM120/SM121 indexer kernels: 'Unsupported architec
 _FIXED = "DeepGEMM PR #324 (nv_dev branch only, not in main as of 2026-06)"
 
 
+def _named_parameters(fn):
+    """``fn``'s signature when it is a Python function with named parameters only (DeepGEMM's
+    Python front ends), else None (compiled functions, ``*args`` stubs)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_POSITIONAL for p in signature.parameters.values()):
+        return None
+    return signature
+
+
 def _factory(name):
     def make(original):
+        """The replacement reads a call's arguments as ``original`` names them. DeepGEMM 2.8 (vLLM
+        0.33's vendored copy) dropped ``clean_logits`` and ``logits_dtype``: ``max_seqlen_k`` is
+        the sixth argument of ``fp8_fp4_mqa_logits`` and the logits are never cleaned.
+        sgl-deep-gemm defaults ``clean_logits`` to False. So a call is bound by the original's
+        signature, with its defaults, and passed on by name; an original without ``clean_logits``
+        gets uncleaned logits. Originals without a Python signature (DeepGEMM's compiled
+        functions) take ours positionally, in the same order."""
         import importlib
 
         ours = getattr(importlib.import_module(_API), name)
+        signature = _named_parameters(original)
+        never_cleans = (signature is not None and "clean_logits" not in signature.parameters
+                        and "clean_logits" in inspect.signature(ours).parameters)
 
         @functools.wraps(ours)
         def replacement(*args, **kwargs):
+            if signature is not None:
+                bound = signature.bind(*args, **kwargs)
+                bound.apply_defaults()
+                args, kwargs = (), {}
+                for param, value in bound.arguments.items():
+                    if signature.parameters[param].kind is inspect.Parameter.VAR_KEYWORD:
+                        kwargs.update(value)
+                    else:
+                        kwargs[param] = value
+                if never_cleans:
+                    kwargs["clean_logits"] = False
             return ours(*args, **kwargs)
 
         return replacement

@@ -121,3 +121,103 @@ def test_deep_gemm_routes_reach_the_kernels(standins):
         masks_match, diff = out[route]
         assert masks_match, route
         assert diff < 1e-5, (route, diff)
+
+
+# Later front ends name and order the arguments differently. DeepGEMM 2.8 (vendored in vLLM 0.33,
+# vllm/third_party/deep_gemm/_C.py): no clean_logits / logits_dtype, max_seqlen_k sixth and
+# required, and vLLM's wrapper passes all six positionally and reads compressed logits.
+# sgl-deep-gemm 0.2.3: clean_logits defaults to False.
+DG28 = f"""
+def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, max_seqlen_k,
+                       schedule_meta=None):
+    raise RuntimeError({ERR!r})
+
+def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta,
+                             max_context_len, indices=None):
+    raise RuntimeError({ERR!r})
+
+def get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms, indices=None):
+    raise RuntimeError({ERR!r})
+"""
+SGL_DG = f"""
+import torch
+def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=False,
+                       max_seqlen_k=0, logits_dtype=torch.float, schedule_meta=None):
+    raise RuntimeError({ERR!r})
+"""
+LATER = {
+    "deep_gemm/__init__.py": SGL_DG,
+    "vllm/__init__.py": "",
+    "vllm/third_party/__init__.py": "",
+    "vllm/third_party/deep_gemm/__init__.py": DG28,
+    "vllm/utils/__init__.py": "",
+    # vLLM 0.33's wrapper: resolves the impls once, calls the prefill one with six positionals
+    "vllm/utils/deep_gemm.py": textwrap.dedent("""
+        _fp8_fp4_mqa_logits_impl = _fp8_fp4_paged_mqa_logits_impl = None
+        def _lazy_init():
+            global _fp8_fp4_mqa_logits_impl, _fp8_fp4_paged_mqa_logits_impl
+            from vllm.third_party import deep_gemm as _dg
+            _fp8_fp4_mqa_logits_impl = _dg.fp8_fp4_mqa_logits
+            _fp8_fp4_paged_mqa_logits_impl = _dg.fp8_fp4_paged_mqa_logits
+        def fp8_fp4_mqa_logits(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, max_seqlen_k):
+            _lazy_init()
+            return _fp8_fp4_mqa_logits_impl(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, max_seqlen_k)
+    """),
+}
+
+LATER_CALLS = """
+import json, sys, torch
+sys.path.insert(0, {repo!r})
+import sm12x.kernels.deep_gemm_api as api
+from sm12x.kernels.indexer_cache import quant_fp8_paged_cache, quant_fp8_per_token
+import vllm.utils.deep_gemm as vdg
+
+g = torch.Generator().manual_seed(0)
+s, n, h, d = 6, 96, 16, 64
+q = torch.randn(s, h, d, generator=g).to(torch.float8_e4m3fn)
+k, k_sf = quant_fp8_per_token(torch.randn(n, d, generator=g))
+w = torch.randn(s, h, generator=g)
+# two requests of one prefill chunk: the second's keys start at 40
+ks = torch.tensor([0, 0, 0, 40, 40, 40], dtype=torch.int32)
+ke = torch.tensor([38, 39, 40, 94, 95, 96], dtype=torch.int32)
+width = 56
+want = api.fp8_fp4_mqa_logits((q, None), (k, k_sf), w, ks, ke, clean_logits=False, max_seqlen_k=width)
+
+def same_visible(got):
+    if tuple(got.shape) != (s, width):
+        return "shape " + str(list(got.shape))
+    cols = torch.arange(width)[None, :] < (ke - ks)[:, None]
+    return bool(torch.equal(got[cols], want[cols]))
+
+res = {{"vllm_033_prefill": same_visible(vdg.fp8_fp4_mqa_logits((q, None), (k, k_sf), w, ks, ke, width))}}
+import deep_gemm
+res["sgl_deep_gemm_default"] = same_visible(deep_gemm.fp8_fp4_mqa_logits((q, None), (k, k_sf), w, ks, ke,
+                                                                       max_seqlen_k=width))
+
+# the paged front end: indices may come eighth (it was clean_logits before)
+b, bkv, blocks = 3, 64, 2
+cache = quant_fp8_paged_cache(torch.randn(b * blocks, bkv, d, generator=g))
+qp = torch.randn(b, 1, h, d, generator=g).to(torch.float8_e4m3fn)
+wp = torch.randn(b, h, generator=g)
+lens = torch.tensor([[17], [128], [64]], dtype=torch.int32)
+bt = torch.arange(b * blocks, dtype=torch.int32).view(b, blocks)
+from vllm.third_party import deep_gemm as dg
+meta = dg.get_paged_mqa_logits_metadata(lens, bkv, 8)
+got = dg.fp8_fp4_paged_mqa_logits((qp, None), cache, wp, lens, bt, meta, blocks * bkv,
+                                  torch.arange(b, dtype=torch.int32))
+want = api.fp8_fp4_paged_mqa_logits((qp, None), cache, wp, lens, bt, meta, blocks * bkv)
+vis = torch.arange(blocks * bkv)[None, :] < lens
+res["dg28_paged"] = bool(torch.equal(got[vis], want[vis]))
+print(json.dumps(res))
+"""
+
+
+def test_later_front_ends_are_read_by_their_own_signature(tmp_path):
+    """DeepGEMM 2.8's front end (vLLM 0.33) passes max_seqlen_k sixth and wants compressed,
+    uncleaned logits; sgl-deep-gemm's clean_logits defaults to False; DeepGEMM 2.8's paged
+    function takes indices eighth. Each gets what its own signature means."""
+    pytest.importorskip("triton")
+    root = write_tree(tmp_path, LATER)
+    out = last_json(run_py(LATER_CALLS.format(repo=REPO), pythonpath=[REPO, root],
+                           env={"TRITON_INTERPRET": "1"}))
+    assert out == {"vllm_033_prefill": True, "sgl_deep_gemm_default": True, "dg28_paged": True}, out
