@@ -77,6 +77,13 @@ def get_mla_metadata(*args, **kwargs):
     return SchedMeta(), None
 
 
+def get_mla_decoding_metadata(seqlens_k, num_q_tokens_per_head_k, h_k, h_q=None, is_fp8_kvcache=False,
+                              topk=None, use_legacy=False):
+    """sgl-flash-mla's tensor scheduler (its callers put the result on a ``FlashMLASchedMeta``):
+    the same placeholders as the old :func:`get_mla_metadata` tensor API."""
+    return _old_metadata(seqlens_k)
+
+
 # Keyword arguments we accept and ignore when they are None (or False): they would change the
 # semantics otherwise.
 def _reject_future_kwargs(op, kwargs):
@@ -115,19 +122,37 @@ def _check_sched(sched, cfg):
                              f"(this call has {got}); use one metadata object per configuration")
 
 
+# sgl-flash-mla's ``kv_format`` names for the cache formats this kernel reads (bytes per token)
+KV_FORMATS = {"V32": 656, "V4": 584}
+
+
 def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
                            tile_scheduler_metadata, num_splits=None, softmax_scale=None,
                            causal=False, is_fp8_kvcache=False, indices=None, attn_sink=None,
                            extra_k_cache=None, extra_indices_in_kvcache=None, topk_length=None,
-                           extra_topk_length=None, out=None, **future_kwargs):
+                           extra_topk_length=None, out=None, use_legacy=None, kv_format=None,
+                           **future_kwargs):
     """FlashMLA's ``flash_mla_with_kvcache``, sparse FP8 path only -> (out bf16 [b, s_q, h_q, 512],
     lse fp32 [b, h_q, s_q], a transposed view of a [b, s_q, h_q] buffer).
     ``block_table``/``cache_seqlens`` are not used in sparse mode. ``tile_scheduler_metadata`` may
     be a :class:`SchedMeta`, old-API tensors or None (or another implementation's metadata object,
     which is ignored). ``out`` (vLLM's vendored FlashMLA; its DeepSeek-V4 decode passes a view and
     drops the result): a bf16 [b, s_q, h_q, 512] tensor, unit stride on the last dimension and
-    16-byte aligned rows, written in place and returned."""
+    16-byte aligned rows, written in place and returned.
+    sgl-flash-mla (SGLang 0.5.23): ``is_fp8_kvcache=None`` means "sparse when ``indices`` are
+    given"; ``use_legacy`` picks its kernel set and is accepted either way (this kernel reads the
+    V3.2 and V4 caches, its legacy side; a V4.1 cache is rejected by its size); ``kv_format``, a
+    hint of the cache's format, must name the format of ``k_cache`` (``KV_FORMATS``)."""
     _reject_future_kwargs(OP, future_kwargs)
+    if is_fp8_kvcache is None:
+        is_fp8_kvcache = indices is not None
+    if kv_format is not None:
+        if kv_format not in KV_FORMATS:
+            raise checks.unsupported(OP, "kv_format", kv_format,
+                                     f"one of {sorted(KV_FORMATS)} or None (sm12x reads these caches)")
+        if k_cache.shape[-1] != KV_FORMATS[kv_format]:
+            raise checks.bad(OP, "kv_format", kv_format, f"the format of k_cache ({k_cache.shape[-1]} "
+                             f"bytes per token; {kv_format} has {KV_FORMATS[kv_format]})")
     if indices is None:
         raise checks.unsupported(OP, "indices", None, "an int32 tensor (sm12x implements the sparse "
                                  "FP8 decode path only; send dense calls to FlashMLA)")
@@ -154,33 +179,47 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
 _SIGNATURE = inspect.signature(flash_mla_with_kvcache)
 
 
+def _fp8(is_fp8_kvcache) -> bool:
+    """``is_fp8_kvcache`` of a call with indices: None (sgl-flash-mla's default) infers True."""
+    return is_fp8_kvcache is None or bool(is_fp8_kvcache)
+
+
 def is_sparse_fp8_call(*args, **kwargs) -> bool:
     """True when a ``flash_mla_with_kvcache`` call (arguments as the caller passed them, FlashMLA's
     positional order) is the sparse FP8 path handled here: ``indices`` given and
-    ``is_fp8_kvcache`` true. Anything else should go to the original function."""
+    ``is_fp8_kvcache`` true (or None: inferred from the indices). Anything else should go to the
+    original function."""
     if len(args) <= 6 and "q" not in kwargs:  # the usual call: six positional, rest by keyword
-        return kwargs.get("indices") is not None and bool(kwargs.get("is_fp8_kvcache", False))
+        return kwargs.get("indices") is not None and _fp8(kwargs.get("is_fp8_kvcache", False))
     try:
         bound = _SIGNATURE.bind(*args, **kwargs)
     except TypeError:
         return False
     a = bound.arguments
-    return a.get("indices") is not None and bool(a.get("is_fp8_kvcache", False))
+    return a.get("indices") is not None and _fp8(a.get("is_fp8_kvcache", False))
 
 
 def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk_length=None,
-                         out=None, indexer_topk=0, **future_kwargs):
+                         out=None, indexer_topk=0, use_legacy=None, return_log2_lse=None,
+                         **future_kwargs):
     """FlashMLA's ``flash_mla_sparse_fwd`` as of its 2026-01 interface (vLLM's vendored copy adds
     ``out``) -> (out bf16 [s_q, h_q, 512], max_logits fp32 [s_q, h_q], lse fp32 [s_q, h_q]) in
     natural-log units; a row with no valid index gets 0, -inf, +inf. Contract:
     ``sm12x.kernels.sparse_mla_prefill``. ``indexer_topk`` (FlashMLA's nv_dev branch: > 0 adds a
-    fourth result) is accepted at its default 0 only."""
+    fourth result) is accepted at its default 0 only. sgl-flash-mla (SGLang 0.5.23):
+    ``use_legacy`` (its kernel set) is accepted either way; ``return_log2_lse`` True returns
+    max_logits and lse in base 2, False returns None for both."""
     _reject_future_kwargs(PREFILL_OP, future_kwargs)
     if indexer_topk:
         raise checks.unsupported(PREFILL_OP, "indexer_topk", indexer_topk,
                                  "0 (sm12x does not return the indexer's log-sum-exp)")
-    return sparse_mla_prefill(q, kv, indices, sm_scale, d_v, attn_sink, topk_length, out,
-                              op=PREFILL_OP)
+    result = sparse_mla_prefill(q, kv, indices, sm_scale, d_v, attn_sink, topk_length, out,
+                                op=PREFILL_OP)
+    if return_log2_lse is None:
+        return result
+    if return_log2_lse is False:
+        return result[0], None, None
+    return to_log2_units(result)
 
 
 def to_log2_units(result, empty_lse=float("inf")):

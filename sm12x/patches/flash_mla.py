@@ -9,7 +9,11 @@ other call (dense decode, BF16 caches) to the original function, unchanged.
 Routes (see shared/research/sglang.md sections 2 and 10, vllm.md section 3):
 - pip FlashMLA (SGLang's DeepSeek-V4 image: ``debug_flash_mla_adapter`` does a call-time
   ``import flash_mla`` and calls ``flash_mla.flash_mla_with_kvcache``), and the lower
-  ``flash_mla.cuda.sparse_decode_fwd`` that the interface module resolves at call time;
+  ``flash_mla.cuda.sparse_decode_fwd`` that the interface module resolves at call time. SGLang
+  0.5.23 installs sgl-flash-mla as ``flash_mla`` and calls it through
+  ``sglang.kernels.ops.attention.flash_mla_interface`` (call-time attribute lookups) with
+  ``use_legacy``, ``kv_format`` and ``return_log2_lse``, and ``get_mla_decoding_metadata`` for
+  its tensor scheduler; its ops load through ``torch.ops``, so there is no ``flash_mla.cuda``;
 - ``sgl_kernel.flash_mla`` (SGLang eras B/C, non-SM120 branch);
 - SGLang's own SM120 entry ``flash_mla_with_kvcache_sm120`` (eras B and C), whose FlashInfer
   default needs 64-token pages (a page-split copy every call) and lacks some head/topk shapes;
@@ -51,7 +55,9 @@ def _api():
 
 def make_flash_mla_with_kvcache(original):
     """Sparse FP8 calls -> sm12x; anything else -> ``original``. Arguments beyond the six common
-    leading ones are bound by the original's own signature (sgl_kernel inserts descale_q/k)."""
+    leading ones are bound by the original's own signature (sgl_kernel inserts descale_q/k). When
+    the original's ``is_fp8_kvcache`` defaults to None (sgl-flash-mla: inferred from ``indices``),
+    a call that leaves it out passes None."""
     api = _api()
     import inspect
 
@@ -59,6 +65,8 @@ def make_flash_mla_with_kvcache(original):
         signature = inspect.signature(original)
     except (TypeError, ValueError):
         signature = None
+    fp8_param = signature.parameters.get("is_fp8_kvcache") if signature is not None else None
+    infers_fp8 = fp8_param is not None and fp8_param.default is None
 
     @functools.wraps(original)
     def flash_mla_with_kvcache(*args, **kwargs):
@@ -68,6 +76,8 @@ def make_flash_mla_with_kvcache(original):
             extra = kwargs.pop("kwargs", None)
             if isinstance(extra, dict):
                 kwargs.update(extra)
+        if infers_fp8:
+            kwargs.setdefault("is_fp8_kvcache", None)
         if api.is_sparse_fp8_call(*args, **kwargs):
             return api.flash_mla_with_kvcache(*args, **kwargs)
         return original(*args, **kwargs)
@@ -89,6 +99,12 @@ def _forward_to(original, api_name):
 def make_get_mla_metadata(original):
     """sm12x's metadata for both the current (no-argument) and the old tensor API."""
     return _forward_to(original, "get_mla_metadata")
+
+
+def make_get_mla_decoding_metadata(original):
+    """sgl-flash-mla's tensor scheduler, which SGLang 0.5.23's ``get_mla_metadata(cache_seqlens,
+    ...)`` calls: placeholders that sm12x's decode never reads."""
+    return _forward_to(original, "get_mla_decoding_metadata")
 
 
 def make_sparse_decode_fwd(original):
@@ -164,7 +180,11 @@ def _meta(name, target, consumers=(), library="*", versions="*"):
 _VLLM_CALLERS = ("vllm.models.deepseek_v4.nvidia.flashmla",
                  "vllm.models.deepseek_v4.attention.impl.flashmla",
                  "vllm.v1.attention.backends.mla.flashmla_sparse",
-                 "vllm.v1.attention.backends.mla.sparse_swa")
+                 "vllm.v1.attention.backends.mla.sparse_swa",
+                 # vLLM 0.33
+                 "vllm.models.deepseek_v41.nvidia.flashmla",
+                 "vllm.models.hy_v4.nvidia.flashmla_sparse",
+                 "vllm.v1.attention.backends.mla.flashmla")
 _VLLM_OPS = ("vllm.v1.attention.ops.flashmla",) + _VLLM_CALLERS
 
 PATCHES = (
@@ -175,6 +195,13 @@ PATCHES = (
     _meta("flash_mla.interface.metadata", "flash_mla.flash_mla_interface:get_mla_metadata",
           consumers=("flash_mla",)),
     _meta("flash_mla.metadata", "flash_mla:get_mla_metadata"),
+    # sgl-flash-mla (SGLang 0.5.23): the tensor scheduler under its own name
+    Patch(name="flash_mla.interface.decoding_metadata",
+          target="flash_mla.flash_mla_interface:get_mla_decoding_metadata",
+          make=f"{__name__}:make_get_mla_decoding_metadata", why=_WHY_META, fixed_in=_FIXED,
+          consumers=("flash_mla",)),
+    Patch(name="flash_mla.decoding_metadata", target="flash_mla:get_mla_decoding_metadata",
+          make=f"{__name__}:make_get_mla_decoding_metadata", why=_WHY_META, fixed_in=_FIXED),
     Patch(name="flash_mla.cuda.sparse_decode_fwd", target="flash_mla.cuda:sparse_decode_fwd",
           make=f"{__name__}:make_sparse_decode_fwd", why=_WHY_DECODE, fixed_in=_FIXED),
     # sgl-kernel's copy

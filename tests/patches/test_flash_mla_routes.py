@@ -270,3 +270,140 @@ def test_vllm_layer_out_view_on_plugin_route(tmp_path):
     assert out["rebound"] == "vllm.ops.flashmla.decode"
     assert out["rebound_prefill"] == "vllm.ops.flashmla.sparse_fwd"
     assert out["err"] <= 1e-2 and out["untouched"], out
+
+
+# SGLang 0.5.23 installs sgl-flash-mla as ``flash_mla`` (is_fp8_kvcache None = inferred from
+# indices; use_legacy picks its kernel set; kv_format names the cache; return_log2_lse) and calls it
+# through sglang/kernels/ops/attention/flash_mla_interface.py with call-time attribute lookups.
+SGL_FLASH_MLA = f"""
+def get_mla_metadata(*args, **kwargs):
+    return "original-meta", None
+
+def get_mla_decoding_metadata(seqlens_k, num_q_tokens_per_head_k, h_k, h_q=None, is_fp8_kvcache=False,
+                              topk=None, use_legacy=False):
+    raise RuntimeError({ERR!r})
+
+def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
+                           num_splits=None, softmax_scale=None, causal=False, is_fp8_kvcache=None,
+                           indices=None, attn_sink=None, extra_k_cache=None, extra_indices_in_kvcache=None,
+                           topk_length=None, extra_topk_length=None, enable_batch_invariant=False,
+                           use_legacy=False, kv_format=None, descale_q=None, descale_k=None):
+    if indices is not None:
+        raise RuntimeError({ERR!r})
+    return "original-dense"
+
+def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk_length=None,
+                         use_legacy=False, return_log2_lse=None):
+    raise RuntimeError({PREFILL_ERR!r})
+"""
+SGL_WRAPPER = """
+import flash_mla
+
+def get_mla_metadata(cache_seqlens=None, num_q_tokens_per_head_k=None, num_heads_k=None, num_heads_q=None,
+                     is_fp8_kvcache=False, topk=None):
+    if cache_seqlens is None:
+        return flash_mla.get_mla_metadata()[0], None
+    return flash_mla.get_mla_decoding_metadata(cache_seqlens, num_q_tokens_per_head_k, num_heads_k,
+                                               num_heads_q, is_fp8_kvcache, topk, use_legacy=True)
+
+def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
+                           num_splits=None, softmax_scale=None, causal=False, descale_q=None, descale_k=None,
+                           is_fp8_kvcache=False, indices=None, attn_sink=None, extra_k_cache=None,
+                           extra_indices_in_kvcache=None, topk_length=None, extra_topk_length=None,
+                           kv_format=None, *, use_legacy=True):
+    return flash_mla.flash_mla_with_kvcache(
+        q=q, k_cache=k_cache, block_table=block_table, cache_seqlens=cache_seqlens, head_dim_v=head_dim_v,
+        tile_scheduler_metadata=tile_scheduler_metadata, softmax_scale=softmax_scale, causal=causal,
+        is_fp8_kvcache=is_fp8_kvcache, indices=indices, attn_sink=attn_sink, extra_k_cache=extra_k_cache,
+        extra_indices_in_kvcache=extra_indices_in_kvcache, topk_length=topk_length,
+        extra_topk_length=extra_topk_length, use_legacy=use_legacy, kv_format=kv_format,
+        descale_q=descale_q, descale_k=descale_k)
+
+def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk_length=None, *,
+                         use_legacy=True):
+    return flash_mla.flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v, attn_sink, topk_length,
+                                          use_legacy=use_legacy,
+                                          return_log2_lse=True if use_legacy else None)
+"""
+SGL_ROUTES = {
+    "flash_mla/__init__.py": "from flash_mla.flash_mla_interface import flash_mla_with_kvcache, "
+                             "get_mla_metadata, get_mla_decoding_metadata, flash_mla_sparse_fwd\n",
+    "flash_mla/flash_mla_interface.py": SGL_FLASH_MLA,
+    "sglang/__init__.py": "",
+    "sglang/kernels/__init__.py": "",
+    "sglang/kernels/ops/__init__.py": "",
+    "sglang/kernels/ops/attention/__init__.py": "",
+    "sglang/kernels/ops/attention/flash_mla_interface.py": SGL_WRAPPER,
+}
+
+SGL_CALLS = """
+import json, torch
+from sm12x.kernels.reference.sparse_mla import (make_case, make_prefill_case, ref_sparse_mla_decode,
+                                                ref_sparse_mla_prefill)
+from sglang.kernels.ops.attention import flash_mla_interface as wrapper
+import flash_mla
+case = make_case(b=2, s_q=1, h_q=16, topk=64, page=64, extra_topk=64, extra_page=2, extra_topk_length=True)
+ref_out, ref_lse = ref_sparse_mla_decode(**case)
+kw = dict(softmax_scale=case["softmax_scale"], indices=case["indices"], attn_sink=case["attn_sink"],
+          extra_k_cache=case["extra_k_cache"], extra_indices_in_kvcache=case["extra_indices"],
+          topk_length=case["topk_length"], extra_topk_length=case["extra_topk_length"])
+q, cache = case["q"], case["k_cache"]
+
+def err(out, lse):
+    return [float((out.float() - ref_out.float()).abs().max()),
+            float((lse - ref_lse).abs().nan_to_num(0.0).max())]
+
+res = {}
+meta = wrapper.get_mla_metadata()[0]
+res["wrapper"] = err(*wrapper.flash_mla_with_kvcache(q, cache, None, None, 512, meta, is_fp8_kvcache=True,
+                                                     kv_format="V4", **kw))
+# is_fp8_kvcache left out: sgl-flash-mla infers it from the indices
+res["inferred_fp8"] = err(*flash_mla.flash_mla_with_kvcache(q, cache, None, None, 512,
+                                                            flash_mla.get_mla_metadata()[0], **kw))
+try:
+    wrapper.flash_mla_with_kvcache(q, cache, None, None, 512, wrapper.get_mla_metadata()[0],
+                                   is_fp8_kvcache=True, kv_format="V32", **kw)
+    res["wrong_format"] = "no error"
+except ValueError as e:
+    res["wrong_format"] = str(e)
+sched = wrapper.get_mla_metadata(torch.tensor([5, 9], dtype=torch.int32), 16, 1, 16, True, 64)
+res["tensor_metadata"] = [list(t.shape) for t in sched]
+res["dense"] = flash_mla.flash_mla_with_kvcache(q, cache, None, None, 512, meta)
+
+p = make_prefill_case(512, 3, 16, 64, 100, topk_length=True)
+p_out, p_max, p_lse = ref_sparse_mla_prefill(**p)
+args = (p["q"], p["kv"], p["indices"], p["sm_scale"], 512, p["attn_sink"], p["topk_length"])
+out, mx, lse = wrapper.flash_mla_sparse_fwd(*args)  # use_legacy: return_log2_lse=True
+log2e = 1.4426950408889634
+res["prefill_log2"] = [float((out.float() - p_out.float()).abs().max()), float((mx - p_max * log2e).abs().max()),
+                       float((lse - p_lse * log2e).abs().max())]
+out, mx, lse = wrapper.flash_mla_sparse_fwd(*args, use_legacy=False)
+res["prefill_natural"] = [float((mx - p_max).abs().max()), float((lse - p_lse).abs().max())]
+res["prefill_no_stats"] = [x is None for x in flash_mla.flash_mla_sparse_fwd(*args, return_log2_lse=False)]
+from sm12x import apply
+res["outcomes"] = {k: v[0] for k, v in apply.OUTCOMES.items()}
+print(json.dumps(res))
+"""
+
+
+def test_sglang_0_5_23_flash_mla_route(tmp_path):
+    """SGLang 0.5.23's FlashMLA wrapper over sgl-flash-mla: its use_legacy / kv_format /
+    return_log2_lse keywords and inferred is_fp8_kvcache reach sm12x (they raised before), a
+    kv_format that does not name the cache is refused by name, the tensor scheduler is ours, and
+    dense calls still reach the original."""
+    pytest.importorskip("triton")
+    root = write_tree(tmp_path, SGL_ROUTES)
+    out = last_json(run_py(SGL_CALLS, pythonpath=[REPO, root],
+                           env={"TRITON_INTERPRET": "1", "TRITON_DEFAULT_FP_FUSION": "1"}))
+    for route in ("wrapper", "inferred_fp8"):
+        out_err, lse_err = out[route]
+        assert out_err <= 1e-2 and lse_err <= 1e-4, (route, out[route])
+    assert "kv_format" in out["wrong_format"] and "584" in out["wrong_format"], out["wrong_format"]
+    assert out["tensor_metadata"][1] == [3]
+    assert out["dense"] == "original-dense"
+    assert max(out["prefill_log2"]) <= 1e-2, out["prefill_log2"]
+    assert max(out["prefill_natural"]) <= 1e-4, out["prefill_natural"]
+    assert out["prefill_no_stats"] == [False, True, True]
+    applied = {k for k, v in out["outcomes"].items() if v == "applied"}
+    assert {"flash_mla.decode", "flash_mla.interface.decode", "flash_mla.decoding_metadata",
+            "flash_mla.sparse_fwd"} <= applied, out["outcomes"]
