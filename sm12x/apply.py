@@ -4,7 +4,8 @@ record the outcome.
 Outcomes (``OUTCOMES[patch.name]``) are ``applied``, ``skipped`` (with the reason) or ``failed``
 (with the error). Applying is idempotent: the replacement carries ``__sm12x_patch__`` (the patch
 name) and ``__sm12x_original__``, and a target already carrying our marker is left alone.
-``SM12X_STRICT=1`` raises on any skip or failure; ``SM12X_LOG=debug|info|warning`` sets the level
+``SM12X_STRICT=1`` raises on any skip or failure other than those ``SM12X_SKIP`` asks for (patch
+names or dotted prefixes of them); ``SM12X_LOG=debug|info|warning`` sets the level
 of logger ``sm12x`` (one line per record on stderr; at info one line per patched module).
 """
 from __future__ import annotations
@@ -68,8 +69,21 @@ def _versions() -> dict:
     return platform.versions()
 
 
+SKIP_REASON = "turned off by SM12X_SKIP"
+
+
+def skipped_by_user(name: str) -> bool:
+    """Whether ``SM12X_SKIP`` (comma-separated patch names or dotted prefixes of them, e.g.
+    ``vllm.third_party.deep_gemm``) names patch ``name``."""
+    items = [i.strip() for i in os.environ.get("SM12X_SKIP", "").split(",") if i.strip()]
+    return any(name == i or name.startswith(i + ".") for i in items)
+
+
 def eligibility(p: Patch):
-    """(True, "") when arch and version allow ``p`` in this process, else (False, reason)."""
+    """(True, "") when arch and version allow ``p`` in this process and ``SM12X_SKIP`` does not
+    name it, else (False, reason)."""
+    if skipped_by_user(p.name):
+        return False, SKIP_REASON
     if p.arch == "sm12x":
         ok, why = platform.wants_sm12x_patches(platform.gpu_arch())
         if not ok:
@@ -125,7 +139,7 @@ def _record(p: Patch, state: str, reason: str = "") -> None:
     OUTCOMES[p.name] = (state, reason)
     level = "debug" if state == "applied" else ("warning" if state == "failed" else "info")
     log_once(level, f"patch {p.name} -> {p.target}: {state}" + (f" ({reason})" if reason else ""))
-    if state != "applied" and os.environ.get("SM12X_STRICT") == "1":
+    if state != "applied" and reason != SKIP_REASON and os.environ.get("SM12X_STRICT") == "1":
         raise PatchError(f"sm12x: patch {p.name} ({p.target}) {state}: {reason}")
 
 

@@ -457,3 +457,23 @@ print(json.dumps({"pkg": sm12x.__file__, "result": flash_mla.flash_mla_with_kvca
 """, pythonpath=[bundle, standin])
     out = last_json(proc)
     assert out["pkg"].startswith(str(bundle)) and out["result"] == ["sm12x", 1]
+
+
+def test_skip_names_patches_and_prefixes(standin):
+    """SM12X_SKIP leaves out the patches it names (exactly or by a dotted prefix), records why,
+    and is not an error under SM12X_STRICT; a prefix must end at a dot."""
+    code = SETUP.format(extra="") + """
+import json, flash_mla
+from sm12x import apply
+print(json.dumps({"decode": flash_mla.flash_mla_with_kvcache(1),
+                  "plan": flash_mla.flash_mla_interface.Scheduler.plan(2),
+                  "outcomes": {k: list(v) for k, v in apply.OUTCOMES.items()}}))
+"""
+    by_name = last_json(run_py(code, pythonpath=[REPO, standin],
+                               env={"SM12X_SKIP": "t.decode", "SM12X_STRICT": "1"}))
+    assert by_name["decode"] == ["original", 1] and by_name["plan"] == ["sm12x-plan", 2]
+    assert by_name["outcomes"]["t.decode"] == ["skipped", "turned off by SM12X_SKIP"]
+    by_prefix = last_json(run_py(code, pythonpath=[REPO, standin], env={"SM12X_SKIP": " x, t "}))
+    assert by_prefix["decode"] == ["original", 1] and by_prefix["plan"] == ["original-plan", 2]
+    partial = last_json(run_py(code, pythonpath=[REPO, standin], env={"SM12X_SKIP": "t.dec"}))
+    assert partial["decode"] == ["sm12x", 1]
