@@ -41,7 +41,7 @@ def overlapped(q, kv, w, ks, ke, topk, budget, logits_only=False):
                 run.add(w_, c0, ks[r0:r1])
             free[i % 2].record(main)
         if not logits_only:
-            result[r0:r1] = decode_keys(run.result(r1 - r0, q.device), topk)
+            decode_keys(run.result(r1 - r0, q.device), topk, out=result[r0:r1])
     return result
 
 

@@ -32,6 +32,8 @@ this exact), matching ``reference.indexer.ref_indexer_topk`` applied to the kern
 from __future__ import annotations
 
 import torch
+import triton
+import triton.language as tl
 
 from sm12x.kernels import configs
 from sm12x.kernels import mqa_logits as _mqa
@@ -51,14 +53,37 @@ WIDE_TOPK_WINDOW = 8
 INT64_MIN = -(1 << 63)
 
 
-def decode_keys(keys: torch.Tensor, topk: int) -> torch.Tensor:
-    """int64 sort keys [R, n] (best first) -> int32 indices [R, topk], -1 for invisible / missing."""
-    idx = (0x7FFFFFFF - (keys & 0xFFFFFFFF)).to(torch.int32)
-    idx = torch.where(keys == INT64_MIN, torch.full_like(idx, -1), idx)
-    if idx.shape[1] < topk:
-        pad = torch.full((idx.shape[0], topk - idx.shape[1]), -1, dtype=torch.int32, device=idx.device)
-        idx = torch.cat([idx, pad], dim=1)
-    return idx
+INDEX_BLOCK = 512
+
+
+@triton.jit
+def _key_indices_kernel(keys_ptr, stride_k, n, out_ptr, stride_o, stride_oc, topk, shift_ptr,
+                        HAS_SHIFT: tl.constexpr, BLOCK: tl.constexpr):
+    """Row r of ``decode_keys``: the indices of its first n keys, -1 after them up to topk."""
+    r = tl.program_id(0)
+    c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    key = tl.load(keys_ptr + r.to(tl.int64) * stride_k + c, mask=c < n, other=-9223372036854775807 - 1)
+    idx = (0x7FFFFFFF - (key & 0xFFFFFFFF)).to(tl.int32)
+    if HAS_SHIFT:
+        idx += tl.load(shift_ptr + r)
+    idx = tl.where(key == -9223372036854775807 - 1, -1, idx)
+    tl.store(out_ptr + r.to(tl.int64) * stride_o + c.to(tl.int64) * stride_oc, idx, mask=c < topk)
+
+
+def decode_keys(keys: torch.Tensor, topk: int, out: torch.Tensor | None = None,
+                shift: torch.Tensor | None = None) -> torch.Tensor:
+    """int64 sort keys [R, n] (best first) -> int32 indices [R, topk] (into ``out`` when given),
+    -1 for invisible / missing keys; ``shift`` (int32 [R]) is added to row r's
+    real indices. One launch: the torch form took six kernels and a copy, about 26 µs of a 250 µs
+    decode call at B=256 (H200, RESULTS.md, twenty-first session)."""
+    rows, n = keys.shape
+    if out is None:
+        out = torch.empty((rows, topk), dtype=torch.int32, device=keys.device)
+    if rows and topk:
+        _key_indices_kernel[(rows, triton.cdiv(topk, INDEX_BLOCK))](
+            keys, keys.stride(0), n, out, out.stride(0), out.stride(1), topk, shift if shift is not None else out,
+            HAS_SHIFT=shift is not None, BLOCK=INDEX_BLOCK)
+    return out
 
 
 def _plan(rows: int, cols: int, unit: int, topk: int, budget: int, elem_bytes: int = 4):
@@ -157,10 +182,8 @@ def mqa_topk_indices(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, topk:
                         ks[r0:r1], ke[r0:r1], w_, clean=False, compressed=False, out_mode=0, col_start=c0,
                         num_cols=n)
             running.add(w_, c0, ks[r0:r1], ends=ke[r0:r1], starts=ks[r0:r1])
-        idx = decode_keys(running.result(r1 - r0, qv.device), topk)
-        if not relative:
-            idx = torch.where(idx >= 0, idx + ks[r0:r1, None], idx)
-        result[r0:r1] = idx
+        decode_keys(running.result(r1 - r0, qv.device), topk, out=result[r0:r1],
+                    shift=None if relative else ks[r0:r1])
     return result
 
 
@@ -204,7 +227,7 @@ def paged_mqa_topk_indices(q, kv_cache, weights, context_lens, block_table, max_
                           context_lens[b0:b1], block_table[b0:b1], max_context_len, w_,
                           clean=False, out_mode=0, col_start=c0, num_cols=n)
             running.add(w_, c0, None, ends[r0:r1])
-        result[r0:r1] = decode_keys(running.result(r1 - r0, qv.device), topk)
+        decode_keys(running.result(r1 - r0, qv.device), topk, out=result[r0:r1])
     return result
 
 
@@ -231,11 +254,20 @@ def _check_topk(op, topk, out, rows, device):
 
 def compile_reports(targets=("sm_120", "sm_121"), heads=(64,), dims=(128,)):
     """Compile what the fused top-k runs for ``targets``: the float32 variants without the -inf
-    fill of both logits kernels (2-D and 1-D context_lens for the paged one), the radix-select
-    kernels, the merge and the fold."""
+    fill of both logits kernels (2-D and 1-D context_lens for the paged one), the key-to-index
+    kernel, the radix-select kernels, the merge and the fold."""
     from sm12x.kernels import topk_fold, topk_merge, topk_select
 
+    from sm12x.kernels.compile_check import compile_kernel
+
+    if _mqa.interpreting():
+        return _mqa.reports_in_subprocess(__name__, targets=tuple(targets), heads=tuple(heads), dims=tuple(dims))
     reports = _mqa.compile_reports(targets, heads, dims, variants=((0, False, False),))
+    sig = {"keys_ptr": "*i64", "stride_k": "i64", "n": "i32", "out_ptr": "*i32", "stride_o": "i64",
+           "stride_oc": "i64", "topk": "i32", "shift_ptr": "*i32", "HAS_SHIFT": "constexpr", "BLOCK": "constexpr"}
+    reports += [compile_kernel(_key_indices_kernel, sig, {"HAS_SHIFT": True, "BLOCK": INDEX_BLOCK}, target=t,
+                               num_warps=4, num_stages=1, config_name=f"key indices B{INDEX_BLOCK}")
+                for t in targets]
     reports += _paged.compile_reports(targets, heads, dims, block_kvs=(32, 64), next_ns=(1, 2),
                                       variants=((0, False, True), (0, False, False)))
     return (reports + topk_select.compile_reports(targets) + topk_merge.compile_reports(targets)

@@ -105,6 +105,25 @@ def test_plan_widens_windows_for_wide_topk():
     assert tk._plan(8, 100000, unit, 2048, 4 * 4096 * 2) == (1, 8192)  # the budget caps it
 
 
+
+def test_decode_keys(device):
+    """Sort keys -> int32 indices: -1 for INT64_MIN keys and past the keys up to topk, the shift
+    added to real indices only, into an out view with a non-unit column stride."""
+    rows, n, topk = 3, 700, 1100
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, 2**31 - 1, (rows, n), generator=g)
+    val = torch.randint(-2**31, 2**31 - 1, (rows, n), generator=g)
+    keys = (val << 32) | (0x7FFFFFFF - idx)
+    keys[:, 600:] = tk.INT64_MIN
+    shift = torch.tensor([0, 5, -3], dtype=torch.int32)
+    want = torch.full((rows, topk), -1, dtype=torch.int32)
+    want[:, :600] = (idx[:, :600] + shift[:, None]).to(torch.int32)
+    buf = torch.zeros(topk, rows, dtype=torch.int32, device=device)
+    got = tk.decode_keys(keys.to(device), topk, out=buf.t(), shift=shift.to(device))
+    assert got.data_ptr() == buf.data_ptr()
+    assert torch.equal(buf.t().cpu(), want)
+    assert torch.equal(tk.decode_keys(keys.to(device), topk).cpu(), want + (want >= 0) * -shift[:, None])
+
 def test_ties_lower_index_first(device):
     """Keys duplicated in blocks of 4 give exactly equal scores; lower index must come first."""
     s, s_kv, h, d = 2, 600, 8, 32
