@@ -255,8 +255,8 @@ def _check_topk(op, topk, out, rows, device):
 def compile_reports(targets=("sm_120", "sm_121"), heads=(64,), dims=(128,)):
     """Compile what the fused top-k runs for ``targets``: the float32 variants without the -inf
     fill of both logits kernels (2-D and 1-D context_lens for the paged one), the key-to-index
-    kernel, the radix-select kernels, the merge and the fold."""
-    from sm12x.kernels import topk_fold, topk_merge, topk_select
+    kernel, the radix-select kernels and their candidate filter, the merge and the fold."""
+    from sm12x.kernels import topk_filter, topk_fold, topk_merge, topk_select
 
     from sm12x.kernels.compile_check import compile_kernel
 
@@ -270,5 +270,5 @@ def compile_reports(targets=("sm_120", "sm_121"), heads=(64,), dims=(128,)):
                 for t in targets]
     reports += _paged.compile_reports(targets, heads, dims, block_kvs=(32, 64), next_ns=(1, 2),
                                       variants=((0, False, True), (0, False, False)))
-    return (reports + topk_select.compile_reports(targets) + topk_merge.compile_reports(targets)
-            + topk_fold.compile_reports(targets))
+    return (reports + topk_select.compile_reports(targets) + topk_filter.compile_reports(targets)
+            + topk_merge.compile_reports(targets) + topk_fold.compile_reports(targets))

@@ -26,8 +26,11 @@ atomics; every program re-derives the digits chosen so far from the earlier pass
 count launch gives each segment its number of entries > T and == T, and the write launch places
 each segment's entries after those of the segments before it. Segments are SEGMENT columns, or
 narrower (down to BLOCK) when there are too few rows for that to give every SM two programs (one
-row of 262,144 keys: 118 µs in 16 segments, 36 µs in 256; H200). Memory: the output, plus
-(4 + 2 * segments) int32 per row for wide rows; no host sync (CUDA-graph safe).
+row of 262,144 keys: 118 µs in 16 segments, 36 µs in 256; H200). Many rows much wider than k
+(without a floor) first go through ``topk_filter``: a threshold from a sample of each row, and
+the passes above over only the entries that reach it. Memory: the output, plus
+(4 + 2 * segments) int32 per row for wide rows (and the filter's candidate rows); no host sync
+(CUDA-graph safe).
 """
 from __future__ import annotations
 
@@ -134,9 +137,9 @@ def _write_keys(v, c, read, t, n_gt, n_eq, need, first_eq, col_start, base, out_
 
 @triton.jit
 def _row_topk_keys_kernel(x_ptr, stride_x, W, base_ptr, col_start, out_ptr, stride_o, K, floor_ptr,
-                          skip_ptr, starts_ptr, ends_ptr, HAS_BASE: tl.constexpr, HAS_FLOOR: tl.constexpr,
+                          skip_ptr, starts_ptr, ends_ptr, cols_ptr, HAS_BASE: tl.constexpr, HAS_FLOOR: tl.constexpr,
                           HAS_SKIP: tl.constexpr, HAS_STARTS: tl.constexpr, HAS_ENDS: tl.constexpr,
-                          BLOCK: tl.constexpr, RADIX_BITS: tl.constexpr):
+                          HAS_COLS: tl.constexpr, BLOCK: tl.constexpr, RADIX_BITS: tl.constexpr):
     r = tl.program_id(0)
     if HAS_SKIP:
         if tl.load(skip_ptr + r) != 0:
@@ -164,7 +167,8 @@ def _row_topk_keys_kernel(x_ptr, stride_x, W, base_ptr, col_start, out_ptr, stri
     if above <= K:
         _write_above_floor(row, lo, hi, floor, above, K, col_start, base, out_row, BLOCK)
     else:
-        _radix_select_row(row, lo, hi, unread, K, col_start, base, out_row, BLOCK, RADIX_BITS)
+        _radix_select_row(row, lo, hi, unread, K, col_start, base, out_row, cols_ptr + r.to(tl.int64) * stride_x,
+                          HAS_COLS, BLOCK, RADIX_BITS)
 
 
 @triton.jit
@@ -186,10 +190,11 @@ def _write_above_floor(row, lo, hi, floor, above, K, col_start, base, out_row, B
 
 
 @triton.jit
-def _radix_select_row(row, lo, hi, unread, K, col_start, base, out_row, BLOCK: tl.constexpr,
-                      RADIX_BITS: tl.constexpr):
+def _radix_select_row(row, lo, hi, unread, K, col_start, base, out_row, cols_row, HAS_COLS: tl.constexpr,
+                      BLOCK: tl.constexpr, RADIX_BITS: tl.constexpr):
     """The K best keys of one row by radix select (see the module docstring); columns [lo, hi)
-    are read, ``unread`` more count as -inf."""
+    are read, ``unread`` more count as -inf. With HAS_COLS the keys name column cols_row[c] for
+    entry c (a row of candidates gathered from a wider row, ``topk_filter``)."""
     NBINS: tl.constexpr = 1 << RADIX_BITS
     bins = tl.arange(0, NBINS)
     prefix = tl.zeros((), dtype=tl.uint32)
@@ -222,6 +227,8 @@ def _radix_select_row(row, lo, hi, unread, K, col_start, base, out_row, BLOCK: t
         c = c0 + tl.arange(0, BLOCK)
         read = (c >= lo) & (c < hi)
         v = tl.load(row + c, mask=read, other=float("-inf"))
+        if HAS_COLS:
+            c = tl.load(cols_row + c, mask=read, other=0)
         n_gt, n_eq = _write_keys(v, c, read, prefix, n_gt, n_eq, need, first_eq, col_start, base,
                                  out_row)
     _pad_unread(prefix, n_eq, need, first_eq, out_row, BLOCK)
@@ -371,14 +378,18 @@ def segment_width(rows: int, width: int, device) -> int:
 def row_topk_keys(x: torch.Tensor, k: int, col_start: int = 0, base: torch.Tensor | None = None,
                   out: torch.Tensor | None = None, floor: torch.Tensor | None = None,
                   skip: torch.Tensor | None = None, ends: torch.Tensor | None = None,
-                  starts: torch.Tensor | None = None) -> torch.Tensor:
+                  starts: torch.Tensor | None = None, cols: torch.Tensor | None = None) -> torch.Tensor:
     """Keys of the k largest entries of each row of ``x`` (see the module docstring).
     ``floor`` (int64 [R], optional): only entries whose key is > floor[r] count; rows with fewer
     than k of them are padded with INT64_MIN. A running top-k passes its k-th best key here:
     then most windows skip the radix passes (one counting pass and one writing pass instead).
     ``skip`` (int32 [R], optional): rows r with skip[r] != 0 need no answer: they are not read and
     their out rows are left as they are. ``ends`` / ``starts`` (int32 [R], optional): row r reads
-    only the columns c with starts[r] <= col_start + c < ends[r]; the others count as -inf."""
+    only the columns c with starts[r] <= col_start + c < ends[r]; the others count as -inf.
+    ``cols`` (int32, x's shape and strides; rows of at most SEGMENT columns, no floor): the keys
+    name column cols[r, c] for entry c (``topk_filter``'s candidate rows).
+    Many rows much wider than k without a floor or skip go through ``topk_filter`` (the same
+    keys)."""
     require_dtype(x, (torch.float32,), OP, "x")
     require(x.dim() == 2 and x.stride(1) == 1, OP, "x",
             lambda: f"shape {list(x.shape)} strides {tuple(x.stride())}",
@@ -402,8 +413,18 @@ def row_topk_keys(x: torch.Tensor, k: int, col_start: int = 0, base: torch.Tenso
     require(out.shape == (x.shape[0], k) and out.dtype == torch.int64 and out.stride(1) == 1, OP,
             "out", lambda: f"{out.dtype} {list(out.shape)}", lambda: f"int64 [{x.shape[0]}, {k}]")
     r, w = x.shape
+    if cols is not None:
+        require(cols.dtype == torch.int32 and cols.shape == x.shape and cols.stride() == x.stride()
+                and w <= SEGMENT and floor is None, OP, "cols", lambda: f"{cols.dtype} {list(cols.shape)}",
+                f"int32 of x's shape and strides, at most {SEGMENT} columns, no floor")
     if r == 0:
         return out
+    if floor is None and skip is None and cols is None:
+        from sm12x.kernels import topk_filter
+
+        cap = topk_filter.capacity(r, w, k)
+        if cap:
+            return topk_filter.filtered_topk_keys(x, k, col_start, base, out, ends, starts, cap)
     base_arg = base if base is not None else x
     ends_arg = ends if ends is not None else x
     starts_arg = starts if starts is not None else x
@@ -412,9 +433,10 @@ def row_topk_keys(x: torch.Tensor, k: int, col_start: int = 0, base: torch.Tenso
         _row_topk_keys_kernel[(r,)](
             x, x.stride(0), w, base_arg, col_start, out, out.stride(0), k,
             floor if floor is not None else out, skip if skip is not None else base_arg, starts_arg, ends_arg,
+            cols if cols is not None else base_arg,
             HAS_BASE=base is not None, HAS_FLOOR=floor is not None, HAS_SKIP=skip is not None,
-            HAS_STARTS=starts is not None, HAS_ENDS=ends is not None, BLOCK=BLOCK, RADIX_BITS=RADIX_BITS,
-            num_warps=NUM_WARPS)
+            HAS_STARTS=starts is not None, HAS_ENDS=ends is not None, HAS_COLS=cols is not None, BLOCK=BLOCK,
+            RADIX_BITS=RADIX_BITS, num_warps=NUM_WARPS)
         return out
     g = triton.cdiv(w, seg)
     # Wide rows: the floor is only a shortcut, and this path does not take it (the keys <= floor
@@ -452,8 +474,9 @@ def compile_reports(targets=("sm_120", "sm_121")):
         tag = (" starts" if starts else "") + (" ends" if ends else "")
         ranged = {"HAS_STARTS": starts, "HAS_ENDS": ends}
         kernels.append((_row_topk_keys_kernel, {**rows, "base_ptr": "*i32", "out_ptr": "*i64", "stride_o": "i64",
-                                                "K": "i32", "floor_ptr": "*i64", "skip_ptr": "*i32"},
-                        {"HAS_BASE": True, "HAS_FLOOR": True, "HAS_SKIP": True, **ranged}, "row" + tag))
+                                                "K": "i32", "floor_ptr": "*i64", "skip_ptr": "*i32", "cols_ptr": "*i32"},
+                        {"HAS_BASE": True, "HAS_FLOOR": True, "HAS_SKIP": True, "HAS_COLS": False, **ranged},
+                        "row" + tag))
         for width in (SEGMENT, BLOCK):  # segment_width's range
             sized = {"SEGMENT": width, "HAS_SKIP": True, **ranged}
             kernels += [
@@ -465,6 +488,11 @@ def compile_reports(targets=("sm_120", "sm_121")):
                  {**sized, "HAS_BASE": True, "PASSES": PASSES, "G_POW2": 256 if width == BLOCK else 64},
                  f"segment write{tag} S{width}"),
             ]
+    # topk_filter's candidate rows: ends, a column map, no floor
+    kernels.append((_row_topk_keys_kernel, {**rows, "base_ptr": "*i32", "out_ptr": "*i64", "stride_o": "i64",
+                                            "K": "i32", "floor_ptr": "*i64", "skip_ptr": "*i32", "cols_ptr": "*i32"},
+                    {"HAS_BASE": True, "HAS_FLOOR": False, "HAS_SKIP": True, "HAS_COLS": True, "HAS_STARTS": False,
+                     "HAS_ENDS": True}, "row candidates"))
     reports = []
     for fn, sig, const, name in kernels:
         const = {**const, **consts}
