@@ -31,7 +31,7 @@ import torch
 import triton
 
 from source_variant import edited_module
-from sm12x.kernels import indexer_topk, topk_select
+from sm12x.kernels import indexer_topk, topk_filter, topk_select
 
 HIST = "hist += tl.histogram(tl.where(sel, digit, 0), NBINS)"
 SUBTRACT = "hist -= tl.where(bins == 0, tl.sum(tl.where(sel, 0, 1)), 0)"
@@ -133,6 +133,24 @@ def part1(mods):
     return bad
 
 
+def fused_row(mods, label, call, timer, bad):
+    """Print one table row: ``call`` (a fused op) timed with each variant's ``row_topk_keys``; every
+    variant's result must equal the first one's (else a line in ``bad``)."""
+    ref, row = None, []
+    try:
+        for name, mod in mods.items():
+            indexer_topk.row_topk_keys = mod.row_topk_keys
+            got = call()
+            if ref is None:
+                ref = got
+            elif not torch.equal(got, ref):
+                bad.append(f"{label}: {name} differs")
+            row.append(timer(call))
+    finally:
+        indexer_topk.row_topk_keys = topk_select.row_topk_keys
+    print(f"| {label} | " + " | ".join(row) + " |", flush=True)
+
+
 def part2(mods):
     from bench_indexer import paged_topk_case
     from gpu_timing import time_us
@@ -143,18 +161,8 @@ def part2(mods):
     for b, ctx, next_n, topk, model_len in PAGED_CASES:
         cache, bt, cl, q, w, mcl = paged_topk_case(b, ctx, next_n, model_len)
         label = f"B={b} ctx~{ctx} next_n={next_n} topk={topk} window={mcl}"
-        ref, row = None, []
-        for name, mod in mods.items():
-            indexer_topk.row_topk_keys = mod.row_topk_keys
-            call = lambda: indexer_topk.paged_mqa_topk_indices(q, cache, w, cl, bt, mcl, topk)  # noqa: E731
-            got = call()
-            if ref is None:
-                ref = got
-            elif not torch.equal(got, ref):
-                bad.append(f"{label}: {name} differs")
-            row.append(f"{time_us(call):.0f}")
-        indexer_topk.row_topk_keys = topk_select.row_topk_keys
-        print(f"| {label} | " + " | ".join(row) + " |", flush=True)
+        call = lambda: indexer_topk.paged_mqa_topk_indices(q, cache, w, cl, bt, mcl, topk)  # noqa: E731
+        fused_row(mods, label, call, lambda fn: f"{time_us(fn):.0f}", bad)
         del cache, bt, q, w
         torch.cuda.empty_cache()
     return bad
@@ -176,18 +184,8 @@ def part3(mods):
         q, _ = make_q((s, H), False)
         kv = make_keys(s_kv, False)
         w = torch.randn(s, H, device="cuda")
-        ref, row = None, []
-        for name, mod in mods.items():
-            indexer_topk.row_topk_keys = mod.row_topk_keys
-            call = lambda: indexer_topk.mqa_topk_indices(q, kv, w, ks, ke, topk)  # noqa: E731
-            got = call()
-            if ref is None:
-                ref = got
-            elif not torch.equal(got, ref):
-                bad.append(f"{label}: {name} differs")
-            row.append(f"{bench(call, reps=3):.2f}")
-        indexer_topk.row_topk_keys = topk_select.row_topk_keys
-        print(f"| {label} | " + " | ".join(row) + " |", flush=True)
+        call = lambda: indexer_topk.mqa_topk_indices(q, kv, w, ks, ke, topk)  # noqa: E731
+        fused_row(mods, label, call, lambda fn: f"{bench(fn, reps=3):.2f}", bad)
         del q, kv, w
         torch.cuda.empty_cache()
     return bad
@@ -200,6 +198,9 @@ def main():
     ap.add_argument("--before", default=None, help="an earlier topk_select.py to time beside")
     args = ap.parse_args()
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
+    # the radix select itself, as measured before topk_filter existed (the filter would send the
+    # first windows of many rows to the committed module's select over candidates)
+    topk_filter.capacity = lambda rows, width, k: 0
     with tempfile.TemporaryDirectory() as tmp:
         mods = variants(args.variants.split(","), tmp, args.before)
         bad = []
