@@ -72,10 +72,10 @@ def _key_indices_kernel(keys_ptr, stride_k, n, out_ptr, stride_o, stride_oc, top
 
 def decode_keys(keys: torch.Tensor, topk: int, out: torch.Tensor | None = None,
                 shift: torch.Tensor | None = None) -> torch.Tensor:
-    """int64 sort keys [R, n] (best first) -> int32 indices [R, topk] (into ``out`` when given),
-    -1 for invisible / missing keys; ``shift`` (int32 [R]) is added to row r's
-    real indices. One launch: the torch form took six kernels and a copy, about 26 µs of a 250 µs
-    decode call at B=256 (H200, RESULTS.md, twenty-first session)."""
+    """int64 sort keys [R, n] (best first, unit column stride) -> int32 indices [R, topk] (into
+    ``out`` when given), -1 for invisible / missing keys; ``shift`` (int32 [R]) is added to row
+    r's real indices. One launch: the torch form took six kernels and a copy, about 26 µs of a
+    250 µs decode call at B=256 (H200, RESULTS.md, twenty-first session)."""
     rows, n = keys.shape
     if out is None:
         out = torch.empty((rows, topk), dtype=torch.int32, device=keys.device)
@@ -257,7 +257,6 @@ def compile_reports(targets=("sm_120", "sm_121"), heads=(64,), dims=(128,)):
     fill of both logits kernels (2-D and 1-D context_lens for the paged one), the key-to-index
     kernel, the radix-select kernels and their candidate filter, the merge and the fold."""
     from sm12x.kernels import topk_filter, topk_fold, topk_merge, topk_select
-
     from sm12x.kernels.compile_check import compile_kernel
 
     if _mqa.interpreting():

@@ -469,12 +469,13 @@ def compile_reports(targets=("sm_120", "sm_121")):
             "col_start": "i32"}
     seg = {**rows, "hist_ptr": "*i32", "R": "i32", "K": "i32", "skip_ptr": "*i32"}
     consts = {"BLOCK": BLOCK, "RADIX_BITS": RADIX_BITS}
+    row = {**rows, "base_ptr": "*i32", "out_ptr": "*i64", "stride_o": "i64", "K": "i32", "floor_ptr": "*i64",
+           "skip_ptr": "*i32", "cols_ptr": "*i32"}
     kernels = []
     for starts, ends in ((False, False), (False, True), (True, True)):  # whole rows, decode, prefill
         tag = (" starts" if starts else "") + (" ends" if ends else "")
         ranged = {"HAS_STARTS": starts, "HAS_ENDS": ends}
-        kernels.append((_row_topk_keys_kernel, {**rows, "base_ptr": "*i32", "out_ptr": "*i64", "stride_o": "i64",
-                                                "K": "i32", "floor_ptr": "*i64", "skip_ptr": "*i32", "cols_ptr": "*i32"},
+        kernels.append((_row_topk_keys_kernel, row,
                         {"HAS_BASE": True, "HAS_FLOOR": True, "HAS_SKIP": True, "HAS_COLS": False, **ranged},
                         "row" + tag))
         for width in (SEGMENT, BLOCK):  # segment_width's range
@@ -489,8 +490,7 @@ def compile_reports(targets=("sm_120", "sm_121")):
                  f"segment write{tag} S{width}"),
             ]
     # topk_filter's candidate rows: ends, a column map, no floor
-    kernels.append((_row_topk_keys_kernel, {**rows, "base_ptr": "*i32", "out_ptr": "*i64", "stride_o": "i64",
-                                            "K": "i32", "floor_ptr": "*i64", "skip_ptr": "*i32", "cols_ptr": "*i32"},
+    kernels.append((_row_topk_keys_kernel, row,
                     {"HAS_BASE": True, "HAS_FLOOR": False, "HAS_SKIP": True, "HAS_COLS": True, "HAS_STARTS": False,
                      "HAS_ENDS": True}, "row candidates"))
     reports = []
