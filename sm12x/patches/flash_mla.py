@@ -97,8 +97,24 @@ def _forward_to(original, api_name):
 
 
 def make_get_mla_metadata(original):
-    """sm12x's metadata for both the current (no-argument) and the old tensor API."""
-    return _forward_to(original, "get_mla_metadata")
+    """The old tensor API -> sm12x's placeholders (the original runs a CUDA kernel built for
+    SM90a/SM100f). The current API (no tensor) -> the original's own empty metadata object, a
+    plain Python object that sm12x's decode ignores and that callers may check the type of
+    (SGLang 0.5.23's wrapper treats anything but a ``FlashMLASchedMeta`` as the tensor API); when
+    the original raises (vLLM's stubs on SM12x), sm12x's own."""
+    api = _api()
+
+    @functools.wraps(original)
+    def get_mla_metadata(*args, **kwargs):
+        first = args[0] if args else kwargs.get("cache_seqlens")
+        if first is None:
+            try:
+                return original(*args, **kwargs)
+            except Exception:  # a stub that says FlashMLA is missing
+                pass
+        return api.get_mla_metadata(*args, **kwargs)
+
+    return get_mla_metadata
 
 
 def make_get_mla_decoding_metadata(original):

@@ -276,8 +276,11 @@ def test_vllm_layer_out_view_on_plugin_route(tmp_path):
 # indices; use_legacy picks its kernel set; kv_format names the cache; return_log2_lse) and calls it
 # through sglang/kernels/ops/attention/flash_mla_interface.py with call-time attribute lookups.
 SGL_FLASH_MLA = f"""
+class FlashMLASchedMeta:
+    pass
+
 def get_mla_metadata(*args, **kwargs):
-    return "original-meta", None
+    return FlashMLASchedMeta(), None
 
 def get_mla_decoding_metadata(seqlens_k, num_q_tokens_per_head_k, h_k, h_q=None, is_fp8_kvcache=False,
                               topk=None, use_legacy=False):
@@ -298,6 +301,7 @@ def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk
 """
 SGL_WRAPPER = """
 import flash_mla
+from flash_mla.flash_mla_interface import FlashMLASchedMeta
 
 def get_mla_metadata(cache_seqlens=None, num_q_tokens_per_head_k=None, num_heads_k=None, num_heads_q=None,
                      is_fp8_kvcache=False, topk=None):
@@ -311,6 +315,9 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, t
                            is_fp8_kvcache=False, indices=None, attn_sink=None, extra_k_cache=None,
                            extra_indices_in_kvcache=None, topk_length=None, extra_topk_length=None,
                            kv_format=None, *, use_legacy=True):
+    if not isinstance(tile_scheduler_metadata, FlashMLASchedMeta):  # the tensor schedule
+        assert num_splits is not None
+        tile_scheduler_metadata = FlashMLASchedMeta()
     return flash_mla.flash_mla_with_kvcache(
         q=q, k_cache=k_cache, block_table=block_table, cache_seqlens=cache_seqlens, head_dim_v=head_dim_v,
         tile_scheduler_metadata=tile_scheduler_metadata, softmax_scale=softmax_scale, causal=causal,
