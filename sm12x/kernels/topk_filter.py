@@ -14,8 +14,8 @@ How, per row (columns [lo, hi) visible, n of them):
 1. SAMPLE evenly spaced visible entries are sorted; the j-th largest is the threshold t, with j
    (``sample_rank``) k SAMPLE / n plus room for the sample's spread: the number of entries that
    reach t falls below k about as rarely as a normal variable 5 standard deviations out. Where
-   that would keep more than a quarter of the row, the row takes all its entries instead (t below
-   every value) if it has at most ``cap``.
+   that would keep more than half the row, the row takes all its entries instead (t below every
+   value) if it has at most ``cap``.
 2. A counting pass finds how many entries are >= t, per segment of the row (wide rows spread over
    the GPU as in the segmented select).
 3. When that count is at most ``cap``, and at least k (or the row takes all its entries), a
@@ -51,11 +51,13 @@ def sample_rank(k: int, n: int) -> int:
 
 def capacity(rows: int, width: int, k: int) -> int:
     """Candidate columns per row for a filtered top-k of [rows, width], or 0 where the filter does
-    not pay: twice the entries expected to reach the threshold in a row of ``width`` visible
-    entries (the most), at most a quarter of the row and one row-kernel row (SEGMENT)."""
-    want = 2 * width * sample_rank(k, width) / SAMPLE
-    cap = triton.next_power_of_2(max(math.ceil(want), BLOCK))
-    return cap if rows >= MIN_ROWS and cap <= width // 4 and cap <= SEGMENT else 0
+    not pay: the entries expected to reach the threshold in a row of ``width`` visible entries
+    (the most) plus 2 SPREAD of their standard deviations, in BLOCKs; at most half the row and
+    one row-kernel row (SEGMENT)."""
+    rank = sample_rank(k, width)
+    want = width * rank / SAMPLE * (1 + 2 * SPREAD / math.sqrt(rank))
+    cap = math.ceil(want / BLOCK) * BLOCK
+    return cap if rows >= MIN_ROWS and 2 * cap <= width and cap <= SEGMENT else 0
 
 
 @triton.jit
@@ -63,15 +65,15 @@ def _threshold_kernel(x_ptr, stride_x, W, starts_ptr, ends_ptr, col_start, K, th
                       HAS_STARTS: tl.constexpr, HAS_ENDS: tl.constexpr, SAMPLE: tl.constexpr,
                       SPREAD: tl.constexpr):
     """thr[r]: the image of the j-th largest of SAMPLE evenly spaced visible entries, when that
-    keeps at most a quarter of them (and the row has SAMPLE entries); else 0, below every value
-    (the row then takes all its entries, if the candidate row holds them)."""
+    keeps at most half of them (and the row has SAMPLE entries); else 0, below every value (the
+    row then takes all its entries, if the candidate row holds them)."""
     r = tl.program_id(0)
     lo, hi = _read_range(W, starts_ptr, ends_ptr, r, col_start, HAS_STARTS, HAS_ENDS)
     n = hi - lo
     root = SPREAD + tl.sqrt(SPREAD * SPREAD + (K * SAMPLE).to(tl.float32) / tl.maximum(n, 1).to(tl.float32))
     rank = tl.ceil(root * root).to(tl.int32)  # sample_rank
     t = tl.zeros((), dtype=tl.uint32)
-    if (n >= SAMPLE) & (4 * rank <= SAMPLE):
+    if (n >= SAMPLE) & (2 * rank <= SAMPLE):
         i = tl.arange(0, SAMPLE)
         pos = lo + (i.to(tl.int64) * n // SAMPLE).to(tl.int32)
         u = tl.sort(_ordered_u32(tl.load(x_ptr + r.to(tl.int64) * stride_x + pos)), descending=True)

@@ -71,11 +71,14 @@ def test_rows_whose_sample_is_off_take_the_full_select(device, monkeypatch):
 
 
 def test_capacity_rule():
-    """Twice the entries expected to reach the threshold in a full-width row; 0 for few rows, or
-    where that is more than a quarter of the row or wider than one row-kernel row."""
+    """The entries expected to reach the threshold in a full-width row plus 5 standard deviations,
+    in BLOCKs; 0 for few rows, or where that is more than half the row or wider than one
+    row-kernel row."""
     assert topk_filter.sample_rank(512, 262144) == 29  # 2 expected above k, room for the spread
-    assert topk_filter.capacity(32, 262144, 512) == 16384
-    assert topk_filter.capacity(4096, 16384, 512) == 4096
-    assert topk_filter.capacity(4096, 16384, 2048) == 0  # 8192 > 16384 / 4
+    assert topk_filter.capacity(32, 262144, 512) == 14336
+    assert topk_filter.capacity(4096, 16384, 512) == 2048
+    assert topk_filter.capacity(4096, 16384, 2048) == 5120
+    assert topk_filter.capacity(256, 10624, 2048) == 4096
     assert topk_filter.capacity(8, 262144, 512) == 0  # too few rows
+    assert topk_filter.capacity(4096, 4096, 2048) == 0  # more than half the row
     assert topk_filter.capacity(32, 262144, 2048) == 0  # wider than SEGMENT
