@@ -1,5 +1,5 @@
 """The radix select's candidate filter: a threshold from a sample of each row, then the radix
-passes over only the entries above it.
+passes over only the entries that reach it.
 
 Contract: ``filtered_topk_keys(x, k, col_start, base, out, ends, starts, cap)`` writes the same
 keys into ``out`` as ``topk_select.row_topk_keys(x, k, col_start, base, out=out, ends=ends,
