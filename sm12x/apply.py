@@ -72,11 +72,25 @@ def _versions() -> dict:
 SKIP_REASON = "turned off by SM12X_SKIP"
 
 
+def skip_items() -> list:
+    """The entries of ``SM12X_SKIP``: comma-separated patch names or dotted prefixes of them (e.g.
+    ``vllm.third_party.deep_gemm``)."""
+    return [i.strip() for i in os.environ.get("SM12X_SKIP", "").split(",") if i.strip()]
+
+
+def _names(item: str, name: str) -> bool:
+    return name == item or name.startswith(item + ".")
+
+
 def skipped_by_user(name: str) -> bool:
-    """Whether ``SM12X_SKIP`` (comma-separated patch names or dotted prefixes of them, e.g.
-    ``vllm.third_party.deep_gemm``) names patch ``name``."""
-    items = [i.strip() for i in os.environ.get("SM12X_SKIP", "").split(",") if i.strip()]
-    return any(name == i or name.startswith(i + ".") for i in items)
+    """Whether ``SM12X_SKIP`` names patch ``name``."""
+    return any(_names(i, name) for i in skip_items())
+
+
+def unmatched_skips() -> list:
+    """``SM12X_SKIP`` entries that name no registered patch (a typo skips nothing)."""
+    names = [p.name for p in all_patches()]
+    return [i for i in skip_items() if not any(_names(i, n) for n in names)]
 
 
 def eligibility(p: Patch):

@@ -31,6 +31,7 @@ def status_data(apply: bool = False) -> dict:
         "versions": platform.versions(),
         "patches": rows,
         "shims": {name: shims.shim_state(name) for name in shims.SHIMS},
+        "skip": {"items": applier.skip_items(), "unmatched": applier.unmatched_skips()},
         "bootstrap": {
             "sitecustomize": getattr(site, "__file__", None) if ours else None,
             "chained": getattr(site, "_sm12x_chained", None) if ours else None,
@@ -53,6 +54,10 @@ def print_status(data: dict, stream=None) -> None:
     for name, v in data["versions"].items():
         print_(f"  {name:18} {v or '-'}")
     print_("shims: " + ", ".join(f"{k}: {v}" for k, v in data["shims"].items()))
+    skip = data.get("skip") or {}
+    if skip.get("items"):
+        print_("SM12X_SKIP: " + ", ".join(skip["items"])
+               + (f" (names no patch: {', '.join(skip['unmatched'])})" if skip.get("unmatched") else ""))
     print_("patches:")
     for p in data["patches"]:
         reason = f"  ({p['reason']})" if p["reason"] else ""

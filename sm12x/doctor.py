@@ -288,6 +288,10 @@ def analyse(image_config: dict, report: dict | None, mount: str = MOUNT) -> list
             add("warn", "version-out-of-range",
                 f"{lib} {versions.get(lib) or ''} is outside every sm12x patch range for it: "
                 "none of its patches will apply (newer upstream may not need them; see the reasons above)")
+    unmatched = (status.get("skip") or {}).get("unmatched") or []
+    if unmatched:
+        add("warn", "skip-unmatched", "SM12X_SKIP names no sm12x patch: " + ", ".join(unmatched)
+            + " (names as `sm12x status` lists them, or dotted prefixes of them)")
     installed = [f for f in FRAMEWORKS if versions.get(f)]
     if not installed:
         add("info", "no-framework", "neither vllm nor sglang is installed in this image")

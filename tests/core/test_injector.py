@@ -461,7 +461,8 @@ print(json.dumps({"pkg": sm12x.__file__, "result": flash_mla.flash_mla_with_kvca
 
 def test_skip_names_patches_and_prefixes(standin):
     """SM12X_SKIP leaves out the patches it names (exactly or by a dotted prefix), records why,
-    and is not an error under SM12X_STRICT; a prefix must end at a dot."""
+    and is not an error under SM12X_STRICT; a prefix must end at a dot, and status names the
+    entries that match no patch."""
     code = SETUP.format(extra="") + """
 import json, flash_mla
 from sm12x import apply
@@ -477,3 +478,11 @@ print(json.dumps({"decode": flash_mla.flash_mla_with_kvcache(1),
     assert by_prefix["decode"] == ["original", 1] and by_prefix["plan"] == ["original-plan", 2]
     partial = last_json(run_py(code, pythonpath=[REPO, standin], env={"SM12X_SKIP": "t.dec"}))
     assert partial["decode"] == ["sm12x", 1]
+    status = run_py(SETUP.format(extra="") + """
+import json
+from sm12x.cli import status_data, print_status
+print_status(status_data())
+print(json.dumps(status_data()["skip"]))
+""", pythonpath=[REPO, standin], env={"SM12X_SKIP": "t.decode,t.dec"})
+    assert last_json(status) == {"items": ["t.decode", "t.dec"], "unmatched": ["t.dec"]}
+    assert "SM12X_SKIP: t.decode, t.dec (names no patch: t.dec)" in status.stdout

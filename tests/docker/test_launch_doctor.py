@@ -300,6 +300,13 @@ def test_analyse_versions_out_of_range():
     assert "nothing-applies" in codes(f, "warn") and doctor.exit_code(f) == 0
 
 
+def test_analyse_skip_that_names_no_patch():
+    report = good_report()
+    report["status"]["skip"] = {"items": ["vllm.thirdparty"], "unmatched": ["vllm.thirdparty"]}
+    assert "skip-unmatched" in codes(doctor.analyse(VLLM_CFG, report), "warn")
+    assert "skip-unmatched" not in codes(doctor.analyse(VLLM_CFG, good_report()))
+
+
 def test_analyse_nvcc():
     f = doctor.analyse(VLLM_CFG, good_report(nvcc=None, nvcc_off_path=None))
     assert "nvcc-missing" in codes(f, "warn")  # vllm installed: its JIT kernels need nvcc
