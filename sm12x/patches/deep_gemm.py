@@ -24,16 +24,30 @@ _WHY = ("DeepGEMM main has no SM120/SM121 indexer kernels: 'Unsupported architec
 _FIXED = "DeepGEMM PR #324 (nv_dev branch only, not in main as of 2026-06)"
 
 
-def _named_parameters(fn):
-    """``fn``'s signature when it is a Python function with named parameters only (DeepGEMM's
-    Python front ends), else None (compiled functions, ``*args`` stubs)."""
+def _by_name(fn, name):
+    """For a Python ``fn`` with named parameters only (DeepGEMM's Python front ends): a function
+    (args, kwargs) -> every argument by name, ``fn``'s defaults filled in. None for compiled
+    functions and ``*args`` stubs. Worked out once here, not per call: the logits functions run
+    once per layer and step (``inspect``'s bind took about 7 µs a call)."""
     try:
-        signature = inspect.signature(fn)
+        params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
         return None
-    if any(p.kind is p.VAR_POSITIONAL for p in signature.parameters.values()):
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
         return None
-    return signature
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    defaults = {p.name: p.default for p in params if p.default is not p.empty}
+
+    def read(args, kwargs):
+        if len(args) > len(names):
+            raise TypeError(f"{name}() takes at most {len(names)} positional arguments ({len(args)} given)")
+        given = dict(zip(names, args))
+        twice = given.keys() & kwargs.keys()
+        if twice:
+            raise TypeError(f"{name}() got multiple values for {', '.join(sorted(twice))}")
+        return {**defaults, **given, **kwargs}
+
+    return read
 
 
 def _factory(name):
@@ -41,31 +55,25 @@ def _factory(name):
         """The replacement reads a call's arguments as ``original`` names them. DeepGEMM 2.8 (vLLM
         0.33's vendored copy) dropped ``clean_logits`` and ``logits_dtype``: ``max_seqlen_k`` is
         the sixth argument of ``fp8_fp4_mqa_logits`` and the logits are never cleaned.
-        sgl-deep-gemm defaults ``clean_logits`` to False. So a call is bound by the original's
-        signature, with its defaults, and passed on by name; an original without ``clean_logits``
-        gets uncleaned logits. Originals without a Python signature (DeepGEMM's compiled
-        functions) take ours positionally, in the same order."""
+        sgl-deep-gemm defaults ``clean_logits`` to False. So a call's arguments are named by the
+        original's signature, with its defaults, and passed on by name; an original without
+        ``clean_logits`` gets uncleaned logits. Originals without a Python signature (DeepGEMM's
+        compiled functions) take ours positionally, in the same order."""
         import importlib
 
         ours = getattr(importlib.import_module(_API), name)
-        signature = _named_parameters(original)
-        never_cleans = (signature is not None and "clean_logits" not in signature.parameters
+        read = _by_name(original, name)
+        never_cleans = (read is not None and "clean_logits" not in inspect.signature(original).parameters
                         and "clean_logits" in inspect.signature(ours).parameters)
 
         @functools.wraps(ours)
         def replacement(*args, **kwargs):
-            if signature is not None:
-                bound = signature.bind(*args, **kwargs)
-                bound.apply_defaults()
-                args, kwargs = (), {}
-                for param, value in bound.arguments.items():
-                    if signature.parameters[param].kind is inspect.Parameter.VAR_KEYWORD:
-                        kwargs.update(value)
-                    else:
-                        kwargs[param] = value
-                if never_cleans:
-                    kwargs["clean_logits"] = False
-            return ours(*args, **kwargs)
+            if read is None:
+                return ours(*args, **kwargs)
+            kwargs = read(args, kwargs)
+            if never_cleans:
+                kwargs["clean_logits"] = False
+            return ours(**kwargs)
 
         return replacement
 
