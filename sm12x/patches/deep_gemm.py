@@ -24,24 +24,44 @@ _WHY = ("DeepGEMM main has no SM120/SM121 indexer kernels: 'Unsupported architec
 _FIXED = "DeepGEMM PR #324 (nv_dev branch only, not in main as of 2026-06)"
 
 
-def _by_name(fn, name):
-    """For a Python ``fn`` with named parameters only (DeepGEMM's Python front ends): a function
-    (args, kwargs) -> every argument by name, ``fn``'s defaults filled in. None for compiled
-    functions and ``*args`` stubs. Worked out once here, not per call: the logits functions run
-    once per layer and step (``inspect``'s bind took about 7 µs a call)."""
+def _positional_names(fn):
+    """Names of ``fn``'s parameters that may be passed by position, and all its parameters; None
+    for compiled functions and ``*args`` stubs."""
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
         return None
     if any(p.kind is p.VAR_POSITIONAL for p in params):
         return None
-    names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    defaults = {p.name: p.default for p in params if p.default is not p.empty}
+    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)], params
+
+
+def _by_name(fn, ours, name):
+    """For a Python ``fn`` with named parameters only (DeepGEMM's Python front ends): a function
+    (args, kwargs) -> every argument by ``ours``'s name for it, ``fn``'s defaults filled in. A
+    parameter of ``fn`` that ``ours`` does not name is ``ours``'s parameter in the same place
+    (sgl-deep-gemm calls ``fp8_mqa_logits``'s ranges ``ks`` / ``ke``). None for compiled functions
+    and ``*args`` stubs. Worked out once here, not per call: the logits functions run once per
+    layer and step (``inspect``'s bind took about 7 µs a call)."""
+    theirs = _positional_names(fn)
+    if theirs is None:
+        return None
+    names, params = theirs
+    our_names = (_positional_names(ours) or ([], ()))[0]
+    own = {p.name for p in params}
+    rename = {}
+    for i, n in enumerate(names):
+        if n not in our_names and i < len(our_names) and our_names[i] not in own:
+            rename[n] = our_names[i]
+    defaults = {rename.get(p.name, p.name): p.default for p in params if p.default is not p.empty}
+    names = [rename.get(n, n) for n in names]
 
     def read(args, kwargs):
         if len(args) > len(names):
             raise TypeError(f"{name}() takes at most {len(names)} positional arguments ({len(args)} given)")
         given = dict(zip(names, args))
+        if rename:
+            kwargs = {rename.get(k, k): v for k, v in kwargs.items()}
         twice = given.keys() & kwargs.keys()
         if twice:
             raise TypeError(f"{name}() got multiple values for {', '.join(sorted(twice))}")
@@ -56,13 +76,13 @@ def _factory(name):
         0.33's vendored copy) dropped ``clean_logits`` and ``logits_dtype``: ``max_seqlen_k`` is
         the sixth argument of ``fp8_fp4_mqa_logits`` and the logits are never cleaned.
         sgl-deep-gemm defaults ``clean_logits`` to False. So a call's arguments are named by the
-        original's signature, with its defaults, and passed on by name; an original without
-        ``clean_logits`` gets uncleaned logits. Originals without a Python signature (DeepGEMM's
+        original's signature, with its defaults, and passed on by our names for them (``_by_name``);
+        an original without ``clean_logits`` gets uncleaned logits. Originals without a Python signature (DeepGEMM's
         compiled functions) take ours positionally, in the same order."""
         import importlib
 
         ours = getattr(importlib.import_module(_API), name)
-        read = _by_name(original, name)
+        read = _by_name(original, ours, name)
         never_cleans = (read is not None and "clean_logits" not in inspect.signature(original).parameters
                         and "clean_logits" in inspect.signature(ours).parameters)
 

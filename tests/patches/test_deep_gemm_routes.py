@@ -141,6 +141,8 @@ def get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms, indices=None)
 """
 SGL_DG = f"""
 import torch
+def fp8_mqa_logits(q, kv, weights, ks, ke, clean_logits=False, max_seqlen_k=0):
+    raise RuntimeError({ERR!r})
 def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=False,
                        max_seqlen_k=0, logits_dtype=torch.float, schedule_meta=None):
     raise RuntimeError({ERR!r})
@@ -193,6 +195,11 @@ res = {{"vllm_033_prefill": same_visible(vdg.fp8_fp4_mqa_logits((q, None), (k, k
 import deep_gemm
 res["sgl_deep_gemm_default"] = same_visible(deep_gemm.fp8_fp4_mqa_logits((q, None), (k, k_sf), w, ks, ke,
                                                                        max_seqlen_k=width))
+# sgl-deep-gemm names fp8_mqa_logits' ranges ks / ke; SGLang passes them by position
+res["sgl_deep_gemm_ks_ke"] = (same_visible(deep_gemm.fp8_mqa_logits(q, (k, k_sf), w, ks, ke, clean_logits=False,
+                                                                    max_seqlen_k=width))
+                              and same_visible(deep_gemm.fp8_mqa_logits(q, (k, k_sf), w, ks=ks, ke=ke,
+                                                                        max_seqlen_k=width)))
 
 # the paged front end: indices may come eighth (it was clean_logits before)
 b, bkv, blocks = 3, 64, 2
@@ -214,10 +221,12 @@ print(json.dumps(res))
 
 def test_later_front_ends_are_read_by_their_own_signature(tmp_path):
     """DeepGEMM 2.8's front end (vLLM 0.33) passes max_seqlen_k sixth and wants compressed,
-    uncleaned logits; sgl-deep-gemm's clean_logits defaults to False; DeepGEMM 2.8's paged
+    uncleaned logits; sgl-deep-gemm's clean_logits defaults to False and its fp8_mqa_logits
+    calls the ranges ks / ke; DeepGEMM 2.8's paged
     function takes indices eighth. Each gets what its own signature means."""
     pytest.importorskip("triton")
     root = write_tree(tmp_path, LATER)
     out = last_json(run_py(LATER_CALLS.format(repo=REPO), pythonpath=[REPO, root],
                            env={"TRITON_INTERPRET": "1"}))
-    assert out == {"vllm_033_prefill": True, "sgl_deep_gemm_default": True, "dg28_paged": True}, out
+    assert out == {"vllm_033_prefill": True, "sgl_deep_gemm_default": True, "sgl_deep_gemm_ks_ke": True,
+                   "dg28_paged": True}, out
