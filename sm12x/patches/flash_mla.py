@@ -45,6 +45,9 @@ _WHY_META = ("the scheduler metadata must come from the same implementation as t
 
 # leading positional parameters shared by every FlashMLA version's flash_mla_with_kvcache
 _COMMON_POSITIONAL = 6
+# and of flash_mla_sparse_fwd (q, kv, indices, sm_scale, d_v, attn_sink, topk_length); after them
+# sgl-flash-mla has use_legacy, return_log2_lse where vLLM's copy and sm12x have out
+_PREFILL_POSITIONAL = 7
 
 
 def _api():
@@ -53,29 +56,43 @@ def _api():
     return importlib.import_module(_API)
 
 
+def _named_signature(original):
+    """(original's signature, the name of its ``**`` parameter or None); (None, None) when it has
+    none to bind by: compiled functions and ``*args`` stubs (vLLM's, which stand for its own
+    interface, in sm12x's order)."""
+    import inspect
+
+    try:
+        signature = inspect.signature(original)
+    except (TypeError, ValueError):
+        return None, None
+    params = signature.parameters.values()
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return None, None
+    return signature, next((p.name for p in params if p.kind is p.VAR_KEYWORD), None)
+
+
+def _by_name(signature, var_kw, args, kwargs):
+    """A call's arguments, all by name as ``signature`` reads them."""
+    named = dict(signature.bind(*args, **kwargs).arguments)
+    named.update(named.pop(var_kw, None) or {})
+    return (), named
+
+
 def make_flash_mla_with_kvcache(original):
     """Sparse FP8 calls -> sm12x; anything else -> ``original``. Arguments beyond the six common
     leading ones are bound by the original's own signature (sgl_kernel inserts descale_q/k). When
     the original's ``is_fp8_kvcache`` defaults to None (sgl-flash-mla: inferred from ``indices``),
     a call that leaves it out passes None."""
     api = _api()
-    import inspect
-
-    try:
-        signature = inspect.signature(original)
-    except (TypeError, ValueError):
-        signature = None
+    signature, var_kw = _named_signature(original)
     fp8_param = signature.parameters.get("is_fp8_kvcache") if signature is not None else None
     infers_fp8 = fp8_param is not None and fp8_param.default is None
 
     @functools.wraps(original)
     def flash_mla_with_kvcache(*args, **kwargs):
         if len(args) > _COMMON_POSITIONAL and signature is not None:
-            bound = signature.bind(*args, **kwargs)
-            args, kwargs = (), dict(bound.arguments)
-            extra = kwargs.pop("kwargs", None)
-            if isinstance(extra, dict):
-                kwargs.update(extra)
+            args, kwargs = _by_name(signature, var_kw, args, kwargs)
         if infers_fp8:
             kwargs.setdefault("is_fp8_kvcache", None)
         if api.is_sparse_fp8_call(*args, **kwargs):
@@ -98,16 +115,24 @@ def _forward_to(original, api_name):
 
 def make_get_mla_metadata(original):
     """The old tensor API -> sm12x's placeholders (the original runs a CUDA kernel built for
-    SM90a/SM100f). The current API (no tensor) -> the original's own empty metadata object, a
-    plain Python object that sm12x's decode ignores and that callers may check the type of
-    (SGLang 0.5.23's wrapper treats anything but a ``FlashMLASchedMeta`` as the tensor API); when
-    the original raises (vLLM's stubs on SM12x), sm12x's own."""
+    SM90a/SM100f). The current API (no tensor, or an original that takes ``*args`` and ignores
+    them, as vLLM's dense backend calls it with tensors) -> the original's own empty metadata
+    object, a plain Python object that sm12x's decode ignores and that callers may check the type
+    of (SGLang 0.5.23's wrapper treats anything but a ``FlashMLASchedMeta`` as the tensor API;
+    FlashMLA's dense decode asserts it); when the original raises (vLLM's stubs on SM12x),
+    sm12x's own."""
+    import inspect
+
     api = _api()
+    try:  # the current API, ``get_mla_metadata(*args, **kwargs)``, ignores what it is given
+        ignores_arguments = any(p.kind is p.VAR_POSITIONAL for p in inspect.signature(original).parameters.values())
+    except (TypeError, ValueError):
+        ignores_arguments = False
 
     @functools.wraps(original)
     def get_mla_metadata(*args, **kwargs):
         first = args[0] if args else kwargs.get("cache_seqlens")
-        if first is None:
+        if first is None or ignores_arguments:
             try:
                 return original(*args, **kwargs)
             except Exception:  # a stub that says FlashMLA is missing
@@ -158,8 +183,12 @@ def _prefill_factory(always_log2):
         log2 = always_log2 or not current
         empty_lse = float("inf") if current else float("-inf")
 
+        signature, var_kw = _named_signature(original)
+
         @functools.wraps(original)
         def flash_mla_sparse_fwd(*args, **kwargs):
+            if len(args) > _PREFILL_POSITIONAL and signature is not None:
+                args, kwargs = _by_name(signature, var_kw, args, kwargs)
             result = api.flash_mla_sparse_fwd(*args, **kwargs)
             return api.to_log2_units(result, empty_lse) if log2 else result
 

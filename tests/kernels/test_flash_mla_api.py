@@ -220,3 +220,46 @@ def test_misaligned_q_is_copied_not_rejected():
     ref_out, ref_lse = ref_sparse_mla_decode(q, cache, kw["indices"])
     torch.testing.assert_close(lse, ref_lse, atol=1e-6, rtol=8 / 65536)
     torch.testing.assert_close(out.float(), ref_out.float(), atol=1e-3, rtol=2 / 128)
+
+
+def test_patch_reads_calls_as_each_original_names_them():
+    """vLLM's stub ``(*_args, **_kwargs)`` stands for its own interface (sm12x's order): eleven
+    positional arguments still reach the kernel. sgl-flash-mla's prefill has use_legacy and
+    return_log2_lse where sm12x has out: passed by position they keep their meaning. A current-API
+    ``get_mla_metadata(*args, **kwargs)`` given tensors (vLLM's dense backend) returns its own
+    object; one that raises (the stub) gives sm12x's placeholders."""
+    from sm12x.kernels.reference.sparse_mla import make_prefill_case
+    from sm12x.patches.flash_mla import make_flash_mla_sparse_fwd, make_flash_mla_with_kvcache, make_get_mla_metadata
+
+    def stub(*_args, **_kwargs):
+        raise RuntimeError("FlashMLA is not available")
+
+    patched = make_flash_mla_with_kvcache(stub)
+    q, cache, kw = inputs()
+    idx = kw["indices"]
+    out, lse = patched(q, cache, None, None, 512, None, None, None, False, True, idx)
+    torch.testing.assert_close(lse, ref_sparse_mla_decode(q, cache, idx)[1], atol=1e-6, rtol=8 / 65536)
+
+    def sgl_prefill(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk_length=None, use_legacy=False,
+                    return_log2_lse=None):
+        raise RuntimeError("Sparse Attention Forward Kernel is only supported on SM90a and SM100f")
+
+    prefill = make_flash_mla_sparse_fwd(sgl_prefill)
+    c = make_prefill_case(s_q=2, h_q=16, topk=64, s_kv=128)
+    args = (c["q"], c["kv"], c["indices"], c["sm_scale"], 512, c["attn_sink"], None)
+    by_name = prefill(*args, use_legacy=True, return_log2_lse=True)
+    by_place = prefill(*args, True, True)
+    for a, b in zip(by_name, by_place):
+        assert torch.equal(a, b)
+
+    class Sched:
+        pass
+
+    def current(*args, **kwargs):
+        return Sched(), None
+
+    lens = torch.tensor([5, 9], dtype=torch.int32)
+    assert isinstance(make_get_mla_metadata(current)(lens, 1, 1, is_fp8_kvcache=False)[0], Sched)
+    placeholders = make_get_mla_metadata(stub)(lens, 1, 1)
+    assert isinstance(placeholders[0], torch.Tensor) and placeholders[1].shape == (3,)
+
