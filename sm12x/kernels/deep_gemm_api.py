@@ -65,10 +65,19 @@ def _reject_unknown(op: str, kwargs: dict) -> None:
             raise unsupported(op, name, repr(value)[:60], "None (unknown argument; sm12x does not implement it)")
 
 
+def _packed_q_scale(qs):
+    """vLLM's MXFP4 indexer passes a row's four ue8m0 scales as uint8 [..., 4]: the bytes of
+    DeepGEMM's packed int32 (group g in byte g), read as that int32. Anything else as given."""
+    if (isinstance(qs, torch.Tensor) and qs.dtype == torch.uint8 and qs.dim() >= 1 and qs.shape[-1] == 4
+            and qs.is_contiguous()):
+        return qs.view(torch.int32).squeeze(-1)
+    return qs
+
+
 def _split_q(op, q):
     if isinstance(q, (tuple, list)):
         require(len(q) == 2, op, "q", lambda: f"a tuple of {len(q)}", "(values, scale or None)")
-        return q[0], q[1]
+        return q[0], _packed_q_scale(q[1])
     require(isinstance(q, torch.Tensor), op, "q", type(q).__name__, "a tensor or (values, scale or None)")
     return q, None
 

@@ -152,6 +152,19 @@ def test_unclean_and_compressed(device, fp4, h, d):
     check_against_reference(comp, inp, ks, ke, fp4, clean=False, max_seqlen_k=width)
 
 
+def test_q_scale_as_four_bytes(device):
+    """vLLM's MXFP4 indexer passes q scales as uint8 [S, H, 4]: the packed int32's bytes."""
+    s, s_kv, h, d = 4, 130, 16, 128
+    inp = make_inputs(s, s_kv, h, d, True, device, seed=3)
+    ks, ke = ragged_ranges(s, s_kv, device)
+    qv, qs = inp["q"]
+    want = api.fp8_fp4_mqa_logits((qv, qs), inp["kv"], inp["weights"], ks, ke)
+    got = api.fp8_fp4_mqa_logits((qv, qs.view(torch.uint8).view(s, h, 4)), inp["kv"], inp["weights"], ks, ke)
+    assert torch.equal(got, want)
+    with pytest.raises(ValueError, match="q_scale"):  # any other byte layout is still refused
+        api.fp8_fp4_mqa_logits((qv, qs.view(torch.uint8).view(s, h, 4)[..., :2]), inp["kv"], inp["weights"], ks, ke)
+
+
 def test_legacy_name_bf16_logits_and_weights(device):
     s, s_kv, h, d = 5, 200, 32, 64
     inp = make_inputs(s, s_kv, h, d, False, device, seed=2)

@@ -238,6 +238,16 @@ def test_legacy_name_keywords_indices_bf16(device):
     assert calc_diff(bf.float().masked_fill(inv, 0), a.masked_fill(inv, 0)) < 1e-4
 
 
+def test_q_scale_as_four_bytes(device):
+    """vLLM's MXFP4 indexer passes q scales as uint8 [B, next_n, H, 4]: the packed int32's bytes."""
+    inp = make_paged(2, 2, 16, 128, 64, [70, 128], True, device, seed=5)
+    qv, qs = inp["q"]
+    args = (inp["cache"], inp["weights"], inp["context_lens"], inp["block_table"], None, inp["max_context_len"])
+    want = api.fp8_fp4_paged_mqa_logits((qv, qs), *args, clean_logits=True)
+    got = api.fp8_fp4_paged_mqa_logits((qv, qs.view(torch.uint8).view(*qs.shape, 4)), *args, clean_logits=True)
+    assert torch.equal(got, want)
+
+
 def test_1d_context_lens_positions(device):
     """Old API: with ctx = 10 and next_n = 3, rows see 8, 9 and 10 positions."""
     inp = make_paged(1, 3, 8, 32, 32, [10], False, device, ctx2d=False, seed=5)
