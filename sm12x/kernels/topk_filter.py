@@ -34,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from sm12x.kernels.topk_select import (BLOCK, NUM_WARPS, SEGMENT, _aligned, _ordered_u32, _outside, _read_range,
+from sm12x.kernels.topk_select import (BLOCK, NUM_WARPS, SEGMENT, _ordered_u32, _outside, _read_range, _segment_span,
                                        row_topk_keys, segment_width)
 
 SAMPLE = 1024  # entries sampled per row
@@ -79,12 +79,6 @@ def _threshold_kernel(x_ptr, stride_x, W, starts_ptr, ends_ptr, col_start, K, th
         u = tl.sort(_ordered_u32(tl.load(x_ptr + r.to(tl.int64) * stride_x + pos)), descending=True)
         t = tl.max(tl.where(i == rank - 1, u, 0))
     tl.store(thr_ptr + r, t.to(tl.int32, bitcast=True))
-
-
-@triton.jit
-def _segment_span(g, lo, hi, SEGMENT: tl.constexpr, BLOCK: tl.constexpr):
-    """(first loop column, end) of segment g's share of the row's columns [lo, hi)."""
-    return tl.maximum(_aligned(lo, BLOCK), g * SEGMENT), tl.minimum(hi, (g + 1) * SEGMENT)
 
 
 @triton.jit

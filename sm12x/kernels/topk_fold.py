@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from sm12x.kernels.checks import require, require_dtype
-from sm12x.kernels.topk_select import sort_key
+from sm12x.kernels.topk_select import _read_range, sort_key
 
 OP = "fold_above_floor"
 # H200, 4096 x 16,384 window, ~170 keys above the floor per row: one warp per 512 columns collects
@@ -80,12 +80,7 @@ def _collect_kernel(x_ptr, stride_x, W, base_ptr, col_start, best_ptr, stride_b,
     (after an atomic add on the row's count; the merge sorts them)."""
     r = tl.program_id(0).to(tl.int64)
     c0 = tl.program_id(1) * COLS
-    hi = W
-    if HAS_ENDS:
-        hi = tl.minimum(hi, tl.load(ends_ptr + r) - col_start)
-    lo = 0
-    if HAS_STARTS:
-        lo = tl.load(starts_ptr + r) - col_start
+    lo, hi = _read_range(W, starts_ptr, ends_ptr, r, col_start, HAS_STARTS, HAS_ENDS)
     if (c0 >= hi) | (c0 + COLS <= lo):  # the row reads none of this tile
         return
     base = 0

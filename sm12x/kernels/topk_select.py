@@ -99,6 +99,12 @@ def _outside(g, lo, hi, SEGMENT: tl.constexpr):
 
 
 @triton.jit
+def _segment_span(g, lo, hi, SEGMENT: tl.constexpr, BLOCK: tl.constexpr):
+    """(first loop column, end) of segment g's share of the row's columns [lo, hi)."""
+    return tl.maximum(_aligned(lo, BLOCK), g * SEGMENT), tl.minimum(hi, (g + 1) * SEGMENT)
+
+
+@triton.jit
 def _add_unread(hist, unread, prefix, pmask, shift, NBINS: tl.constexpr):
     """Count ``unread`` -inf entries (columns outside the row's range) into a digit histogram."""
     img = tl.full((), NEG_INF_IMAGE, tl.uint32)
@@ -275,8 +281,8 @@ def _segment_hist_kernel(x_ptr, stride_x, W, hist_ptr, R, K, skip_ptr, starts_pt
     hist = tl.zeros((NBINS,), dtype=tl.int32)
     if g == lo // SEGMENT:
         hist = _add_unread(hist, W - (hi - lo), prefix, pmask, shift, NBINS)
-    end = tl.minimum(hi, (g + 1) * SEGMENT)
-    for c0 in range(tl.maximum(_aligned(lo, BLOCK), g * SEGMENT), end, BLOCK):
+    start, end = _segment_span(g, lo, hi, SEGMENT, BLOCK)
+    for c0 in range(start, end, BLOCK):
         c = c0 + tl.arange(0, BLOCK)
         read = (c >= lo) & (c < end)
         u = _ordered_u32(tl.load(row + c, mask=read, other=float("-inf")))
@@ -306,8 +312,8 @@ def _segment_count_kernel(x_ptr, stride_x, W, hist_ptr, R, K, cnt_ptr, G, skip_p
     t, _, need = _digits_so_far(hist_ptr, r, R, K, PASSES, RADIX_BITS)
     n_gt = 0
     n_eq = 0
-    end = tl.minimum(hi, (g + 1) * SEGMENT)
-    for c0 in range(tl.maximum(_aligned(lo, BLOCK), g * SEGMENT), end, BLOCK):
+    start, end = _segment_span(g, lo, hi, SEGMENT, BLOCK)
+    for c0 in range(start, end, BLOCK):
         c = c0 + tl.arange(0, BLOCK)
         read = (c >= lo) & (c < end)
         u = _ordered_u32(tl.load(row + c, mask=read, other=float("-inf")))
@@ -346,8 +352,8 @@ def _segment_write_kernel(x_ptr, stride_x, W, hist_ptr, R, K, cnt_ptr, G, base_p
         base = tl.load(base_ptr + r)
     out_row = out_ptr + r.to(tl.int64) * stride_o
     first_eq = K - need
-    end = tl.minimum(hi, (g + 1) * SEGMENT)
-    for c0 in range(tl.maximum(_aligned(lo, BLOCK), g * SEGMENT), end, BLOCK):
+    start, end = _segment_span(g, lo, hi, SEGMENT, BLOCK)
+    for c0 in range(start, end, BLOCK):
         c = c0 + tl.arange(0, BLOCK)
         read = (c >= lo) & (c < end)
         v = tl.load(row + c, mask=read, other=float("-inf"))

@@ -31,6 +31,19 @@ def test_merge_matches_topk(device, r, k, m):
     assert torch.equal(got, expected(best, cand, k))
 
 
+@pytest.mark.parametrize("k", [512, 2048])
+def test_out_may_be_an_input(device, k):
+    """The running top-k merges into its own buffer (out is best), and a first window may sort in
+    place (out is cand), in the kernel (512) and in torch's sort (2048) alike."""
+    both = random_keys(3, 2 * k, seed=k)
+    best = both[:, :k].sort(dim=1, descending=True).values.to(device)
+    cand = both[:, k:].contiguous().to(device)
+    want = expected(best.cpu(), cand.cpu(), k)
+    assert torch.equal(merge_topk_keys(best, cand, best).cpu(), want) and torch.equal(best.cpu(), want)
+    want = expected(None, cand.cpu(), k)
+    assert torch.equal(merge_topk_keys(None, cand, cand).cpu(), want)
+
+
 def test_first_window_pads_with_int64_min(device):
     cand = random_keys(4, 30, seed=1)
     got = merge_topk_keys(None, cand.to(device), torch.empty(4, 50, dtype=torch.int64, device=device)).cpu()
