@@ -51,9 +51,15 @@ def test_first_window_pads_with_int64_min(device):
     assert (got[:, 30:] == INT64_MIN).all()
 
 
+@pytest.mark.parametrize("by_torch", [False, True])
 @pytest.mark.parametrize("m", [2048, 1500])
-def test_wide_first_window_is_sorted(device, m):
-    """A first window wider than one program (top-2048): sorted by torch, padded when short."""
+def test_wide_first_window_is_sorted(monkeypatch, device, m, by_torch):
+    """A first window of top-2048: sorted by the kernel (32 warps) for up to FIRST_SORT_MAX_ROWS
+    rows, by torch for more; padded when short."""
+    from sm12x.kernels import topk_merge
+
+    if by_torch:
+        monkeypatch.setattr(topk_merge, "FIRST_SORT_MAX_ROWS", 2)
     cand = random_keys(3, m, seed=m)
     got = merge_topk_keys(None, cand.to(device), torch.empty(3, 2048, dtype=torch.int64, device=device)).cpu()
     assert torch.equal(got, expected(None, cand, 2048))
