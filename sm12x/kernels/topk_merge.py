@@ -1,7 +1,8 @@
 """Merge a running top-k with a window's candidates, both as int64 sort keys (``topk_select``).
 
-Contract: ``merge_topk_keys(best, cand, out)`` with ``best`` int64 [R, k] (or None), ``cand``
-int64 [R, m] in any order and ``out`` int64 [R, k] (it may be ``best`` itself): out[r] holds the
+Contract: ``merge_topk_keys(best, cand, out)`` with ``best`` int64 [R, k] sorted descending (as
+this function leaves it; or None), ``cand`` int64 [R, m] in any order (it may be reordered) and
+``out`` int64 [R, k] (it may be ``best`` itself): out[r] holds the
 k largest keys of best[r] and cand[r] together, sorted descending, INT64_MIN where there are fewer
 than k. Sort keys are distinct apart from INT64_MIN (invisible), so the result is deterministic.
 
@@ -10,7 +11,8 @@ two, sorts it (``tl.sort``, a bitonic network) and stores the first k. Wider tha
 (top-k above 512) it uses ``torch.topk`` of the concatenation, which is faster there, unless a
 skip vector is given (then most rows are usually skipped, and the kernel skips them; torch cannot)
 and the width is at most ``MAX_WIDTH_SKIPPING``, or it sorts a first window of 2048 keys for at
-most ``FIRST_SORT_MAX_ROWS`` rows (with more warps). The fused
+most ``FIRST_SORT_MAX_ROWS`` rows (with more warps). Wider merges with a running set of up to
+top-2048 sort only the candidates and place both lists by binary search. The fused
 indexer top-k merges once per window; as ``torch.topk`` of [4096, 1024] int64 those merges took
 6.3 of its 31.8 ms at S=4096 x S_kv=262,144 on the H200 (profiler, 2026-12-03).
 """
@@ -41,6 +43,10 @@ NUM_WARPS = 16
 FIRST_SORT_WIDTH = 2048
 FIRST_SORT_MAX_ROWS = 2048
 FIRST_SORT_WARPS = 32
+# Wider merges with a running set (top-2048: 2048 + up to 2048 candidates) sort only the
+# candidates and place both lists by binary search (``_merge_sorted_kernel``).
+SORTED_MERGE_MAX = 2048
+SORTED_MERGE_WARPS = 32
 
 
 @triton.jit
@@ -60,6 +66,49 @@ def _merge_kernel(best_ptr, stride_b, cand_ptr, stride_c, M, out_ptr, stride_o, 
         keys = tl.load(cand_ptr + r * stride_c + i, mask=i < M, other=lowest)
     keys = tl.sort(keys, descending=True)
     tl.store(out_ptr + r * stride_o + i, keys, mask=i < K)
+
+
+@triton.jit
+def _count_before(row_ptr, n, x, STRICT: tl.constexpr, STEPS: tl.constexpr):
+    """For each key of ``x``: how many of the descending keys row[0:n] come before it: those
+    greater (``STRICT``) or greater or equal. A binary search, STEPS >= bit length of n."""
+    lo = tl.zeros(x.shape, tl.int32)
+    hi = tl.full(x.shape, 0, tl.int32) + n
+    for _ in tl.static_range(STEPS):
+        active = lo < hi
+        mid = (lo + hi) // 2
+        v = tl.load(row_ptr + mid, mask=active, other=0)
+        before = (v > x) if STRICT else (v >= x)
+        lo = tl.where(active & before, mid + 1, lo)
+        hi = tl.where(active & ~before, mid, hi)
+    return lo
+
+
+@triton.jit
+def _merge_sorted_kernel(best_ptr, stride_b, cand_ptr, stride_c, M, out_ptr, stride_o, K, skip_ptr,
+                         HAS_SKIP: tl.constexpr, KW: tl.constexpr, CW: tl.constexpr, STEPS: tl.constexpr):
+    """Row r with a sorted running set: sort the candidates (written back in place), then put every
+    key of both lists at its place in their union (its index in its own list plus how many keys of
+    the other come before it; on equal keys best's first), keeping the first K. Sorting only the
+    candidates costs less than sorting both lists together."""
+    r = tl.program_id(0).to(tl.int64)
+    if HAS_SKIP:
+        if tl.load(skip_ptr + r) != 0:
+            return
+    cand_row = cand_ptr + r * stride_c
+    best_row = best_ptr + r * stride_b
+    j = tl.arange(0, CW)
+    c = tl.sort(tl.load(cand_row + j, mask=j < M, other=-9223372036854775807 - 1), descending=True)
+    tl.store(cand_row + j, c, mask=j < M)
+    tl.debug_barrier()  # the sorted candidates are read back by every thread of the program
+    i = tl.arange(0, KW)
+    b = tl.load(best_row + i, mask=i < K, other=-9223372036854775807 - 1)
+    at_b = i + _count_before(cand_row, M, b, True, STEPS)
+    at_c = j + _count_before(best_row, K, c, False, STEPS)
+    tl.debug_barrier()  # out may be best: every read of it is done
+    out_row = out_ptr + r * stride_o
+    tl.store(out_row + at_b, b, mask=(i < K) & (at_b < K))
+    tl.store(out_row + at_c, c, mask=(j < M) & (at_c < K))
 
 
 def _rows(t, name, rows=None):
@@ -91,6 +140,12 @@ def merge_topk_keys(best: torch.Tensor | None, cand: torch.Tensor, out: torch.Te
     if rows == 0:
         return out
     first_sort = best is None and skip is None and width == FIRST_SORT_WIDTH and rows <= FIRST_SORT_MAX_ROWS
+    if best is not None and width > MAX_WIDTH and max(k, cand.shape[1]) <= SORTED_MERGE_MAX:
+        kw, cw = triton.next_power_of_2(k), triton.next_power_of_2(cand.shape[1])
+        _merge_sorted_kernel[(rows,)](best, best.stride(0), cand, cand.stride(0), cand.shape[1], out, out.stride(0),
+                                      k, skip if skip is not None else cand, HAS_SKIP=skip is not None, KW=kw,
+                                      CW=cw, STEPS=max(kw, cw).bit_length(), num_warps=SORTED_MERGE_WARPS)
+        return out
     if width > (MAX_WIDTH if skip is None else MAX_WIDTH_SKIPPING) and not first_sort:
         merged = cand if best is None else torch.cat([best, cand], dim=1)
         if merged.shape[1] < k:
@@ -115,8 +170,9 @@ def merge_topk_keys(best: torch.Tensor | None, cand: torch.Tensor, out: torch.Te
 
 
 def compile_reports(targets=("sm_120", "sm_121")):
-    """Compile the merge for ``targets`` at its widest, without and with skipping (top-512 + 512 and
-    top-2048 + 2048), and a first window's sort of 2048 -> list of CompileReport."""
+    """Compile the merges for ``targets`` at their widest, without and with skipping (top-512 + 512
+    and top-2048 + 2048, by sorting both or only the candidates), and a first window's sort of 2048
+    -> list of CompileReport."""
     from sm12x.kernels.compile_check import compile_kernel
     from sm12x.kernels.mqa_logits import interpreting, reports_in_subprocess
 
@@ -133,4 +189,12 @@ def compile_reports(targets=("sm_120", "sm_121")):
             reports.append(compile_kernel(_merge_kernel, sig, {"HAS_BEST": best, "HAS_SKIP": skipping,
                                                                 "WIDTH": width}, target=t, num_warps=warps,
                                           num_stages=1, config_name=f"merge W{width}" + ("" if best else " first")))
+        sorted_sig = {k: v for k, v in sig.items() if k not in ("HAS_BEST", "WIDTH")}
+        sorted_sig.update(KW="constexpr", CW="constexpr", STEPS="constexpr")
+        for skipping in (False, True):
+            reports.append(compile_kernel(_merge_sorted_kernel, sorted_sig,
+                                          {"HAS_SKIP": skipping, "KW": SORTED_MERGE_MAX, "CW": SORTED_MERGE_MAX,
+                                           "STEPS": SORTED_MERGE_MAX.bit_length()}, target=t,
+                                          num_warps=SORTED_MERGE_WARPS, num_stages=1,
+                                          config_name=f"sorted merge {SORTED_MERGE_MAX}" + (" skip" if skipping else "")))
     return reports
