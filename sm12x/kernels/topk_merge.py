@@ -6,15 +6,18 @@ this function leaves it; or None), ``cand`` int64 [R, m] in any order (it may be
 k largest keys of best[r] and cand[r] together, sorted descending, INT64_MIN where there are fewer
 than k. Sort keys are distinct apart from INT64_MIN (invisible), so the result is deterministic.
 
-How: one program per row loads both lists into one vector, padded with INT64_MIN to a power of
-two, sorts it (``tl.sort``, a bitonic network) and stores the first k. Wider than ``MAX_WIDTH``
-(top-k above 512) it uses ``torch.topk`` of the concatenation, which is faster there, unless a
-skip vector is given (then most rows are usually skipped, and the kernel skips them; torch cannot)
-and the width is at most ``MAX_WIDTH_SKIPPING``, or it sorts a first window of 2048 keys for at
-most ``FIRST_SORT_MAX_ROWS`` rows (with more warps). Wider merges with a running set of up to
-top-2048 sort only the candidates and place both lists by binary search. The fused
-indexer top-k merges once per window; as ``torch.topk`` of [4096, 1024] int64 those merges took
-6.3 of its 31.8 ms at S=4096 x S_kv=262,144 on the H200 (profiler, 2026-12-03).
+How, by width (both lists together, rounded up to a power of two):
+- up to ``MAX_WIDTH`` (top-512 + 512): one program per row loads both lists into one vector,
+  padded with INT64_MIN, sorts it (``tl.sort``, a bitonic network) and stores the first k;
+- wider, with a running set of up to top-2048 and up to 2048 candidates: one program per row
+  sorts only the candidates and puts each key of both lists at its place by binary search
+  (``_merge_sorted_kernel``);
+- a first window (no running set) of 2048 keys for at most ``FIRST_SORT_MAX_ROWS`` rows: the
+  first kernel with 32 warps;
+- anything wider: ``torch`` (a sort, or ``topk`` of the concatenation), or the first kernel up to
+  ``MAX_WIDTH_SKIPPING`` when a skip vector is given (torch cannot skip rows).
+The fused indexer top-k merges once per window; as ``torch.topk`` of [4096, 1024] int64 those
+merges took 6.3 of its 31.8 ms at S=4096 x S_kv=262,144 on the H200 (profiler, 2026-12-03).
 """
 from __future__ import annotations
 
@@ -69,7 +72,7 @@ def _merge_kernel(best_ptr, stride_b, cand_ptr, stride_c, M, out_ptr, stride_o, 
 
 
 @triton.jit
-def _count_before(row_ptr, n, x, STRICT: tl.constexpr, STEPS: tl.constexpr):
+def count_before(row_ptr, n, x, STRICT: tl.constexpr, STEPS: tl.constexpr):
     """For each key of ``x``: how many of the descending keys row[0:n] come before it: those
     greater (``STRICT``) or greater or equal. A binary search, STEPS >= bit length of n."""
     lo = tl.zeros(x.shape, tl.int32)
@@ -103,8 +106,8 @@ def _merge_sorted_kernel(best_ptr, stride_b, cand_ptr, stride_c, M, out_ptr, str
     tl.debug_barrier()  # the sorted candidates are read back by every thread of the program
     i = tl.arange(0, KW)
     b = tl.load(best_row + i, mask=i < K, other=-9223372036854775807 - 1)
-    at_b = i + _count_before(cand_row, M, b, True, STEPS)
-    at_c = j + _count_before(best_row, K, c, False, STEPS)
+    at_b = i + count_before(cand_row, M, b, True, STEPS)
+    at_c = j + count_before(best_row, K, c, False, STEPS)
     tl.debug_barrier()  # out may be best: every read of it is done
     out_row = out_ptr + r * stride_o
     tl.store(out_row + at_b, b, mask=(i < K) & (at_b < K))

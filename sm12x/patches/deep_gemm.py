@@ -76,9 +76,10 @@ def _factory(name):
         0.33's vendored copy) dropped ``clean_logits`` and ``logits_dtype``: ``max_seqlen_k`` is
         the sixth argument of ``fp8_fp4_mqa_logits`` and the logits are never cleaned.
         sgl-deep-gemm defaults ``clean_logits`` to False. So a call's arguments are named by the
-        original's signature, with its defaults, and passed on by our names for them (``_by_name``);
-        an original without ``clean_logits`` gets uncleaned logits. Originals without a Python signature (DeepGEMM's
-        compiled functions) take ours positionally, in the same order."""
+        original's signature, with its defaults, and passed on by our names for them
+        (``_by_name``); an original without ``clean_logits`` gets uncleaned logits. Originals
+        without a Python signature (DeepGEMM's compiled functions) take ours positionally, in the
+        same order."""
         import importlib
 
         ours = getattr(importlib.import_module(_API), name)
