@@ -30,6 +30,7 @@ import triton
 import triton.language as tl
 
 from sm12x.kernels.checks import require, require_dtype
+from sm12x.kernels.topk_merge import count_before
 from sm12x.kernels.topk_select import _read_range, sort_key
 
 OP = "fold_above_floor"
@@ -54,22 +55,6 @@ def fold_limits(k: int) -> tuple[int, int]:
     """(most candidates a row of a top-``k`` may have to be folded, warps of the merge)."""
     cand, warps = (CANDIDATES, MERGE_WARPS) if k <= 512 else (WIDE_CANDIDATES, WIDE_MERGE_WARPS)
     return min(cand, k), warps
-
-
-@triton.jit
-def _count_above(sorted_ptr, n, keys, STEPS: tl.constexpr):
-    """For each of ``keys``: how many of the first ``n`` entries of the descending, distinct
-    list at ``sorted_ptr`` are greater (binary search, STEPS >= log2(n + 1))."""
-    lo = tl.zeros(keys.shape, dtype=tl.int32)
-    hi = tl.zeros(keys.shape, dtype=tl.int32) + n
-    for _ in tl.static_range(STEPS):
-        active = lo < hi
-        mid = (lo + hi) // 2
-        # finished lanes read a valid entry too (never past the list), and ignore it
-        above = tl.load(sorted_ptr + tl.maximum(tl.minimum(mid, n - 1), 0)) > keys
-        lo = tl.where(active & above, mid + 1, lo)
-        hi = tl.where(active & ~above, mid, hi)
-    return lo
 
 
 @triton.jit
@@ -115,11 +100,11 @@ def _merge_kernel(best_ptr, stride_b, K, cand_ptr, stride_c, done_ptr, limit,
     cand = tl.sort(tl.load(cand_row + j, mask=j < m, other=lowest), descending=True)
     i = tl.arange(0, KP)
     kept = tl.load(best_row + i, mask=i < K, other=0)
-    cand_place = j + _count_above(best_row, K, cand, STEPS_K)
+    cand_place = j + count_before(best_row, K, cand, True, STEPS_K)
     tl.debug_barrier()  # everyone has read the unsorted candidates
     tl.store(cand_row + j, cand, mask=j < m)
     tl.debug_barrier()
-    kept_place = i + _count_above(cand_row, m, kept, STEPS_C)
+    kept_place = i + count_before(cand_row, m, kept, True, STEPS_C)
     tl.debug_barrier()  # every read of best is done before it is overwritten
     tl.store(best_row + cand_place, cand, mask=(j < m) & (cand_place < K))
     tl.store(best_row + kept_place, kept, mask=(i < tl.where(done, K, 0)) & (kept_place < K))
