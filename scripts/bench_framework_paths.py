@@ -23,7 +23,6 @@ import argparse
 import datetime
 import importlib
 import os
-import statistics
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -86,7 +85,7 @@ def replacement(patch_name: str, original):
 def time_call(fn, flush: bool, iters: int):
     """(median µs per call, "graph" or "eager")."""
     import torch
-    from gpu_timing import FLUSH_BYTES, graphed
+    from gpu_timing import graphed, median_us
 
     fn()  # compile, autotune
     torch.cuda.synchronize()
@@ -95,18 +94,7 @@ def time_call(fn, flush: bool, iters: int):
     except Exception:  # noqa: BLE001 - host syncs or allocations that capture refuses
         torch.cuda.synchronize()
         run, how = fn, "eager"
-    scratch = torch.empty(FLUSH_BYTES if flush else 16, dtype=torch.uint8, device="cuda")
-    times = []
-    for _ in range(iters):
-        if flush:
-            scratch.zero_()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        run()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    return statistics.median(times), how
+    return median_us(run, iters, flush), how
 
 
 # ---------------------------------------------------------------- sparse MLA decode (DeepSeek-V4)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import statistics
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -83,23 +82,11 @@ def time_fn(fn, iters, flush, graph=False):
     """Median µs of ``fn`` between CUDA events. With ``graph`` the call is captured once in a CUDA
     graph and replayed, so host launch overhead is excluded (as in CUDA-graph decode)."""
     import torch
-    from gpu_timing import FLUSH_BYTES, graphed
+    from gpu_timing import graphed, median_us
 
-    scratch = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda") if flush else None
     fn()  # compile / warm up
     torch.cuda.synchronize()
-    run = graphed(fn) if graph else fn
-    times = []
-    for _ in range(iters):
-        if scratch is not None:
-            scratch.zero_()  # evict L2 (50-60 MB on H200 / 128 MB on RTX PRO 6000)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0)
-    return statistics.median(times)
+    return median_us(graphed(fn) if graph else fn, iters, flush)
 
 
 def main():

@@ -28,6 +28,23 @@ def time_us(fn, iters=20):
     return sorted(ts)[2]
 
 
+def median_us(run, iters, flush=True):
+    """Median µs of ``iters`` calls of ``run`` between CUDA events; with ``flush`` a 512 MB write
+    evicts L2 before every call (as FlashMLA's and DeepGEMM's harnesses do)."""
+    scratch = torch.empty(FLUSH_BYTES if flush else 16, dtype=torch.uint8, device="cuda")
+    times = []
+    for _ in range(iters):
+        if flush:
+            scratch.zero_()  # evict L2 (50-60 MB on H200 / 128 MB on RTX PRO 6000)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0)
+    return statistics.median(times)
+
+
 def graphed(fn, calls=1):
     """``calls`` calls of ``fn`` captured in one CUDA graph; returns the graph's replay."""
     fn()
