@@ -196,10 +196,7 @@ def metadata_makers(target: str):
     """(framework's, sm12x's) context_lens -> scheduler metadata, for a DeepGEMM target."""
     from sm12x.kernels import deep_gemm_api as api
 
-    module = importlib.import_module(target.split(":")[0])
-    fn = getattr(module, "get_paged_mqa_logits_metadata", None)
-    while hasattr(fn, "__sm12x_original__"):
-        fn = fn.__sm12x_original__
+    fn, _ = resolve(target.split(":")[0] + ":get_paged_mqa_logits_metadata")
     sms = api.get_num_sms()
     theirs = (lambda cl: fn(cl, 64, sms)) if fn else (lambda cl: None)
     return theirs, (lambda cl: api.get_paged_mqa_logits_metadata(cl, 64, sms))
