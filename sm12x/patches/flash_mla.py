@@ -154,12 +154,15 @@ def make_sparse_decode_fwd(original):
 
 
 def make_flash_mla_with_kvcache_sm120(original):
-    """SGLang's keyword-only SM120 entry (no block table, no scheduler metadata)."""
+    """SGLang's keyword-only SM120 entry (no block table, no scheduler metadata: the original
+    ignores them, and so do we when a caller passes them)."""
     api = _api()
 
     @functools.wraps(original)
     def flash_mla_with_kvcache_sm120(q, k_cache, head_dim_v=512, **kwargs):
         kwargs.setdefault("is_fp8_kvcache", True)
+        for unused in ("block_table", "cache_seqlens", "tile_scheduler_metadata"):
+            kwargs.pop(unused, None)
         sched = api.get_mla_metadata()[0]
         return api.flash_mla_with_kvcache(q, k_cache, None, None, head_dim_v, sched, **kwargs)
 

@@ -263,3 +263,18 @@ def test_patch_reads_calls_as_each_original_names_them():
     placeholders = make_get_mla_metadata(stub)(lens, 1, 1)
     assert isinstance(placeholders[0], torch.Tensor) and placeholders[1].shape == (3,)
 
+
+
+def test_sglang_sm120_entry_ignores_what_its_original_ignores():
+    """SGLang's keyword-only SM120 entry ignores a block table, sequence lengths and scheduler
+    metadata; passing them must not turn into 'multiple values' errors."""
+    from sm12x.patches.flash_mla import make_flash_mla_with_kvcache_sm120
+
+    def original(**kwargs):
+        raise RuntimeError("no SM120 backend here")
+
+    entry = make_flash_mla_with_kvcache_sm120(original)
+    q, cache, kw = inputs()
+    out, lse = entry(q=q, k_cache=cache, head_dim_v=512, indices=kw["indices"], block_table=None,
+                     cache_seqlens=None, tile_scheduler_metadata=None, num_splits=None)
+    torch.testing.assert_close(lse, ref_sparse_mla_decode(q, cache, kw["indices"])[1], atol=1e-6, rtol=8 / 65536)
