@@ -113,6 +113,16 @@ def _forward_to(original, api_name):
     return forward
 
 
+def _originals_run_here() -> bool:
+    """Patches forced onto a GPU that is not SM12x (``SM12X_FORCE=1`` on an SM90 / SM100 GPU):
+    FlashMLA's own scheduler runs there, and the dense calls that still go to the original decode
+    need its real schedule, not sm12x's placeholders."""
+    from sm12x import platform
+
+    capability = platform.gpu_arch().capability
+    return capability is not None and capability[0] != 12
+
+
 def make_get_mla_metadata(original):
     """The old tensor API -> sm12x's placeholders (the original runs a CUDA kernel built for
     SM90a/SM100f). The current API (no tensor, or an original that takes ``*args`` and ignores
@@ -120,10 +130,11 @@ def make_get_mla_metadata(original):
     object, a plain Python object that sm12x's decode ignores and that callers may check the type
     of (SGLang 0.5.23's wrapper treats anything but a ``FlashMLASchedMeta`` as the tensor API;
     FlashMLA's dense decode asserts it); when the original raises (vLLM's stubs on SM12x),
-    sm12x's own."""
+    sm12x's own. Where the original runs (``_originals_run_here``), the tensor API too."""
     import inspect
 
     api = _api()
+    native = _originals_run_here()
     try:  # the current API, ``get_mla_metadata(*args, **kwargs)``, ignores what it is given
         ignores_arguments = any(p.kind is p.VAR_POSITIONAL for p in inspect.signature(original).parameters.values())
     except (TypeError, ValueError):
@@ -132,7 +143,7 @@ def make_get_mla_metadata(original):
     @functools.wraps(original)
     def get_mla_metadata(*args, **kwargs):
         first = args[0] if args else kwargs.get("cache_seqlens")
-        if first is None or ignores_arguments:
+        if first is None or ignores_arguments or native:
             try:
                 return original(*args, **kwargs)
             except Exception:  # a stub that says FlashMLA is missing
@@ -144,7 +155,14 @@ def make_get_mla_metadata(original):
 
 def make_get_mla_decoding_metadata(original):
     """sgl-flash-mla's tensor scheduler, which SGLang 0.5.23's ``get_mla_metadata(cache_seqlens,
-    ...)`` calls: placeholders that sm12x's decode never reads."""
+    ...)`` calls: placeholders that sm12x's decode never reads; the original's own schedule where
+    the original runs (``_originals_run_here``)."""
+    if _originals_run_here():
+        @functools.wraps(original)
+        def own_schedule(*args, **kwargs):
+            return original(*args, **kwargs)
+
+        return own_schedule
     return _forward_to(original, "get_mla_decoding_metadata")
 
 

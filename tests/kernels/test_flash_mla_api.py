@@ -278,3 +278,22 @@ def test_sglang_sm120_entry_ignores_what_its_original_ignores():
     out, lse = entry(q=q, k_cache=cache, head_dim_v=512, indices=kw["indices"], block_table=None,
                      cache_seqlens=None, tile_scheduler_metadata=None, num_splits=None)
     torch.testing.assert_close(lse, ref_sparse_mla_decode(q, cache, kw["indices"])[1], atol=1e-6, rtol=8 / 65536)
+
+
+@pytest.mark.parametrize("arch", ["12.0", "9.0"])
+def test_metadata_is_the_originals_where_it_runs(monkeypatch, arch):
+    """Forced onto a GPU with FlashMLA's kernels (SM12X_FORCE=1 on SM90), the tensor schedulers
+    are the originals' own (dense calls still reach the original decode, which needs them); on
+    SM12x they are sm12x's placeholders."""
+    from sm12x.patches.flash_mla import make_get_mla_decoding_metadata, make_get_mla_metadata
+
+    monkeypatch.setenv("SM12X_ARCH", arch)
+
+    def tensor_api(cache_seqlens, num_q_tokens_per_head_k, h_k, h_q=None, is_fp8_kvcache=False, topk=None):
+        return "original schedule", None
+
+    lens = torch.tensor([5, 9], dtype=torch.int32)
+    native = arch == "9.0"
+    for make in (make_get_mla_metadata, make_get_mla_decoding_metadata):
+        got = make(tensor_api)(lens, 1, 1, 16)
+        assert (got[0] == "original schedule") == native, (make.__name__, arch)
