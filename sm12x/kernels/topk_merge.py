@@ -102,6 +102,9 @@ def _merge_sorted_kernel(best_ptr, stride_b, cand_ptr, stride_c, M, out_ptr, str
     best_row = best_ptr + r * stride_b
     j = tl.arange(0, CW)
     c = tl.sort(tl.load(cand_row + j, mask=j < M, other=-9223372036854775807 - 1), descending=True)
+    # A narrow window's candidates fit in fewer threads than the program has: the sort then needs
+    # no barrier of its own, and one thread's store could land before another's load.
+    tl.debug_barrier()
     tl.store(cand_row + j, c, mask=j < M)
     tl.debug_barrier()  # the sorted candidates are read back by every thread of the program
     i = tl.arange(0, KW)

@@ -21,7 +21,7 @@ def expected(best, cand, k):
     return merged.topk(k, dim=1, sorted=True).values
 
 
-@pytest.mark.parametrize("r,k,m", [(5, 512, 512), (3, 7, 20), (4, 64, 3), (2, 2048, 2048), (2, 2048, 700),
+@pytest.mark.parametrize("r,k,m", [(5, 512, 512), (3, 7, 20), (4, 64, 3), (2, 2048, 2048), (2, 2048, 700), (2, 2048, 20),
                                    (3, 100, 1)])
 def test_merge_matches_topk(device, r, k, m):
     both = random_keys(r, k + m, seed=k + m)
