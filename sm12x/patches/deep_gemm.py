@@ -12,9 +12,8 @@ Consumers: vLLM's ``vllm.utils.deep_gemm`` resolves ``_fp8_fp4_*_impl`` from the
 from __future__ import annotations
 
 import functools
-import inspect
 
-from sm12x.patches import Patch
+from sm12x.patches import Patch, signature_of, takes_args
 
 _API = "sm12x.kernels.deep_gemm_api"
 NAMES = ("fp8_mqa_logits", "fp8_fp4_mqa_logits", "get_paged_mqa_logits_metadata",
@@ -27,12 +26,10 @@ _FIXED = "DeepGEMM PR #324 (nv_dev branch only, not in main as of 2026-06)"
 def _positional_names(fn):
     """Names of ``fn``'s parameters that may be passed by position, and all its parameters; None
     for compiled functions and ``*args`` stubs."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
+    signature = signature_of(fn)
+    if signature is None or takes_args(signature):
         return None
-    if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return None
+    params = signature.parameters.values()
     return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)], params
 
 
@@ -84,8 +81,8 @@ def _factory(name):
 
         ours = getattr(importlib.import_module(_API), name)
         read = _by_name(original, ours, name)
-        never_cleans = (read is not None and "clean_logits" not in inspect.signature(original).parameters
-                        and "clean_logits" in inspect.signature(ours).parameters)
+        never_cleans = (read is not None and "clean_logits" not in signature_of(original).parameters
+                        and "clean_logits" in signature_of(ours).parameters)
 
         @functools.wraps(ours)
         def replacement(*args, **kwargs):

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import functools
 
-from sm12x.patches import Patch
+from sm12x.patches import Patch, signature_of, takes_args
 
 _API = "sm12x.kernels.flash_mla_api"
 _FIXED = "none upstream (FlashMLA main has no SM12x code as of 2026-04)"
@@ -60,16 +60,10 @@ def _named_signature(original):
     """(original's signature, the name of its ``**`` parameter or None); (None, None) when it has
     none to bind by: compiled functions and ``*args`` stubs (vLLM's, which stand for its own
     interface, in sm12x's order)."""
-    import inspect
-
-    try:
-        signature = inspect.signature(original)
-    except (TypeError, ValueError):
+    signature = signature_of(original)
+    if signature is None or takes_args(signature):
         return None, None
-    params = signature.parameters.values()
-    if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return None, None
-    return signature, next((p.name for p in params if p.kind is p.VAR_KEYWORD), None)
+    return signature, next((p.name for p in signature.parameters.values() if p.kind is p.VAR_KEYWORD), None)
 
 
 def _by_name(signature, var_kw, args, kwargs):
@@ -131,14 +125,9 @@ def make_get_mla_metadata(original):
     of (SGLang 0.5.23's wrapper treats anything but a ``FlashMLASchedMeta`` as the tensor API;
     FlashMLA's dense decode asserts it); when the original raises (vLLM's stubs on SM12x),
     sm12x's own. Where the original runs (``_originals_run_here``), the tensor API too."""
-    import inspect
-
     api = _api()
     native = _originals_run_here()
-    try:  # the current API, ``get_mla_metadata(*args, **kwargs)``, ignores what it is given
-        ignores_arguments = any(p.kind is p.VAR_POSITIONAL for p in inspect.signature(original).parameters.values())
-    except (TypeError, ValueError):
-        ignores_arguments = False
+    ignores_arguments = takes_args(signature_of(original))  # the current API
 
     @functools.wraps(original)
     def get_mla_metadata(*args, **kwargs):
@@ -192,18 +181,12 @@ def _prefill_factory(always_log2):
         """``flash_mla_sparse_fwd`` -> sm12x, in ``original``'s units: an original with named
         parameters but no ``attn_sink`` predates FlashMLA's 2026-01 interface (base 2, empty
         rows lse -inf); stubs taking ``*args, **kwargs`` (vLLM's on SM12x) count as current."""
-        import inspect
-
         api = _api()
-        try:
-            params = inspect.signature(original).parameters
-            current = "attn_sink" in params or any(
-                p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params.values())
-        except (TypeError, ValueError):
-            current = True
+        read = signature_of(original)
+        current = read is None or "attn_sink" in read.parameters or any(
+            p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in read.parameters.values())
         log2 = always_log2 or not current
         empty_lse = float("inf") if current else float("-inf")
-
         signature, var_kw = _named_signature(original)
 
         @functools.wraps(original)
