@@ -15,8 +15,8 @@ import triton
 
 from gpu_timing import time_us
 from source_variant import edited_module
-from sm12x.kernels import sparse_mla_decode as base
-from sm12x.kernels.reference.sparse_mla import make_case
+from sm12x.kernels.sparse_mla import decode as base
+from sm12x.kernels.sparse_mla.reference import make_case
 
 LOAD = '''        raw = tl.load(row[:, None, None] + (c * 64)[None, :, None] + d[None, None, :],
                       mask=v3 & is_nope, other=0)'''

@@ -129,7 +129,7 @@ def decode_calls(kind, original, ours, case):
 def decode_check(result, ref, full: bool) -> str:
     """'ok' or what is off. ``full``: out and lse (FlashMLA's contract); else out only (SGLang's
     SM120 functions fold the sink into the lse they return, and their callers read out only)."""
-    from sm12x.kernels.tolerance import failures, flashmla_close, flashmla_decode_close, FLASHMLA_OUT
+    from sm12x.kernels.common.tolerance import failures, flashmla_close, flashmla_decode_close, FLASHMLA_OUT
 
     out = result[0] if isinstance(result, (tuple, list)) else result
     if full:
@@ -154,7 +154,7 @@ def make_logits_case(b: int, ctx_avg: int, seed: int = 0, device="cuda"):
     """Random fp8 indexer inputs: q, a paged cache (``indexer_cache``'s fp8 format), weights,
     2-D context lengths, a shuffled block table."""
     import torch
-    from sm12x.kernels.indexer_cache import quant_fp8_paged_cache
+    from sm12x.kernels.indexer.cache import quant_fp8_paged_cache
 
     gen = torch.Generator(device=device).manual_seed(seed)
     ctx = torch.randint(int(0.7 * ctx_avg), int(1.3 * ctx_avg), (b,), generator=gen, device=device,
@@ -185,7 +185,7 @@ def logits_calls(kind, original, ours, c, original_meta, our_meta):
 
 def logits_check(result, ref) -> str:
     """'ok' when DeepGEMM's calc_diff over the visible positions is below its tests' 1e-3."""
-    from sm12x.kernels.tolerance import deepgemm_diff
+    from sm12x.kernels.common.tolerance import deepgemm_diff
 
     visible = ref.isfinite()
     diff = deepgemm_diff(result.float()[:, :ref.shape[1]].masked_fill(~visible, float("-inf")), ref)
@@ -194,7 +194,7 @@ def logits_check(result, ref) -> str:
 
 def metadata_makers(target: str):
     """(framework's, sm12x's) context_lens -> scheduler metadata, for a DeepGEMM target."""
-    from sm12x.kernels import deep_gemm_api as api
+    from sm12x.frontends.deep_gemm import indexer as api
 
     fn, _ = resolve(target.split(":")[0] + ":get_paged_mqa_logits_metadata")
     sms = api.get_num_sms()
@@ -214,7 +214,7 @@ def run_path(label, target, kind, patch_name, quick, flush, iters):
     ours = replacement(patch_name, original)
     rows = []
     if kind.startswith("decode"):
-        from sm12x.kernels.reference.sparse_mla import make_case, ref_sparse_mla_decode
+        from sm12x.kernels.sparse_mla.reference import make_case, ref_sparse_mla_decode
 
         for name, spec in decode_cases(quick):
             case = make_case(device="cuda", **spec)
@@ -225,7 +225,7 @@ def run_path(label, target, kind, patch_name, quick, flush, iters):
             del case, ref
             torch.cuda.empty_cache()
     else:
-        from sm12x.kernels.reference.indexer import ref_paged_mqa_logits
+        from sm12x.kernels.indexer.reference import ref_paged_mqa_logits
 
         metas = metadata_makers(target) if kind.startswith("logits_deepgemm") else (None, None)
         for name, (b, ctx) in logits_cases(quick):

@@ -78,14 +78,14 @@ def bench_kernel(fn) -> float:
 
 
 def make_q(shape, fp4: bool):
-    from sm12x.kernels.indexer_cache import quant_fp4_per_token
+    from sm12x.kernels.indexer.cache import quant_fp4_per_token
 
     q = torch.randn(*shape, D, device="cuda", dtype=torch.bfloat16)
     return quant_fp4_per_token(q) if fp4 else (q.to(torch.float8_e4m3fn), None)
 
 
 def make_keys(n: int, fp4: bool):
-    from sm12x.kernels.indexer_cache import quant_fp4_per_token, quant_fp8_per_token
+    from sm12x.kernels.indexer.cache import quant_fp4_per_token, quant_fp8_per_token
 
     k = torch.randn(n, D, device="cuda", dtype=torch.bfloat16)
     return quant_fp4_per_token(k) if fp4 else quant_fp8_per_token(k)
@@ -118,7 +118,7 @@ def causal_ranges(s, s_kv):
 
 
 def prefill_cases(quick: bool, fp4: bool, out: list):
-    from sm12x.kernels.deep_gemm_api import fp8_fp4_mqa_logits
+    from sm12x.frontends.deep_gemm.indexer import fp8_fp4_mqa_logits
 
     shapes = [(2048, 8192), (4096, 32768)] if quick else \
         [(2048, 8192), (2048, 65536), (4096, 16384), (4096, 65536), (8192, 32768), (8192, 65536)]
@@ -176,7 +176,7 @@ def paged_topk_case(b: int, ctx_avg: int, next_n: int, model_len: int | None):
 
 
 def decode_cases(quick: bool, fp4: bool, out: list):
-    from sm12x.kernels.deep_gemm_api import fp8_fp4_paged_mqa_logits, get_num_sms, get_paged_mqa_logits_metadata
+    from sm12x.frontends.deep_gemm.indexer import fp8_fp4_paged_mqa_logits, get_num_sms, get_paged_mqa_logits_metadata
 
     batches = (256, 1024) if quick else (256, 1024, 4096)
     contexts = (8192, 65536) if quick else (8192, 16384, 32768, 65536)
@@ -226,8 +226,8 @@ def chunk_ranges(new_tokens, prefixes):
 
 
 def topk_cases(quick: bool, out: list):
-    from sm12x.kernels.deep_gemm_api import fp8_mqa_logits
-    from sm12x.kernels.indexer_topk import mqa_topk_indices
+    from sm12x.frontends.deep_gemm.indexer import fp8_mqa_logits
+    from sm12x.kernels.indexer.fused_topk import mqa_topk_indices
 
     # (label, S, S_kv, topk, (ks, ke) builder, also time logits + torch.topk)
     cases = [("S=4096 S_kv=262144 topk=512", 4096, 262144, 512, causal_ranges, True),
@@ -267,8 +267,8 @@ def topk_cases(quick: bool, out: list):
 
 
 def paged_topk_cases(quick: bool, out: list):
-    from sm12x.kernels.deep_gemm_api import fp8_fp4_paged_mqa_logits, get_num_sms, get_paged_mqa_logits_metadata
-    from sm12x.kernels.indexer_topk import paged_mqa_topk_indices
+    from sm12x.frontends.deep_gemm.indexer import fp8_fp4_paged_mqa_logits, get_num_sms, get_paged_mqa_logits_metadata
+    from sm12x.kernels.indexer.fused_topk import paged_mqa_topk_indices
 
     # (B, context, next_n, topk, max_context_len: None = the batch's longest request)
     cases = [(1, MODEL_LEN, 1, 512, MODEL_LEN), (1, MODEL_LEN, 2, 512, MODEL_LEN)]
@@ -311,7 +311,7 @@ def main():
         fail("no CUDA GPU available (torch.cuda.is_available() is False); this benchmark needs one")
     import triton
 
-    from sm12x.kernels import configs
+    from sm12x.kernels.common import configs
 
     dev = torch.device("cuda")
     rows: list = []

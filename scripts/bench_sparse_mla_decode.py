@@ -112,10 +112,10 @@ def main():
         return 2
 
     from gpu_timing import kernel_span_us
-    from sm12x.kernels import configs
-    from sm12x.kernels.reference.sparse_mla import make_case, ref_sparse_mla_decode
-    from sm12x.kernels.sparse_mla_decode import plan, sparse_mla_decode
-    from sm12x.kernels.tolerance import failures, flashmla_decode_close
+    from sm12x.kernels.common import configs
+    from sm12x.kernels.sparse_mla.reference import make_case, ref_sparse_mla_decode
+    from sm12x.kernels.sparse_mla.decode import plan, sparse_mla_decode
+    from sm12x.kernels.common.tolerance import failures, flashmla_decode_close
 
     iters = args.iters or (20 if args.quick else 50)
     dev = torch.device("cuda")

@@ -42,11 +42,11 @@ def main():
         return 2
 
     from gpu_timing import time_us
-    from sm12x.kernels import configs
-    from sm12x.kernels.reference.sparse_mla import make_prefill_case, ref_sparse_mla_prefill
-    from sm12x.kernels.sparse_mla_decode import plan
-    from sm12x.kernels.sparse_mla_prefill import sparse_mla_prefill
-    from sm12x.kernels.tolerance import failures, flashmla_prefill_close
+    from sm12x.kernels.common import configs
+    from sm12x.kernels.sparse_mla.reference import make_prefill_case, ref_sparse_mla_prefill
+    from sm12x.kernels.sparse_mla.decode import plan
+    from sm12x.kernels.sparse_mla.prefill import sparse_mla_prefill
+    from sm12x.kernels.common.tolerance import failures, flashmla_prefill_close
 
     dev = torch.device("cuda")
     print("# sm12x sparse MLA prefill benchmark\n")

@@ -12,7 +12,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch
 import triton
 
-from sm12x.kernels import topk_select
+from sm12x.kernels.indexer import topk_select
 
 CASES = [(1, 1 << 20, 2048), (2, 1 << 20, 512), (8, 262144, 512), (64, 65536, 2048),
          (256, 262144, 512)]

@@ -18,10 +18,10 @@ import torch
 import triton
 
 from gpu_timing import time_us
-from sm12x.kernels import configs
-from sm12x.kernels import mqa_logits as mqa
-from sm12x.kernels import paged_mqa_logits as paged
-from sm12x.selftest import _mqa_inputs, _paged_inputs
+from sm12x.kernels.common import configs
+from sm12x.kernels.indexer import mqa_logits as mqa
+from sm12x.kernels.indexer import paged_mqa_logits as paged
+from sm12x.commands.selftest import _mqa_inputs, _paged_inputs
 
 
 def sweep(label, default_cfg, grid, run, amount, unit, top):

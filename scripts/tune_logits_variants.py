@@ -22,8 +22,8 @@ import triton  # noqa: E402
 
 from bench_indexer import D, H, make_keys, make_q  # noqa: E402
 from sm12x.kernels import configs  # noqa: E402
-from sm12x.kernels import mqa_logits as mqa  # noqa: E402
-from sm12x.kernels.tolerance import deepgemm_diff  # noqa: E402
+from sm12x.kernels.indexer import mqa_logits as mqa  # noqa: E402
+from sm12x.kernels.common.tolerance import deepgemm_diff  # noqa: E402
 from tune_tma import SHAPES, paged_table, run_variants  # noqa: E402
 
 PREFILL_SHAPES = ((2048, 8192), (4096, 32768), (8192, 65536))

@@ -21,7 +21,7 @@ import triton
 
 from bench_indexer import D, paged_case
 from gpu_timing import time_us
-from sm12x.kernels import paged_mqa_logits as paged
+from sm12x.kernels.indexer import paged_mqa_logits as paged
 
 BASE = dict(key_rows=True, rows=64, SUB_N=64, num_warps=4)
 CHUNKS = [(f"{n} blocks, {st} stages", dict(BASE, N_ITERS=n, num_stages=st))

@@ -21,8 +21,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch
 import triton
 
-from sm12x.kernels.reference.sparse_mla import make_case
-from sm12x.kernels.sparse_mla_decode import sparse_mla_decode
+from sm12x.kernels.sparse_mla.reference import make_case
+from sm12x.kernels.sparse_mla.decode import sparse_mla_decode
 from gpu_timing import time_us
 
 CASES = [  # (label, make_case kwargs)

@@ -20,7 +20,7 @@ import triton  # noqa: E402
 from bench_indexer import D, paged_case  # noqa: E402
 from gpu_timing import time_us  # noqa: E402
 from sm12x.kernels import configs  # noqa: E402
-from sm12x.kernels import paged_mqa_logits as pm  # noqa: E402
+from sm12x.kernels.indexer import paged_mqa_logits as pm  # noqa: E402
 
 # (pair_stages too: the configs give token pairs their own depth)
 PAGED = [("pointers, 3 stages", {"tma": False, "num_stages": 3, "pair_stages": 3}),

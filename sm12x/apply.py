@@ -121,7 +121,10 @@ def _resolve(module, qualname):
     return owner, parts[-1], getattr(owner, parts[-1])
 
 
-def _load_factory(spec: str):
+def _load_factory(spec):
+    """A patch's factory: the function itself, or ``"module:function"`` (test stand-ins)."""
+    if callable(spec):
+        return spec
     mod, _, fn = spec.partition(":")
     return getattr(importlib.import_module(mod), fn)
 

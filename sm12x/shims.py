@@ -2,7 +2,7 @@
 
 vLLM and SGLang only take their DeepGEMM indexer paths when ``import deep_gemm`` works. On SM12x,
 when no ``deep_gemm`` is installed at all, the import watcher provides one built from
-``sm12x.kernels.deep_gemm_api`` (the functions listed in its ``NAMES``). A real installed module always wins: the import watcher (``sm12x.hooks``) asks for a stand-in
+``sm12x.frontends.deep_gemm.indexer`` (the functions listed in its ``NAMES``). A real installed module always wins: the import watcher (``sm12x.hooks``) asks for a stand-in
 only after every other finder found nothing, and none is made when vLLM's vendored
 ``vllm.third_party.deep_gemm`` exists. The stand-in has only the indexer functions: a framework that
 also wants DeepGEMM GEMMs from it must have them turned off (SGLang: SGLANG_ENABLE_JIT_DEEPGEMM=0,
@@ -12,7 +12,7 @@ import importlib
 import os
 import sys
 
-SHIMS = {"deep_gemm": "sm12x.kernels.deep_gemm_api"}
+SHIMS = {"deep_gemm": "sm12x.frontends.deep_gemm.indexer"}
 
 
 class _ShimLoader:

@@ -4,8 +4,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)
 import torch, triton
 import triton.language as tl
-from sm12x.kernels.topk_select import sort_key
-from sm12x.kernels import topk_fold as tf
+from sm12x.kernels.indexer.topk_select import sort_key
+from sm12x.kernels.indexer import topk_fold as tf
 from functools import partial
 from probe_timing import ev_time
 ev_time = partial(ev_time, iters=20)  # short kernels: more calls per timing

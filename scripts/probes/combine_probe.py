@@ -23,9 +23,9 @@ import triton
 
 from gpu_timing import graphed, kernel_span_us, traced_calls
 from source_variant import edited_module
-from sm12x.kernels import sparse_mla_decode as base
-from sm12x.kernels.reference.sparse_mla import make_case, ref_sparse_mla_decode
-from sm12x.kernels.tolerance import failures, flashmla_decode_close
+from sm12x.kernels.sparse_mla import decode as base
+from sm12x.kernels.sparse_mla.reference import make_case, ref_sparse_mla_decode
+from sm12x.kernels.common.tolerance import failures, flashmla_decode_close
 
 NO_PDL = [("pdl=_combine_fits_beside(pl, b * s_q, h_q, sms) and pdl_supported(device)",
            "pdl=False")]

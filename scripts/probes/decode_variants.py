@@ -9,10 +9,10 @@ import triton
 
 from gpu_timing import kernel_span_us
 from source_variant import edited_module
-from sm12x.kernels import configs
-from sm12x.kernels import sparse_mla_decode as base
-from sm12x.kernels.reference.sparse_mla import make_case, ref_sparse_mla_decode
-from sm12x.kernels.tolerance import failures, flashmla_decode_close
+from sm12x.kernels.common import configs
+from sm12x.kernels.sparse_mla import decode as base
+from sm12x.kernels.sparse_mla.reference import make_case, ref_sparse_mla_decode
+from sm12x.kernels.common.tolerance import failures, flashmla_decode_close
 
 
 def config_key() -> str:

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from sm12x.kernels import sparse_mla_decode as base
+from sm12x.kernels.sparse_mla import decode as base
 from source_variant import edited_module
 
 BASE = """        e = (scale.to(tl.int32) << 23).to(tl.float32, bitcast=True)   # UE8M0 -> 2^(e - 127)
@@ -122,7 +122,7 @@ def exhaustive_check(helper):
 
 
 def compile_only(target):
-    from sm12x.kernels.compile_check import compile_kernel
+    from sm12x.kernels.common.compile_check import compile_kernel
 
     with tempfile.TemporaryDirectory() as tmp:
         for name in VARIANTS:
@@ -139,8 +139,8 @@ def main():
     if "--compile" in sys.argv:
         return compile_only(sys.argv[sys.argv.index("--compile") + 1])
     from gpu_timing import kernel_span_us
-    from sm12x.kernels.reference.sparse_mla import make_case, ref_sparse_mla_decode
-    from sm12x.kernels.tolerance import failures, flashmla_decode_close
+    from sm12x.kernels.sparse_mla.reference import make_case, ref_sparse_mla_decode
+    from sm12x.kernels.common.tolerance import failures, flashmla_decode_close
 
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"triton {triton.__version__}")

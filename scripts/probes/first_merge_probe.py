@@ -7,8 +7,8 @@ sys.path.insert(0, ROOT); sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import torch
 from probe_timing import ev_time
 from bench_indexer import H, make_q, make_keys
-from sm12x.kernels import topk_merge
-from sm12x.kernels.indexer_topk import mqa_topk_indices
+from sm12x.kernels.indexer import topk_merge
+from sm12x.kernels.indexer.fused_topk import mqa_topk_indices
 
 s, s_kv, topk = 4096, 262144, 2048
 q, _ = make_q((s, H), False)

@@ -5,9 +5,9 @@ sys.path.insert(0, ROOT); sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import torch
 from probe_timing import ev_time
 from bench_indexer import H, make_q, make_keys
-from sm12x.kernels import configs
-from sm12x.kernels import mqa_logits as _mqa
-from sm12x.kernels.indexer_topk import _plan, _RunningTopk
+from sm12x.kernels.common import configs
+from sm12x.kernels.indexer import mqa_logits as _mqa
+from sm12x.kernels.indexer.fused_topk import _plan, _RunningTopk
 
 
 s, s_kv, topk = 4096, 262144, int(os.environ.get("TOPK", 512))

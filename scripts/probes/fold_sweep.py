@@ -5,8 +5,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT); sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import torch
 from bench_indexer import H, make_q, make_keys
-from sm12x.kernels import topk_fold, topk_merge
-from sm12x.kernels.indexer_topk import mqa_topk_indices
+from sm12x.kernels.indexer import topk_fold, topk_merge
+from sm12x.kernels.indexer.fused_topk import mqa_topk_indices
 from probe_timing import ev_time
 
 s, s_kv = 4096, 262144

@@ -37,7 +37,7 @@ from bench_indexer import paged_case  # noqa: E402
 from gpu_timing import FLUSH_BYTES, kernel_span_us  # noqa: E402
 from source_variant import edited_module  # noqa: E402
 from sm12x.kernels import configs  # noqa: E402
-from sm12x.kernels import paged_mqa_logits as pm  # noqa: E402
+from sm12x.kernels.indexer import paged_mqa_logits as pm  # noqa: E402
 
 CASES = ((256, 8192, 1), (256, 16384, 1), (1024, 8192, 1), (256, 65536, 1), (256, 8192, 2),
          (256, 8192, 1, 262144))

@@ -24,8 +24,8 @@ import triton
 
 from bench_indexer import BLOCK_KV, MODEL_LEN, paged_topk_case
 from gpu_timing import traced_calls
-from sm12x.kernels.deep_gemm_api import fp8_fp4_paged_mqa_logits, get_num_sms, get_paged_mqa_logits_metadata
-from sm12x.kernels.indexer_topk import paged_mqa_topk_indices
+from sm12x.frontends.deep_gemm.indexer import fp8_fp4_paged_mqa_logits, get_num_sms, get_paged_mqa_logits_metadata
+from sm12x.kernels.indexer.fused_topk import paged_mqa_topk_indices
 
 CASES = [[1, MODEL_LEN, 1, 512, MODEL_LEN], [256, 8192, 1, 512, MODEL_LEN], [256, 8192, 1, 2048, None]]
 

@@ -31,7 +31,7 @@ import torch
 import triton
 
 from source_variant import edited_module
-from sm12x.kernels import indexer_topk, topk_filter, topk_select
+from sm12x.kernels.indexer import fused_topk as indexer_topk, topk_filter, topk_select
 
 HIST = "hist += tl.histogram(tl.where(sel, digit, 0), NBINS)"
 SUBTRACT = "hist -= tl.where(bins == 0, tl.sum(tl.where(sel, 0, 1)), 0)"

@@ -4,7 +4,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT); sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import torch
 from bench_indexer import H, make_q, make_keys
-from sm12x.kernels.indexer_topk import mqa_topk_indices
+from sm12x.kernels.indexer.fused_topk import mqa_topk_indices
 s, s_kv = int(os.environ.get("S", 4096)), 262144
 q, _ = make_q((s, H), False)
 kv = make_keys(s_kv, False)

@@ -18,8 +18,8 @@ import triton
 
 from bench_indexer import MODEL_LEN, paged_topk_case
 from gpu_timing import time_us
-from sm12x.kernels import topk_select
-from sm12x.kernels.indexer_topk import paged_mqa_topk_indices
+from sm12x.kernels.indexer import topk_select
+from sm12x.kernels.indexer.fused_topk import paged_mqa_topk_indices
 
 # [B, context, next_n, topk, max_context_len or null]
 CASES = [[1, MODEL_LEN, 1, 512, MODEL_LEN], [32, MODEL_LEN, 1, 512, MODEL_LEN], [64, 32768, 2, 512, None],

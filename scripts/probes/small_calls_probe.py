@@ -20,9 +20,9 @@ import torch
 import triton
 
 from gpu_timing import kernel_span_us
-from sm12x.kernels import configs
-from sm12x.kernels import sparse_mla_decode as mod
-from sm12x.kernels.reference.sparse_mla import make_case
+from sm12x.kernels.common import configs
+from sm12x.kernels.sparse_mla import decode as mod
+from sm12x.kernels.sparse_mla.reference import make_case
 
 LAYERS = {"CSA": dict(extra_topk=512, extra_page=64), "CSA128": dict(extra_topk=1024, extra_page=64),
           "HCA len": dict(extra_topk=1024, extra_page=2, extra_topk_length=True)}

@@ -17,7 +17,7 @@ import torch
 import triton
 
 from bench_indexer import H, bench, causal_ranges, chunk_ranges, make_keys, make_q
-from sm12x.kernels import indexer_topk
+from sm12x.kernels.indexer import fused_topk as indexer_topk
 
 CASES = [("S=4096 S_kv=262144 top-512 causal", 4096, 262144, 512, causal_ranges),
          ("S=4096 S_kv=262144 top-2048 causal", 4096, 262144, 2048, causal_ranges),

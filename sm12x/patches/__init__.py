@@ -3,8 +3,8 @@
 A patch is declarative: what it replaces (``target`` = ``"module:qualname"``), which modules copy
 the target with ``from X import f`` (``consumers``, rebound too), which library version range and
 GPU arch it is for, why it exists (the upstream error/issue it fixes), the upstream version that
-makes it unnecessary, and ``make``: ``"module:function"`` of a factory that takes the original
-object and returns the replacement. Replacements are plain functions (``functools.wraps``), never
+makes it unnecessary, and ``make``: the factory (in :mod:`sm12x.frontends`) that takes the
+original object and returns the replacement. Replacements are plain functions (``functools.wraps``), never
 proxies, because torch.compile traces through wrapt wrappers to the original silently.
 
 The patch sets live in this package by what they patch: ``flash_mla`` (every FlashMLA route) and
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 class Patch:
     name: str
     target: str  # "package.module:Qualified.name"
-    make: str  # "module:factory"; factory(original) -> replacement
+    make: object  # factory(original) -> replacement (a front end's wrappers function)
     why: str
     fixed_in: str  # upstream version that makes the patch unnecessary ("" = none yet)
     library: str = "*"  # key of sm12x.platform.DISTRIBUTIONS whose version is checked
@@ -41,19 +41,3 @@ def all_patches() -> list:
     from sm12x.patches import deep_gemm, flash_mla
 
     return list(flash_mla.PATCHES) + list(deep_gemm.PATCHES)
-
-
-def signature_of(fn):
-    """``inspect.signature(fn)``, or None where there is none to read (compiled functions)."""
-    import inspect
-
-    try:
-        return inspect.signature(fn)
-    except (TypeError, ValueError):
-        return None
-
-
-def takes_args(signature) -> bool:
-    """Whether ``signature`` has a ``*args`` parameter: a stub, or an API that reads nothing by
-    name (FlashMLA's current ``get_mla_metadata(*args, **kwargs)``)."""
-    return signature is not None and any(p.kind is p.VAR_POSITIONAL for p in signature.parameters.values())

@@ -151,7 +151,7 @@ def test_no_cuda_init_in_a_process_with_torch(standin):
     proc = run_py(SETUP.format(extra="") + """
 import json, torch, flash_mla, sm12x
 sm12x.install()
-from sm12x.cli import status_data
+from sm12x.commands.status import status_data
 status_data()
 print(json.dumps({"cuda_initialized": torch.cuda.is_initialized()}))
 """, pythonpath=[REPO, standin])
@@ -402,7 +402,7 @@ def test_deep_gemm_stand_in_only_when_absent(standin):
 import importlib.util, json
 assert importlib.util.find_spec("deep_gemm") is not None  # how vLLM's has_deep_gemm() asks
 import deep_gemm
-from sm12x.kernels import deep_gemm_api
+from sm12x.frontends.deep_gemm import indexer as deep_gemm_api
 from sm12x import shims
 print(json.dumps({"shim": getattr(deep_gemm, "__sm12x_shim__", False),
                   "has_all": all(hasattr(deep_gemm, n) for n in deep_gemm_api.NAMES
@@ -412,7 +412,7 @@ print(json.dumps({"shim": getattr(deep_gemm, "__sm12x_shim__", False),
 """
     out = last_json(run_py(code, pythonpath=[REPO]))
     assert out == {"shim": True, "has_all": True, "state": "active",
-                   "paged": "sm12x.kernels.deep_gemm_api"}
+                   "paged": "sm12x.frontends.deep_gemm.indexer"}
     off = run_py("import deep_gemm", pythonpath=[REPO], env={"SM12X_SHIMS": "0"}, check=False)
     assert "No module named 'deep_gemm'" in off.stderr
     hopper = run_py("import deep_gemm", pythonpath=[REPO], env={"SM12X_ARCH": "9.0"}, check=False)
@@ -480,7 +480,7 @@ print(json.dumps({"decode": flash_mla.flash_mla_with_kvcache(1),
     assert partial["decode"] == ["sm12x", 1]
     status = run_py(SETUP.format(extra="") + """
 import json
-from sm12x.cli import status_data, print_status
+from sm12x.commands.status import status_data, print_status
 print_status(status_data())
 print(json.dumps(status_data()["skip"]))
 """, pythonpath=[REPO, standin], env={"SM12X_SKIP": "t.decode,t.dec"})

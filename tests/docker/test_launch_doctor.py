@@ -1,4 +1,4 @@
-"""Unit tests of sm12x.launch and sm12x.doctor: no Docker engine needed (one test runs the doctor probe
+"""Unit tests of sm12x.commands.launch and sm12x.commands.doctor: no Docker engine needed (one test runs the doctor probe
 with this machine's python instead of a container)."""
 import json
 import os
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from sm12x import doctor, launch
+from sm12x.commands import doctor, launch
 from sm12x.cli import main
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

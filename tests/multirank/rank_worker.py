@@ -17,7 +17,7 @@ this folder; ``SM12X_ARCH`` set. The launcher (``launch``) starts N ranks with
    ``[r*b/N, (r+1)*b/N)`` through the patched ``deep_gemm.fp8_paged_mqa_logits`` (the indexer sums
    over heads, so it is sharded by request instead); on GPUs also captures each shard in a CUDA
    graph and replays it with new inputs;
-5. all-gathers the shards, the ``sm12x.cli.status_data()`` outcome and the evidence; rank 0
+5. all-gathers the shards, the ``sm12x.commands.status.status_data()`` outcome and the evidence; rank 0
    compares the gathered result bit for bit with the same kernel on the full inputs (and with each
    shard recomputed in one process), and within tolerance with the PyTorch references.
 
@@ -81,7 +81,7 @@ def _allocated_elsewhere(torch, rank):
 
 def decode_case(shape, device):
     import torch
-    from sm12x.kernels.reference.sparse_mla import make_case
+    from sm12x.kernels.sparse_mla.reference import make_case
 
     case = make_case(**shape)  # built on the CPU: same bytes on every rank
     return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in case.items()}
@@ -99,7 +99,7 @@ def decode_kwargs(case, lo, hi):
 
 def indexer_case(shape, device):
     import torch
-    from sm12x.kernels.indexer_cache import quant_fp8_paged_cache
+    from sm12x.kernels.indexer.cache import quant_fp8_paged_cache
 
     g = torch.Generator().manual_seed(shape.get("seed", 0))
     b, next_n, h, d = shape["b"], shape["next_n"], shape["h"], shape["d"]
@@ -259,7 +259,7 @@ def run_rank(rank, cfg):
     out, lse = run_decode(flash_mla, dcase, lo, hi)
     ev["decode_s"] = round(time.time() - t0, 3)
     ev["decode_shard"] = {"heads": [lo, hi], "out": list(out.shape), "lse": list(lse.shape)}
-    from sm12x.kernels.sparse_mla_decode import plan
+    from sm12x.kernels.sparse_mla.decode import plan
 
     s = dcase["q"].shape
     xtopk = dcase["extra_indices"].shape[-1] if dcase.get("extra_indices") is not None else 0
@@ -317,7 +317,7 @@ def run_rank(rank, cfg):
     full_logits = all_gather_cat(dist, logits, 0)
 
     # ---- evidence, then gather it (status touches no CUDA: asserted through the flags below)
-    from sm12x.cli import status_data
+    from sm12x.commands.status import status_data
 
     st = status_data()
     ev["status"] = {"patches": {p["name"]: [p["state"], p["reason"]] for p in st["patches"]},
@@ -352,9 +352,9 @@ def compare(flash_mla, deep_gemm, dcase, icase, ws, num_sms, g_out, g_lse, g_log
     """Rank 0: the gathered shards vs (a) the same kernel on the full inputs in one process,
     (b) every shard recomputed here (same launches as the ranks made), (c) the references."""
     import torch
-    from sm12x.kernels.reference.indexer import ref_paged_mqa_logits
-    from sm12x.kernels.reference.sparse_mla import ref_sparse_mla_decode
-    from sm12x.kernels.tolerance import FLASHMLA_LSE, FLASHMLA_OUT, deepgemm_diff, flashmla_close
+    from sm12x.kernels.indexer.reference import ref_paged_mqa_logits
+    from sm12x.kernels.sparse_mla.reference import ref_sparse_mla_decode
+    from sm12x.kernels.common.tolerance import FLASHMLA_LSE, FLASHMLA_OUT, deepgemm_diff, flashmla_close
 
     res = {}
     h_q = dcase["q"].shape[2]

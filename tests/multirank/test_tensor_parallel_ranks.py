@@ -68,7 +68,7 @@ GPU_DECODE = dict(fmt="model1", b=8, s_q=2, h_q=64, topk=512, page=256, extra_to
 GPU_INDEXER = dict(b=8, next_n=2, h=64, d=128, block_kv=64, blocks=128,
                    ctx=[8192, 7001, 4096, 1, 6500, 8000, 300, 5555], seed=4)
 
-# NCCL on PCIe Blackwell (docker/compose.*.yaml, sm12x.launch.recipe_env): P2P all-reduce
+# NCCL on PCIe Blackwell (docker/compose.*.yaml, sm12x.commands.launch.recipe_env): P2P all-reduce
 # deadlocks without NVLink, so go through host memory; single host, no InfiniBand. NVLink
 # multicast (NVLS) stays off everywhere. Defaults only: a caller may set NCCL_P2P_DISABLE=0 on
 # NVLink hosts. (vLLM/SGLang's own custom all-reduce, --disable-custom-all-reduce, is not used

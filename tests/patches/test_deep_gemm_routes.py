@@ -56,9 +56,9 @@ STANDINS = {
 CALLS = """
 import json, sys, torch
 sys.path.insert(0, {repo!r})
-from sm12x.kernels.indexer_cache import quant_fp8_paged_cache
-from sm12x.kernels.reference.indexer import ref_paged_mqa_logits
-from sm12x.kernels.tolerance import deepgemm_diff
+from sm12x.kernels.indexer.cache import quant_fp8_paged_cache
+from sm12x.kernels.indexer.reference import ref_paged_mqa_logits
+from sm12x.kernels.common.tolerance import deepgemm_diff
 
 # the framework imported and resolved DeepGEMM before sm12x was installed (plugin route)
 import vllm.utils.deep_gemm as vdg
@@ -170,8 +170,8 @@ LATER = {
 LATER_CALLS = """
 import json, sys, torch
 sys.path.insert(0, {repo!r})
-import sm12x.kernels.deep_gemm_api as api
-from sm12x.kernels.indexer_cache import quant_fp8_paged_cache, quant_fp8_per_token
+import sm12x.frontends.deep_gemm.indexer as api
+from sm12x.kernels.indexer.cache import quant_fp8_paged_cache, quant_fp8_per_token
 import vllm.utils.deep_gemm as vdg
 
 g = torch.Generator().manual_seed(0)

@@ -71,7 +71,7 @@ ROUTES = {
 
 CALLS = """
 import json, os, torch
-from sm12x.kernels.reference.sparse_mla import make_case, ref_sparse_mla_decode
+from sm12x.kernels.sparse_mla.reference import make_case, ref_sparse_mla_decode
 case = make_case(b=2, s_q=1, h_q=16, topk=64, page=64, extra_topk=64, extra_page=2,
                  extra_topk_length=True)
 ref_out, ref_lse = ref_sparse_mla_decode(**case)
@@ -154,7 +154,7 @@ print(json.dumps({"meta": flash_mla.get_mla_metadata()[0]}))
 
 PREFILL_CALLS = """
 import json, math, torch
-from sm12x.kernels.reference.sparse_mla import make_prefill_case, ref_sparse_mla_prefill
+from sm12x.kernels.sparse_mla.reference import make_prefill_case, ref_sparse_mla_prefill
 case = make_prefill_case(512, 3, 16, 64, 100, topk_length=True)
 case["indices"][0] = -1  # a row with no valid index: lse +inf (2026 interface) or -inf (before)
 ref_out, ref_max, ref_lse = ref_sparse_mla_prefill(**case)
@@ -237,7 +237,7 @@ import json, sys, torch
 sys.path.insert(0, {repo!r})
 import vllm.models.deepseek_v4.nvidia.flashmla as layer  # imported before sm12x: plugin route
 import sm12x.plugin; sm12x.plugin.register()
-from sm12x.kernels.reference.sparse_mla import make_case, ref_sparse_mla_decode
+from sm12x.kernels.sparse_mla.reference import make_case, ref_sparse_mla_decode
 case = make_case(b=3, s_q=1, h_q=16, topk=64, page=64, extra_topk=64, extra_page=2,
                  extra_topk_length=True)
 ref_out, _ = ref_sparse_mla_decode(**case)
@@ -345,7 +345,7 @@ SGL_ROUTES = {
 
 SGL_CALLS = """
 import json, torch
-from sm12x.kernels.reference.sparse_mla import (make_case, make_prefill_case, ref_sparse_mla_decode,
+from sm12x.kernels.sparse_mla.reference import (make_case, make_prefill_case, ref_sparse_mla_decode,
                                                 ref_sparse_mla_prefill)
 from sglang.kernels.ops.attention import flash_mla_interface as wrapper
 import flash_mla

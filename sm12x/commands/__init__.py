@@ -1,0 +1,1 @@
+"""The ``sm12x`` subcommands, one module each: status, selftest, bundle, launch, doctor."""

@@ -1,0 +1,119 @@
+"""``sm12x selftest``: the patch plan, then every bundled kernel against its PyTorch reference on
+this machine.
+
+On a CUDA GPU the cases run at production shapes (``--quick``: one per op, well under a minute;
+``--full``: the DeepSeek-V4 decode sweep plus the V3.2 format and larger indexer shapes) and report
+max abs/rel error, time per call (CUDA events, median of repeated calls) and GB/s or TFLOPS.
+Without a GPU the same kernels run at small shapes under the Triton interpreter, labelled
+``interpreter``: correctness only, times mean nothing there. ``--full`` also compiles every
+sm_120/sm_121 kernel configuration and checks shared memory and spills. Exit code 1 on any failure.
+No network, no model download.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+
+COMPILE = "compile"  # not an op: the sm_120/sm_121 compile check of every op
+
+
+def _device():
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    os.environ["TRITON_INTERPRET"] = "1"  # must be set before kernels are launched
+    return "cpu"
+
+
+def check_compile(ops, full):
+    """Compile every sm_120/sm_121 configuration of each op that launches kernels of its own."""
+    from sm12x.kernels.registry import result
+
+    for op in ops:
+        if op.compile_reports is None:
+            continue
+        reports = op.compile_reports(("sm_120", "sm_121"))
+        bad = [r for r in reports if not r.ok]
+        worst = max(reports, key=lambda r: r.shared_bytes)
+        yield result("compile", f"{op.name}: {len(reports)} sm_120/sm_121 configs", ok=not bad,
+                     detail="; ".join(f"{r.kernel} {r.config} {r.target}: {r.problem}" for r in bad),
+                     throughput=f"max smem {worst.shared_bytes} B, "
+                     f"max regs {max(r.registers for r in reports)}")
+
+
+def run(ops=None, full=False, json_path=None, stream=sys.stdout) -> int:
+    from sm12x.commands import status as status_command
+
+    device = _device()
+    from sm12x.kernels.registry import all_ops
+
+    registry = all_ops()
+    names = [op.name for op in registry] + [COMPILE]
+    unknown = sorted(set(ops or ()) - set(names))
+    if unknown:
+        print(f"sm12x selftest: argument '--ops' got {', '.join(unknown)}; supported: "
+              f"{', '.join(names)}", file=sys.stderr)
+        return 2
+    import torch
+    import triton
+
+    status = status_command.status_data()
+    mode = "cuda" if device == "cuda" else "interpreter (CPU, small shapes; times are not meaningful)"
+    gpu = torch.cuda.get_device_name() if device == "cuda" else "none"
+    print(f"sm12x selftest: device {gpu}, mode {mode}, torch {torch.__version__}, "
+          f"triton {triton.__version__}", file=stream)
+    status_command.print_status(status, stream)
+    chosen = [o for o in names if (ops is None or o in ops) and (o != COMPILE or full or ops)]
+    checks = {op.name: functools.partial(op.selftest, device, full) for op in registry}
+    checks[COMPILE] = functools.partial(check_compile, registry, full)
+    tty = stream.isatty()
+    results = []
+    for i, op in enumerate(chosen):
+        if tty:
+            stream.write(f"\r[{i + 1}/{len(chosen)}] {op} ...")
+            stream.flush()
+        try:
+            for r in checks[op]():
+                results.append(r)
+                if tty:
+                    stream.write("\r" + " " * 60 + "\r")
+                print(_line(r), file=stream)
+        except Exception as e:  # a crashing kernel is a failure, reported like one
+            results.append(dict(op=op, case="(setup)", ok=False, max_abs=float("nan"),
+                                max_rel=float("nan"), detail=f"{type(e).__name__}: {e}", us=0.0,
+                                throughput=""))
+            print(_line(results[-1]), file=stream)
+    failed = sum(not r["ok"] for r in results)
+    print(f"{len(results) - failed} passed, {failed} failed", file=stream)
+    if json_path:
+        doc = dict(device=gpu, mode="cuda" if device == "cuda" else "interpreter",
+                   torch=torch.__version__, triton=triton.__version__, full=full,
+                   status=status, results=results, passed=len(results) - failed, failed=failed)
+        with open(json_path, "w") as f:
+            json.dump(doc, f, indent=2)
+    return 1 if failed or not results else 0
+
+
+def _line(r) -> str:
+    verdict = "PASS" if r["ok"] else "FAIL"
+    if r["op"] == "compile" or os.environ.get("TRITON_INTERPRET") != "1":
+        timing = f"{r['us']:9.1f} us  {r['throughput']}" if r["us"] else r["throughput"]
+    else:
+        timing = "(interpreter: untimed)"
+    text = f"{verdict} {r['op']:18} {r['case']:58} max_abs {r['max_abs']:.3g}  {timing}"
+    return text + (f"  [{r['detail']}]" if r["detail"] else "")
+
+
+def add_selftest_command(subparsers):
+    p = subparsers.add_parser("selftest", help="every kernel against its reference on this machine")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_true", help="one production case per op (default)")
+    g.add_argument("--full", action="store_true", help="the production sweep + compile check")
+    p.add_argument("--ops", help="comma-separated op names (as the report lists them), or 'compile'")
+    p.add_argument("--json", dest="json_path", metavar="PATH", help="also write results as JSON")
+    p.set_defaults(func=lambda a: run(
+        ops=[o.strip() for o in a.ops.split(",")] if a.ops else None, full=a.full,
+        json_path=a.json_path))

@@ -1,0 +1,2 @@
+"""DeepGEMM's API surface: ``indexer`` (the lightning-indexer functions), ``wrappers`` (the
+factories the patch records install)."""

@@ -1,0 +1,115 @@
+"""Compile Triton kernels for GPUs that are not present and report their resource use.
+
+Triton can build a cubin for any target (``GPUTarget("cuda", 120, 32)``) on a machine without that
+GPU. This module compiles one kernel configuration for one target and reads shared memory from
+Triton's metadata and registers / spills from ``cuobjdump --dump-resource-usage`` (the tool ships
+with Triton). SM12x parts allow at most 101,376 bytes of shared memory per block.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+import tempfile
+
+from sm12x.kernels.common.register_budget import as_option, budgets
+
+SM12X_SHARED_LIMIT = 101_376
+TARGETS = {"sm_120": 120, "sm_121": 121, "sm_90": 90}
+
+
+@dataclasses.dataclass
+class CompileReport:
+    """Resource use of one compiled kernel configuration."""
+
+    kernel: str
+    config: str
+    target: str
+    shared_bytes: int
+    registers: int
+    spill_bytes: int  # local memory + stack: non-zero means the kernel spills registers
+    ok: bool
+    problem: str = ""
+
+
+def _resource_usage(cubin: bytes) -> tuple[int, int]:
+    from triton import knobs
+
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(cubin)
+        path = f.name
+    try:
+        out = subprocess.run([knobs.nvidia.cuobjdump.path, "--dump-resource-usage", path],
+                             capture_output=True, text=True, check=True).stdout
+    finally:
+        os.unlink(path)
+    regs = max((int(m) for m in re.findall(r"REG:(\d+)", out)), default=0)
+    spill = sum(int(a) + int(b) for a, b in re.findall(r"STACK:(\d+) .*?LOCAL:(\d+)", out))
+    return regs, spill
+
+
+def launch_hints(signature: dict) -> dict:
+    """The divisibility facts Triton's launcher gives a production call: every pointer 16-byte
+    aligned (torch allocations are) and every ``stride*`` integer a multiple of 16. Without them
+    the compiler does not vectorise or software-pipeline the loads (the sm_90 prefill logits kernel
+    compiles to 32 KB without, 66 KB with), so the check would under-report shared memory and
+    registers."""
+    def is_stride(name: str) -> bool:  # stride_x, cache_stride0, ...
+        return name.startswith("stride") or name.split("_")[-1].startswith("stride")
+
+    names = list(signature)
+    hinted = [n for n, t in signature.items()
+              if t.startswith("*") or (t in ("i32", "i64") and is_stride(n))]
+    return {(names.index(n),): [["tt.divisibility", 16]] for n in hinted}
+
+
+def compile_kernel(fn, signature: dict, constexprs: dict, *, target: str, num_warps: int,
+                   num_stages: int, config_name: str = "", maxnreg: int | None = None,
+                   register_ladder: bool = False) -> CompileReport:
+    """Compile ``fn`` (a ``@triton.jit`` function) for ``target`` and check the SM12x limits.
+
+    ``signature`` maps every argument name to a Triton type string ("*fp32", "i32", "constexpr");
+    ``constexprs`` gives the values of the constexpr arguments; ``maxnreg`` is the launch option
+    of the same name (a register budget per thread), when the configuration sets one. With
+    ``register_ladder`` the budgets are tried in the launcher's order (``register_budget.budgets``)
+    and the first spill-free one is reported; the config name then notes a budget other than
+    ``maxnreg``.
+    """
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    cap = TARGETS[target]
+    # SM12X_COMPILE_HINTS=0 checks the variant Triton builds for calls whose pointers or strides
+    # are not 16-aligned (no hints)
+    hints = os.environ.get("SM12X_COMPILE_HINTS", "1") != "0"
+    tries = budgets(maxnreg) if register_ladder else [maxnreg]
+    for budget in tries:
+        src = ASTSource(fn=fn, signature=signature, constexprs=constexprs,
+                        attrs=launch_hints(signature) if hints else {})
+        options = {"num_warps": num_warps, "num_stages": num_stages, **as_option(budget)}
+        compiled = triton.compile(src, target=GPUTarget("cuda", cap, 32), options=options)
+        regs, spill = _resource_usage(compiled.asm["cubin"])
+        if not spill:
+            break
+    if budget != maxnreg:
+        config_name += f" (maxnreg {budget or 'ptxas'})"
+    shared = int(compiled.metadata.shared)
+    problems = []
+    if cap >= 120 and shared > SM12X_SHARED_LIMIT:
+        problems.append(f"shared memory {shared} B > {SM12X_SHARED_LIMIT} B")
+    if spill:
+        problems.append(f"spills {spill} B")
+    name = getattr(fn, "__name__", None) or fn.fn.__name__
+    return CompileReport(name, config_name, target, shared, regs, spill, not problems,
+                         "; ".join(problems))
+
+
+def format_reports(reports) -> str:
+    """A plain-text table of compile reports."""
+    lines = [f"{'kernel':32} {'config':40} {'target':7} {'smem B':>8} {'regs':>5} {'spill':>6}  ok"]
+    for r in reports:
+        lines.append(f"{r.kernel:32} {r.config:40} {r.target:7} {r.shared_bytes:8d} {r.registers:5d} "
+                     f"{r.spill_bytes:6d}  {'yes' if r.ok else 'NO: ' + r.problem}")
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""The lightning indexer (DeepGEMM semantics): MQA logits over contiguous and paged FP8/FP4 keys, the fused logits -> top-k (select, filter, fold, merge), the indexer cache formats, the PyTorch reference."""

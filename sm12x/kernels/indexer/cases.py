@@ -1,0 +1,163 @@
+"""The indexer ops in the registry: DeepGEMM-compatible MQA logits (prefill and paged) and the
+fused logits -> top-k, with their self-test cases."""
+from __future__ import annotations
+
+from sm12x.kernels.common.timing import time_us
+from sm12x.kernels.registry import Op
+
+
+def _mqa_inputs(device, s, s_kv, h, d, seed=0, fp4=False):
+    """(q, q_sf, k, k_sf, w, ks, ke): FP8 q (q_sf None) and k with float32 scales, or with ``fp4``
+    packed e2m1 q and k with int32 ue8m0 scales."""
+    import torch
+
+    from sm12x.kernels.indexer.cache import quant_fp4_per_token, quant_fp8_per_token
+
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(s, h, d, generator=g)
+    q, q_sf = quant_fp4_per_token(q) if fp4 else (q.to(torch.float8_e4m3fn), None)
+    k = torch.randn(s_kv, d, generator=g)
+    k, k_sf = quant_fp4_per_token(k) if fp4 else quant_fp8_per_token(k)
+    w = torch.randn(s, h, generator=g)
+    # causal-like ragged ranges, one of them empty
+    ke = torch.linspace(max(1, s_kv // 4), s_kv, s).round().int()
+    ks = (ke - torch.randint(1, max(2, s_kv // 2), (s,), generator=g).int()).clamp(min=0)
+    ks[0] = ke[0]
+    to = lambda t: None if t is None else t.to(device)  # noqa: E731
+    return to(q), to(q_sf), to(k), to(k_sf), to(w), to(ks), to(ke)
+
+
+def check_mqa_logits(device, full):
+    from sm12x.frontends.deep_gemm import indexer as api
+    from sm12x.kernels.indexer.cache import dequant_fp4
+    from sm12x.kernels.indexer.reference import ref_mqa_logits
+    from sm12x.kernels.common.tolerance import deepgemm_diff
+
+    shapes = [(48, 256, 16, 64)] if device != "cuda" else [(2048, 8192, 64, 128)]
+    if full and device == "cuda":
+        shapes.append((4096, 32768, 64, 128))
+    # FP4 runs on a different MMA (block-scaled e2m1 on sm_120): one case of it as well
+    cases = [(shape, False) for shape in shapes] + [(shapes[0], True)]
+    for (s, s_kv, h, d), fp4 in cases:
+        q, q_sf, k, k_sf, w, ks, ke = _mqa_inputs(device, s, s_kv, h, d, fp4=fp4)
+        run = lambda: api.fp8_fp4_mqa_logits((q, q_sf), (k, k_sf), w, ks, ke,  # noqa: E731
+                                             clean_logits=True)
+        out = run()
+        if fp4:
+            ref = ref_mqa_logits(dequant_fp4(q, q_sf), dequant_fp4(k, k_sf), None, w, ks, ke, clean_logits=True)
+        else:
+            ref = ref_mqa_logits(q, k, k_sf, w, ks, ke, clean_logits=True)
+        same_mask = bool(((out == float("-inf")) == (ref == float("-inf"))).all())
+        diff = deepgemm_diff(out, ref)
+        err = (out - ref).nan_to_num(0, 0, 0).abs()
+        us = time_us(run, device)
+        flops = 2.0 * h * d * float((ke - ks).clamp(min=0).sum())
+        yield dict(op="mqa_logits", case=f"{'fp4' if fp4 else 'fp8'} S={s} S_kv={s_kv} H={h} D={d}",
+                   ok=same_mask and diff < 1e-3, max_abs=float(err.max()),
+                   max_rel=diff, detail="" if same_mask else "-inf mask differs",
+                   us=us, throughput=f"{flops / us / 1e6:.1f} TFLOPS")
+
+
+def _paged_inputs(device, b, next_n, h, d, block_kv, ctx, seed=0, fp4=False):
+    """(q, cache, w, context_lens, block_table, max_context_len); with ``fp4`` q is (packed e2m1,
+    int32 ue8m0 scales) and the cache the FP4 layout."""
+    import torch
+
+    from sm12x.kernels.indexer.cache import quant_fp4_paged_cache, quant_fp4_per_token, quant_fp8_paged_cache
+
+    g = torch.Generator().manual_seed(seed)
+    max_blocks = (ctx + block_kv - 1) // block_kv
+    nblocks = b * max_blocks + 1
+    cache = torch.randn(nblocks, block_kv, d, generator=g)
+    cache = quant_fp4_paged_cache(cache) if fp4 else quant_fp8_paged_cache(cache)
+    q = torch.randn(b, next_n, h, d, generator=g)
+    q = quant_fp4_per_token(q) if fp4 else q.to(torch.float8_e4m3fn)
+    w = torch.randn(b * next_n, h, generator=g)
+    lens = torch.randint(ctx // 2, ctx + 1, (b,), generator=g).int()
+    cl = torch.stack([lens - (next_n - 1 - t) for t in range(next_n)], 1).int().contiguous()
+    bt = torch.randperm(nblocks, generator=g)[: b * max_blocks].view(b, max_blocks).int()
+    to = lambda t: tuple(x.to(device) for x in t) if isinstance(t, tuple) else t.to(device)  # noqa: E731
+    return to(q), to(cache), to(w), to(cl), to(bt), max_blocks * block_kv
+
+
+def check_paged_mqa_logits(device, full):
+    from sm12x.kernels.common import configs
+    from sm12x.frontends.deep_gemm import indexer as api
+    from sm12x.kernels.indexer.reference import ref_paged_mqa_logits
+    from sm12x.kernels.common.tolerance import deepgemm_diff
+
+    shapes = [(3, 2, 16, 64, 64, 200)] if device != "cuda" else [(256, 1, 64, 128, 64, 8192)]
+    if full and device == "cuda":
+        shapes += [(256, 2, 64, 128, 64, 32768)]
+    cases = [(shape, False) for shape in shapes] + [(shapes[0][:1] + (2,) + shapes[0][2:], True)]
+    for (b, next_n, h, d, block_kv, ctx), fp4 in cases:
+        q, cache, w, cl, bt, max_len = _paged_inputs(device, b, next_n, h, d, block_kv, ctx, fp4=fp4)
+        meta = api.get_paged_mqa_logits_metadata(cl, block_kv, configs.sm_count(w.device))
+        run = lambda: api.fp8_fp4_paged_mqa_logits(q, cache, w, cl, bt, meta, max_len,  # noqa: E731
+                                                   clean_logits=True)
+        out = run()
+        rows = list(range(0, b * next_n, max(1, (b * next_n) // 8)))  # reference on a sample
+        q_cpu = tuple(x.cpu() for x in q) if fp4 else q.cpu()
+        ref = ref_paged_mqa_logits(q_cpu, cache.cpu(), w.cpu(), cl.cpu(), bt.cpu(), max_len,
+                                   clean_logits=True)[rows]
+        got = out[rows].float().cpu()
+        same_mask = bool(((got == float("-inf")) == (ref == float("-inf"))).all())
+        diff = deepgemm_diff(got, ref)
+        us = time_us(run, device)
+        kv_bytes = float(cl[:, -1].sum()) * ((d // 2 if fp4 else d) + 4) + out.numel() * 4
+        yield dict(op="paged_mqa_logits",
+                   case=f"{'fp4' if fp4 else 'fp8'} B={b} next_n={next_n} H={h} ctx<={ctx}",
+                   ok=same_mask and diff < 1e-3,
+                   max_abs=float((got - ref).nan_to_num(0, 0, 0).abs().max()), max_rel=diff,
+                   detail="" if same_mask else "-inf mask differs", us=us,
+                   throughput=f"{kv_bytes / us / 1e3:.0f} GB/s")
+
+
+def check_indexer_topk(device, full):
+    from sm12x.frontends.deep_gemm import indexer as api
+    from sm12x.kernels.indexer.fused_topk import mqa_topk_indices
+    from sm12x.kernels.indexer.reference import ref_indexer_topk
+
+    shapes = [(32, 300, 16, 64, 64)] if device != "cuda" else [(4096, 65536, 64, 128, 512)]
+    for s, s_kv, h, d, topk in shapes:
+        q, _, k, k_sf, w, ks, ke = _mqa_inputs(device, s, s_kv, h, d, seed=1)
+        idx = mqa_topk_indices(q, (k, k_sf), w, ks, ke, topk)
+        logits = api.fp8_mqa_logits(q, (k, k_sf), w, ks, ke, clean_logits=True)
+        ref = ref_indexer_topk(logits, topk, ks, ke)
+        mismatched = int((idx != ref).any(dim=1).sum())
+        us = time_us(lambda: mqa_topk_indices(q, (k, k_sf), w, ks, ke, topk), device)
+        yield dict(op="indexer_topk", case=f"prefill S={s} S_kv={s_kv} topk={topk}",
+                   ok=mismatched == 0, max_abs=float(mismatched), max_rel=0.0,
+                   detail=f"{mismatched} rows differ from top-k of the logits" if mismatched else "",
+                   us=us, throughput="")
+
+
+def _compile(module_name):
+    def compile_reports(targets):
+        import importlib
+
+        return importlib.import_module(f"sm12x.kernels.indexer.{module_name}").compile_reports(targets=targets)
+
+    return compile_reports
+
+
+def _reference(name):
+    def reference(*args, **kwargs):
+        from sm12x.kernels.indexer import reference
+
+        return getattr(reference, name)(*args, **kwargs)
+
+    return reference
+
+
+OPS = (
+    Op(name="mqa_logits", family="indexer", reference=_reference("ref_mqa_logits"),
+       selftest=check_mqa_logits, compile_reports=_compile("mqa_logits"),
+       benchmark="scripts/bench_indexer.py"),
+    Op(name="paged_mqa_logits", family="indexer", reference=_reference("ref_paged_mqa_logits"),
+       selftest=check_paged_mqa_logits, compile_reports=_compile("paged_mqa_logits"),
+       benchmark="scripts/bench_indexer.py"),
+    Op(name="indexer_topk", family="indexer", reference=_reference("ref_indexer_topk"),
+       selftest=check_indexer_topk, compile_reports=_compile("fused_topk"),
+       benchmark="scripts/bench_indexer.py"),
+)

@@ -1,0 +1,139 @@
+"""PyTorch references for the lightning indexer (DeepGEMM MQA logits) and its top-k.
+
+Score of query row i and key j:  logits[i, j] = sum_h w[i, h] * relu(q[i, h] . k[j] * k_scale[j]).
+
+Everything is computed in float32 on dequantised inputs; the kernels must match to DeepGEMM's test
+tolerance (calc_diff < 1e-3 FP8, < 0.02 FP4 against unquantised data; much tighter against these
+references, which see the same quantised values).
+"""
+from __future__ import annotations
+
+import torch
+
+from sm12x.kernels.indexer.cache import dequant_fp4, dequant_paged_cache
+
+NEG_INF = float("-inf")
+
+
+def calc_diff(x: torch.Tensor, y: torch.Tensor) -> float:
+    """DeepGEMM's similarity metric: 1 - 2<x,y> / (|x|^2 + |y|^2)."""
+    x, y = x.double(), y.double()
+    den = (x * x + y * y).sum()
+    if den == 0:
+        return 0.0
+    return float(1 - 2 * (x * y).sum() / den)
+
+
+def _scores(q: torch.Tensor, k: torch.Tensor, weights: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
+    """q [M, H, D] fp32, k [N, D] fp32, weights [M, H] -> [M, N] (chunked over N)."""
+    out = torch.empty(q.shape[0], k.shape[0], dtype=torch.float32, device=q.device)
+    for n0 in range(0, k.shape[0], chunk):
+        s = torch.einsum("mhd,nd->mhn", q, k[n0:n0 + chunk]).relu()
+        out[:, n0:n0 + chunk] = torch.einsum("mhn,mh->mn", s, weights.float())
+    return out
+
+
+def ref_mqa_logits(q, k, k_scale, weights, ks, ke, clean_logits=True, max_seqlen_k=0):
+    """q [S, H, D], k [S_kv, D] (any float dtype, fp8 included), k_scale [S_kv] or None,
+    weights [S, H], ks/ke [S] int. Returns fp32 [S, S_kv] (or [S, max_seqlen_k] compressed:
+    out[i, j - ks[i]]). Entries outside ks[i] <= j < ke[i] are -inf when clean_logits (always -inf
+    in the compressed form: the kernel leaves them undefined)."""
+    kf = k.float()
+    if k_scale is not None:
+        kf = kf * k_scale.float().unsqueeze(-1)
+    full = _scores(q.float(), kf, weights)
+    j = torch.arange(k.shape[0], device=q.device)
+    valid = (j[None, :] >= ks.long()[:, None]) & (j[None, :] < ke.long()[:, None])
+    if max_seqlen_k > 0:
+        out = torch.full((q.shape[0], max_seqlen_k), NEG_INF, device=q.device)
+        c = torch.arange(max_seqlen_k, device=q.device)
+        src = ks.long()[:, None] + c[None, :]
+        ok = src < ke.long()[:, None]
+        vals = full.gather(1, src.clamp(0, max(k.shape[0] - 1, 0))) if k.shape[0] else out
+        return torch.where(ok, vals, out)
+    return full.masked_fill(~valid, NEG_INF) if clean_logits else full
+
+
+def ref_fp4_mqa_logits(q, q_sf, k, k_sf, weights, ks, ke, clean_logits=True, max_seqlen_k=0):
+    """FP4 variant: q int8 [S, H, D/2] + int32 [S, H], k int8 [S_kv, D/2] + int32 [S_kv]."""
+    return ref_mqa_logits(dequant_fp4(q, q_sf), dequant_fp4(k, k_sf), None, weights, ks, ke,
+                          clean_logits, max_seqlen_k)
+
+
+def paged_valid_ends(context_lens: torch.Tensor, next_n: int) -> torch.Tensor:
+    """Per logits row (b*next_n + t), the exclusive end of the visible key positions.
+
+    2-D context_lens [B, next_n]: row (b, t) sees positions < context_lens[b, t].
+    1-D context_lens [B] (old API): query t sits at position ctx - next_n + t and sees positions up to
+    and including it, i.e. < ctx - next_n + t + 1."""
+    if context_lens.dim() == 2:
+        return context_lens.reshape(-1).long()
+    t = torch.arange(next_n, device=context_lens.device)
+    return (context_lens.long()[:, None] - next_n + t[None, :] + 1).reshape(-1)
+
+
+def ref_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, max_context_len,
+                         clean_logits=True):
+    """q: float8 [B, next_n, H, D] or a tuple (values, scale|None) where scale != None means FP4
+    (values int8 [B, next_n, H, D/2], scale int32 [B, next_n, H]). kv_cache: fused uint8 cache
+    (indexer_cache). weights [B*next_n, H]. Returns fp32 [B*next_n, max_context_len]; positions at or
+    beyond the row's visible end are -inf when clean_logits (the kernel leaves them undefined unless
+    asked to clean)."""
+    if isinstance(q, (tuple, list)):
+        qv, qs = q
+    else:
+        qv, qs = q, None
+    fp4 = qs is not None
+    if fp4:
+        qf = dequant_fp4(qv, qs)
+    else:
+        qf = qv.float()
+    b, next_n, h, d = qf.shape
+    cache = dequant_paged_cache(kv_cache, d, fp4)  # [nb, bkv, d]
+    bkv = cache.shape[1]
+    ends = paged_valid_ends(context_lens, next_n)
+    out = torch.full((b * next_n, max_context_len), NEG_INF, device=qf.device)
+    for i in range(b):
+        rows = ends[i * next_n:(i + 1) * next_n]
+        span = int(rows.max().item()) if next_n else 0
+        span = min(max(span, 0), max_context_len)
+        if span == 0:
+            continue
+        nblk = (span + bkv - 1) // bkv
+        k = cache[block_table[i, :nblk].long()].reshape(-1, d)[:span]
+        s = _scores(qf[i], k, weights[i * next_n:(i + 1) * next_n])
+        p = torch.arange(span, device=qf.device)
+        s = s.masked_fill(p[None, :] >= rows[:, None], NEG_INF) if clean_logits else s
+        out[i * next_n:(i + 1) * next_n, :span] = s
+    return out
+
+
+def ref_indexer_topk(logits: torch.Tensor, topk: int, starts=None, ends=None) -> torch.Tensor:
+    """Top-k of logits [R, N] restricted to starts[r] <= j < ends[r] (defaults 0 / N), returned as
+    int32 [R, topk] local indices j - starts[r], ordered by descending score, equal scores lower index
+    first, -1 padded when fewer than topk positions are visible."""
+    r, n = logits.shape
+    j = torch.arange(n, device=logits.device)
+    lo = starts.long()[:, None] if starts is not None else torch.zeros(r, 1, dtype=torch.long, device=logits.device)
+    hi = ends.long()[:, None] if ends is not None else torch.full((r, 1), n, device=logits.device)
+    valid = (j[None, :] >= lo) & (j[None, :] < hi)
+    masked = logits.float().masked_fill(~valid, NEG_INF)
+    vals, idx = torch.sort(masked, dim=1, descending=True, stable=True)
+    k = min(topk, n)
+    out = torch.full((r, topk), -1, dtype=torch.int32, device=logits.device)
+    sel_ok = valid.gather(1, idx[:, :k])
+    out[:, :k] = torch.where(sel_ok, idx[:, :k] - lo, torch.full_like(idx[:, :k], -1)).int()
+    return out
+
+
+def ref_topk_sort_keys(x: torch.Tensor, col_start: int = 0, base=None) -> torch.Tensor:
+    """The int64 sort key of every entry of a float32 logits window [R, W] as ``topk_select`` builds
+    them: the float's order-preserving int32 in the high half, 2**31-1 - (col_start + j - base[r])
+    in the low half (lower index wins ties), INT64_MIN where the entry is -inf (invisible)."""
+    b = x.contiguous().view(torch.int32)
+    b = torch.where(b < 0, b ^ 0x7FFFFFFF, b).long()
+    idx = torch.arange(x.shape[1], device=x.device)[None, :] + col_start
+    if base is not None:
+        idx = idx - base.long()[:, None]
+    key = (b << 32) | (0x7FFFFFFF - idx)
+    return torch.where(torch.isneginf(x), torch.full_like(key, -(1 << 63)), key)

@@ -1,0 +1,66 @@
+"""The op registry: every op sm12x provides, with its reference, self-test cases, benchmark and
+compile-check entry, so that ``sm12x selftest``, the sm_120/sm_121 compile check and the
+benchmarks iterate one list.
+
+Adding an op is its module (kernel, launcher, validation, configs) plus one :class:`Op` in its
+family's ``cases`` module; :func:`all_ops` lists the families. Importing this module imports
+nothing heavy; :func:`all_ops` imports the families (torch, triton).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Iterable, Optional
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+    """One op.
+
+    name: the op's name in ``selftest --ops`` and in reports.
+    family: its sub-package of :mod:`sm12x.kernels` (``sparse_mla``, ``indexer``, ``gemm``, ``moe``).
+    reference: the plain PyTorch function the kernel is checked against (the source of truth).
+    selftest: ``selftest(device, full) -> iterable of result rows`` (dicts with ``op, case, ok,
+        max_abs, max_rel, detail, us, throughput``): production shapes on ``"cuda"`` (``full``: the
+        sweep), small shapes under the Triton interpreter on ``"cpu"``.
+    compile_reports: ``compile_reports(targets) -> [CompileReport]`` for every launch
+        configuration the op runs on ``targets`` (``("sm_120", "sm_121")``); None when the op
+        launches no kernel of its own.
+    benchmark: the script in ``scripts/`` that races the op against what it replaces.
+    """
+
+    name: str
+    family: str
+    reference: Callable
+    selftest: Callable[[str, bool], Iterable[dict]]
+    compile_reports: Optional[Callable[[tuple], list]] = None
+    benchmark: str = ""
+
+
+FAMILIES = ("sparse_mla", "indexer", "gemm", "moe")
+
+
+def all_ops() -> list:
+    """Every registered op, family by family."""
+    import importlib
+
+    ops = []
+    for family in FAMILIES:
+        try:
+            cases = importlib.import_module(f"sm12x.kernels.{family}.cases")
+        except ModuleNotFoundError as e:  # a family not built yet has no cases module
+            if e.name != f"sm12x.kernels.{family}.cases" and e.name != f"sm12x.kernels.{family}":
+                raise
+            continue
+        ops.extend(cases.OPS)
+    return ops
+
+
+def op_names() -> list:
+    return [op.name for op in all_ops()]
+
+
+def result(op: str, case: str, ok: bool, max_abs: float = 0.0, max_rel: float = 0.0, detail: str = "",
+           us: float = 0.0, throughput: str = "") -> dict:
+    """One self-test result row."""
+    return dict(op=op, case=case, ok=ok, max_abs=max_abs, max_rel=max_rel, detail=detail, us=us,
+                throughput=throughput)
