@@ -1,8 +1,8 @@
 """Stand-in modules for kernel libraries that are absent from an image.
 
 vLLM and SGLang only take their DeepGEMM indexer paths when ``import deep_gemm`` works. On SM12x,
-when no ``deep_gemm`` is installed at all, the import watcher provides one built from
-``sm12x.frontends.deep_gemm.indexer`` (the functions listed in its ``NAMES``). A real installed module always wins: the import watcher (``sm12x.hooks``) asks for a stand-in
+when no ``deep_gemm`` is installed at all, the import watcher provides one built from the
+DeepGEMM front ends (``sm12x.frontends.deep_gemm.*``: the functions each lists in ``NAMES``). A real installed module always wins: the import watcher (``sm12x.hooks``) asks for a stand-in
 only after every other finder found nothing, and none is made when vLLM's vendored
 ``vllm.third_party.deep_gemm`` exists. The stand-in has only the indexer functions: a framework that
 also wants DeepGEMM GEMMs from it must have them turned off (SGLang: SGLANG_ENABLE_JIT_DEEPGEMM=0,
@@ -12,20 +12,29 @@ import importlib
 import os
 import sys
 
-SHIMS = {"deep_gemm": "sm12x.frontends.deep_gemm.indexer"}
+# each stand-in is assembled from front-end modules that list what they provide in ``NAMES`` and
+# ``HELPER_NAMES``; a module not present in this build is left out
+SHIMS = {"deep_gemm": ("sm12x.frontends.deep_gemm.indexer", "sm12x.frontends.deep_gemm.gemm",
+                       "sm12x.frontends.deep_gemm.moe")}
 
 
 class _ShimLoader:
-    def __init__(self, source):
-        self.source = source
+    def __init__(self, sources):
+        self.sources = sources
 
     def create_module(self, spec):
         return None
 
     def exec_module(self, module):
-        api = importlib.import_module(self.source)
-        for name in tuple(api.NAMES) + tuple(getattr(api, "HELPER_NAMES", ())):
-            setattr(module, name, getattr(api, name))
+        for source in self.sources:
+            try:
+                api = importlib.import_module(source)
+            except ModuleNotFoundError as e:
+                if e.name != source:
+                    raise
+                continue
+            for name in tuple(api.NAMES) + tuple(getattr(api, "HELPER_NAMES", ())):
+                setattr(module, name, getattr(api, name))
         module.__sm12x_shim__ = True
         module.__version__ = "0+sm12x.shim"
 

@@ -7,8 +7,9 @@ makes it unnecessary, and ``make``: the factory (in :mod:`sm12x.frontends`) that
 original object and returns the replacement. Replacements are plain functions (``functools.wraps``), never
 proxies, because torch.compile traces through wrapt wrappers to the original silently.
 
-The patch sets live in this package by what they patch: ``flash_mla`` (every FlashMLA route) and
-``deep_gemm`` (the DeepGEMM indexer surface). ``all_patches()`` lists them all.
+The patch sets live in this package by what they patch: ``flash_mla`` (every FlashMLA route),
+``deep_gemm`` (the DeepGEMM indexer surface), ``deep_gemm_dense`` (DeepGEMM's dense GEMMs, einsum
+and mHC pre-norm GEMM) and ``deep_gemm_moe`` (DeepGEMM's grouped MoE GEMMs). ``all_patches()`` lists them all.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ class Patch:
 
 def all_patches() -> list:
     """Every registered patch, in application order."""
-    from sm12x.patches import deep_gemm, flash_mla
+    from sm12x.patches import deep_gemm, deep_gemm_dense, deep_gemm_moe, flash_mla
 
-    return list(flash_mla.PATCHES) + list(deep_gemm.PATCHES)
+    return (list(flash_mla.PATCHES) + list(deep_gemm.PATCHES) + list(deep_gemm_dense.PATCHES)
+            + list(deep_gemm_moe.PATCHES))
