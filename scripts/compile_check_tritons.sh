@@ -16,6 +16,6 @@ for v in "$@"; do
     fi
     echo "== triton $v"
     SM12X_SLOW_TESTS=1 PYTHONPATH=. "$env_dir/bin/python" -m pytest -q -p no:cacheprovider \
-        tests/kernels/test_sparse_mla_compile.py tests/kernels/test_indexer_compile.py 2>&1 | tail -15 || rc=1
+        tests/kernels/sparse_mla/test_sparse_mla_compile.py tests/kernels/indexer/test_indexer_compile.py 2>&1 | tail -15 || rc=1
 done
 exit $rc
