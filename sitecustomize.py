@@ -1,10 +1,14 @@
 """sm12x bootstrap (stdlib only, valid on Python 3.10+).
 
-1. Runs the sitecustomize this file shadows (Debian/Ubuntu Pythons ship one), exactly once.
+1. Runs the sitecustomize this file shadows (Debian/Ubuntu Pythons ship one), exactly once and as
+   Python itself would: under the name ``sitecustomize`` with its own ``__file__``, and when it
+   raises, the same ``Error in sitecustomize; set PYTHONVERBOSE for traceback:`` lines go to stderr
+   (the traceback with ``python -v``). Names it defines stay reachable as ``sitecustomize.NAME``.
 2. Unless SM12X_DISABLE=1, installs sm12x's lazy import watcher (sm12x.hooks): nothing else is
    imported or probed until vllm, sglang, sgl_kernel, flash_mla, deep_gemm or flashinfer is.
-Nothing here may stop the interpreter: every failure, ours or the chained file's, is swallowed
-(shown on stderr when SM12X_LOG=debug).
+Nothing here may stop the interpreter: a failure of ours is swallowed (shown on stderr when
+SM12X_LOG=debug), and a SystemExit or KeyboardInterrupt from the chained file is reported like
+any other error instead of ending start-up (without the mount Python would abort there).
 """
 
 
@@ -19,22 +23,52 @@ def _sm12x_chain():
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
     if spec is None or not spec.origin or os.path.abspath(spec.origin) == os.path.abspath(__file__):
         return None
-    name = "_sm12x_chained_sitecustomize"
-    if name in sys.modules:
+    guard = "_sm12x_chained_sitecustomize"  # the image's module, kept so it never runs twice
+    if guard in sys.modules:
         return spec.origin
-    if spec.origin.endswith(".py"):
-        loader = importlib.machinery.SourceFileLoader(name, spec.origin)
-    else:
-        loader = importlib.machinery.SourcelessFileLoader(name, spec.origin)
-    module = type(sys)(name)
+    module = type(sys)("sitecustomize")
     module.__file__ = spec.origin
-    module.__loader__ = loader
-    sys.modules[name] = module
+    module.__loader__ = spec.loader
+    module.__spec__ = spec
+    module.__package__ = ""
     try:
-        loader.exec_module(module)
-    except BaseException as e:  # the image's file may even raise SystemExit: never fatal here
-        _sm12x_debug("chained sitecustomize %s raised %r" % (spec.origin, e))
+        module.__cached__ = spec.cached
+    except Exception:
+        pass
+    sys.modules[guard] = module
+    # While it runs, `sys.modules["sitecustomize"]` is the image's module, as during a plain import.
+    previous = sys.modules.get("sitecustomize")
+    sys.modules["sitecustomize"] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as err:  # even SystemExit: never fatal here
+        _sm12x_report(err)
+    finally:
+        if previous is None:
+            sys.modules.pop("sitecustomize", None)
+        else:
+            sys.modules["sitecustomize"] = previous
+    ours = globals()
+    for name, value in list(vars(module).items()):
+        if not name.startswith("__") and name not in ours:
+            ours[name] = value
     return spec.origin
+
+
+def _sm12x_report(err):
+    """What site.execsitecustomize prints for an error in sitecustomize (CPython 3.10-3.13)."""
+    import sys
+
+    if isinstance(err, ImportError) and err.name == "sitecustomize":
+        return  # site ignores this one silently
+    try:
+        if sys.flags.verbose:
+            sys.excepthook(type(err), err, err.__traceback__)
+        else:
+            sys.stderr.write("Error in sitecustomize; set PYTHONVERBOSE for traceback:\n"
+                             "%s: %s\n" % (err.__class__.__name__, err))
+    except BaseException:
+        pass
 
 
 def _sm12x_debug(message):
