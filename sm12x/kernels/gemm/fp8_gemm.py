@@ -1,0 +1,194 @@
+"""Dense block-scaled FP8 GEMM (DeepGEMM ``fp8_gemm_nt`` and its nn/tn/tt forms) in Triton.
+
+Contract: a float8_e4m3fn [M, K] and b float8_e4m3fn [N, K] (any strides: the nn/tn/tt forms pass
+transposed views), their scales in any DeepGEMM format (:mod:`scales`), d bf16 or float32 [M, N]
+written in place, c None or [M, N] (may alias d). Computes
+
+    d[m, n] = c[m, n] + sum_kb (sum_{k in kb} a[m, k] b[n, k]) * sa(m, kb) * sb(n, kb)
+
+with fp32 promotion per K-block (:func:`block_scaled.block_scaled_dot`). Any M (1 included), N
+and K with K % 16 == 0.
+
+Launch: M <= 64 puts the weight's rows on the MMA's M side (swap-AB: a 16-64 column tile holds
+the activations); when the output tiles alone leave SMs idle, K is split (a count from the shapes
+only) and a second kernel sums the fp32 partials, adds c and writes d.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from sm12x.kernels.common.checks import require
+
+from sm12x.kernels.gemm.block_scaled import block_scaled_dot, pick_tile, split_k
+from sm12x.kernels.gemm.scales import read_scales
+
+OP = "fp8_gemm_nt"
+OUT_DTYPES = (torch.bfloat16, torch.float32)
+C_DTYPES = (torch.float32, torch.bfloat16)
+
+
+@triton.jit
+def _tile_coords(pid, num_r, num_c, GROUP_R: tl.constexpr):
+    """Grouped ordering: GROUP_R row tiles share their column tiles' reads in L2."""
+    per_group = GROUP_R * num_c
+    group = pid // per_group
+    first_r = group * GROUP_R
+    size = tl.minimum(num_r - first_r, GROUP_R)
+    pid_r = first_r + (pid % per_group) % size
+    pid_c = (pid % per_group) // size
+    return pid_r, pid_c
+
+
+@triton.jit
+def fp8_gemm_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, d_ptr, c_ptr, ws_ptr,
+                    M, N, K, tiles_per_split,
+                    stride_am, stride_ak, stride_bn, stride_bk, stride_dm, stride_dn, stride_cm, stride_cn,
+                    sfa_stride_mn, sfa_stride_k, sfb_stride_mn, sfb_stride_k,
+                    SFA_KIND: tl.constexpr, SFA_GRAN_MN: tl.constexpr, SFA_GRAN_K: tl.constexpr,
+                    SFB_KIND: tl.constexpr, SFB_GRAN_MN: tl.constexpr, SFB_GRAN_K: tl.constexpr,
+                    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr,
+                    GROUP_R: tl.constexpr, SWAP_AB: tl.constexpr, SPLIT: tl.constexpr,
+                    HAS_C: tl.constexpr, SCALED_MMA: tl.constexpr, EVEN_K: tl.constexpr):
+    pid = tl.program_id(0)
+    split = tl.program_id(1)
+    if SWAP_AB:
+        num_r = tl.cdiv(N, BLOCK_R)
+        num_c = tl.cdiv(M, BLOCK_C)
+    else:
+        num_r = tl.cdiv(M, BLOCK_R)
+        num_c = tl.cdiv(N, BLOCK_C)
+    pid_r, pid_c = _tile_coords(pid, num_r, num_c, GROUP_R)
+    rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
+    t_begin = split * tiles_per_split
+    t_end = tl.minimum(t_begin + tiles_per_split, tl.cdiv(K, BLOCK_K))
+    acc = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.float32)
+    if SWAP_AB:  # acc[n, m]
+        acc = block_scaled_dot(acc, b_ptr, rows, rows < N, stride_bn, stride_bk,
+                               sfb_ptr, sfb_stride_mn, sfb_stride_k,
+                               a_ptr, cols, cols < M, stride_am, stride_ak,
+                               sfa_ptr, sfa_stride_mn, sfa_stride_k,
+                               t_begin, t_end, K, SFB_KIND, SFB_GRAN_MN, SFB_GRAN_K,
+                               SFA_KIND, SFA_GRAN_MN, SFA_GRAN_K, BLOCK_K, SCALED_MMA, EVEN_K)
+        offs_m = cols[None, :]
+        offs_n = rows[:, None]
+    else:  # acc[m, n]
+        acc = block_scaled_dot(acc, a_ptr, rows, rows < M, stride_am, stride_ak,
+                               sfa_ptr, sfa_stride_mn, sfa_stride_k,
+                               b_ptr, cols, cols < N, stride_bn, stride_bk,
+                               sfb_ptr, sfb_stride_mn, sfb_stride_k,
+                               t_begin, t_end, K, SFA_KIND, SFA_GRAN_MN, SFA_GRAN_K,
+                               SFB_KIND, SFB_GRAN_MN, SFB_GRAN_K, BLOCK_K, SCALED_MMA, EVEN_K)
+        offs_m = rows[:, None]
+        offs_n = cols[None, :]
+    mask = (offs_m < M) & (offs_n < N)
+    if SPLIT:  # fp32 partial of this split, [splits, M, N] contiguous
+        ws = ws_ptr + split.to(tl.int64) * M * N + offs_m.to(tl.int64) * N + offs_n
+        tl.store(ws, acc, mask=mask)
+    else:
+        if HAS_C:
+            acc += tl.load(c_ptr + offs_m.to(tl.int64) * stride_cm + offs_n * stride_cn, mask=mask,
+                           other=0.0).to(tl.float32)
+        tl.store(d_ptr + offs_m.to(tl.int64) * stride_dm + offs_n * stride_dn,
+                 acc.to(d_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def split_k_reduce_kernel(ws_ptr, d_ptr, c_ptr, M, N, stride_dm, stride_dn, stride_cm, stride_cn,
+                          SPLITS: tl.constexpr, HAS_C: tl.constexpr, BLOCK: tl.constexpr):
+    """d = c + sum over the SPLITS fp32 partials [SPLITS, M, N] (c may alias d)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < M * N
+    m = offs // N
+    n = offs % N
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in tl.static_range(SPLITS):
+        acc += tl.load(ws_ptr + s * M * N + offs, mask=mask, other=0.0)
+    if HAS_C:
+        acc += tl.load(c_ptr + m * stride_cm + n * stride_cn, mask=mask, other=0.0).to(tl.float32)
+    tl.store(d_ptr + m * stride_dm + n * stride_dn, acc.to(d_ptr.dtype.element_ty), mask=mask)
+
+
+REDUCE_BLOCK = 1024
+
+
+def check_operand(op: str, arg: str, x, rows_name: str):
+    require(isinstance(x, torch.Tensor), op, arg, type(x).__name__, "a float8_e4m3fn tensor")
+    require(x.dtype == torch.float8_e4m3fn, op, arg, f"dtype {x.dtype}", "torch.float8_e4m3fn")
+    require(x.dim() == 2, op, arg, lambda: f"shape {list(x.shape)}", f"2 dims [{rows_name}, K]")
+
+
+def check_out(op: str, d, c, m: int, n: int, device):
+    require(isinstance(d, torch.Tensor), op, "d", type(d).__name__, "a bf16 or float32 tensor")
+    require(d.dtype in OUT_DTYPES, op, "d", f"dtype {d.dtype}", "torch.bfloat16 or torch.float32")
+    require(tuple(d.shape) == (m, n), op, "d", lambda: f"shape {list(d.shape)}", f"shape [{m}, {n}]")
+    require(d.device == device, op, "d", f"device {d.device}", f"the device of a ({device})")
+    if c is not None:
+        require(isinstance(c, torch.Tensor), op, "c", type(c).__name__, "None or a tensor")
+        require(c.dtype in C_DTYPES, op, "c", f"dtype {c.dtype}", "torch.float32 or torch.bfloat16")
+        require(tuple(c.shape) == (m, n), op, "c", lambda: f"shape {list(c.shape)}", f"shape [{m}, {n}]")
+        require(c.device == device, op, "c", f"device {c.device}", f"the device of a ({device})")
+
+
+def fp8_gemm(a, sfa, b, sfb, d, c=None, *, gran_a=(None, None), gran_b=(None, None), op: str = OP):
+    """d = c + a @ b^T, block-scaled (see the module docstring); ``gran_a`` / ``gran_b`` =
+    (gran_mn, gran_k) from the caller's recipe, or Nones to read them from the scale shapes.
+    Returns d."""
+    check_operand(op, "a", a, "M")
+    check_operand(op, "b", b, "N")
+    m, k = a.shape
+    n = b.shape[0]
+    require(b.shape[1] == k, op, "b", lambda: f"shape {list(b.shape)}", f"[N, {k}] (K of a)")
+    require(k % 16 == 0 and k > 0, op, "a", f"K = {k}", "K a positive multiple of 16")
+    require(b.device == a.device, op, "b", f"device {b.device}", f"the device of a ({a.device})")
+    check_out(op, d, c, m, n, a.device)
+    sa = read_scales(op, "sfa", sfa, m, k, gran_mn=gran_a[0], gran_k=gran_a[1])
+    sb = read_scales(op, "sfb", sfb, n, k, gran_mn=gran_b[0], gran_k=gran_b[1])
+    require(sa.gran_mn == 1, op, "sfa", f"granularity {sa.gran_mn} along M", "1 (per-token scales)")
+    require(sa.data.device == a.device, op, "sfa", f"device {sa.data.device}", f"the device of a ({a.device})")
+    require(sb.data.device == a.device, op, "sfb", f"device {sb.data.device}", f"the device of a ({a.device})")
+    if m == 0 or n == 0:
+        return d
+    launch(a, sa, b, sb, d, c)
+    return d
+
+
+def plan(m: int, n: int, k: int, sa, sb, device):
+    """(tile, block_k, scaled_mma, splits, tiles_per_split, grid programs) of a call."""
+    tile = pick_tile(m, device)
+    scaled = tile.scaled_mma and sa.ue8m0 and sb.ue8m0
+    block_k = tile.block_k if scaled else min(tile.block_k, sa.gran_k, sb.gran_k)
+    k_tiles = triton.cdiv(k, block_k)
+    if tile.swap_ab:
+        out_tiles = triton.cdiv(n, tile.block_r) * triton.cdiv(m, tile.block_c)
+    else:
+        out_tiles = triton.cdiv(m, tile.block_r) * triton.cdiv(n, tile.block_c)
+    splits = split_k(out_tiles, k_tiles, m, k, device)
+    per = triton.cdiv(k_tiles, splits)
+    return tile, block_k, scaled, splits, per, out_tiles
+
+
+def launch(a, sa, b, sb, d, c):
+    m, k = a.shape
+    n = b.shape[0]
+    tile, block_k, scaled, splits, per, out_tiles = plan(m, n, k, sa, sb, a.device)
+    has_c = c is not None
+    ws = torch.empty((splits, m, n), dtype=torch.float32, device=a.device) if splits > 1 else d
+    c_arg = c if has_c else d
+    fp8_gemm_kernel[(out_tiles, splits)](
+        a, sa.data, b, sb.data, d, c_arg, ws, m, n, k, per,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1), d.stride(0), d.stride(1),
+        c_arg.stride(0), c_arg.stride(1), sa.stride_mn, sa.stride_k, sb.stride_mn, sb.stride_k,
+        SFA_KIND=sa.kind, SFA_GRAN_MN=sa.gran_mn, SFA_GRAN_K=sa.gran_k,
+        SFB_KIND=sb.kind, SFB_GRAN_MN=sb.gran_mn, SFB_GRAN_K=sb.gran_k,
+        BLOCK_R=tile.block_r, BLOCK_C=tile.block_c, BLOCK_K=block_k, GROUP_R=tile.group_r,
+        SWAP_AB=tile.swap_ab, SPLIT=splits > 1, HAS_C=has_c, SCALED_MMA=scaled,
+        EVEN_K=k % block_k == 0, num_warps=tile.num_warps, num_stages=tile.num_stages)
+    if splits > 1:
+        split_k_reduce_kernel[(triton.cdiv(m * n, REDUCE_BLOCK),)](
+            ws, d, c_arg, m, n, d.stride(0), d.stride(1), c_arg.stride(0), c_arg.stride(1),
+            SPLITS=splits, HAS_C=has_c, BLOCK=REDUCE_BLOCK, num_warps=4)
+
+
