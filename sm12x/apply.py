@@ -1,8 +1,8 @@
 """The apply loop: select the patches for an imported module, apply each in its own try/except,
 record the outcome.
 
-Outcomes (``OUTCOMES[patch.name]``) are ``applied``, ``skipped`` (with the reason) or ``failed``
-(with the error). Applying is idempotent: the replacement carries ``__sm12x_patch__`` (the patch
+Outcomes (``OUTCOMES[patch.name]``) are ``applied``, ``skipped`` (with the reason), ``retired``
+(the installed library is at or past the record's ``fixed_in``) or ``failed`` (with the error). Applying is idempotent: the replacement carries ``__sm12x_patch__`` (the patch
 name) and ``__sm12x_original__``, and a target already carrying our marker is left alone.
 ``SM12X_STRICT=1`` raises on any skip or failure other than those ``SM12X_SKIP`` asks for (patch
 names or dotted prefixes of them); ``SM12X_LOG=debug|info|warning`` sets the level
@@ -93,6 +93,17 @@ def unmatched_skips() -> list:
     return [i for i in skip_items() if not any(_names(i, n) for n in names)]
 
 
+def retirement(p: Patch) -> str:
+    """Why ``p`` is retired (its library's installed release is at or past ``fixed_in``, whose own
+    code serves SM12x), or ""."""
+    if not p.fixed_in:
+        return ""
+    have = _versions().get(p.library)
+    if have is None or not platform.in_range(have, f">={p.fixed_in}"):
+        return ""
+    return f"{p.library} {have} serves this on SM12x itself (fixed in {p.fixed_in})"
+
+
 def eligibility(p: Patch):
     """(True, "") when arch and version allow ``p`` in this process and ``SM12X_SKIP`` does not
     name it, else (False, reason)."""
@@ -107,8 +118,7 @@ def eligibility(p: Patch):
         if have is None:
             return False, f"{p.library} version unknown (not installed as a distribution)"
         if not platform.in_range(have, p.versions):
-            return False, f"{p.library} {have} outside {p.versions}" + (
-                f" (fixed upstream in {p.fixed_in})" if p.fixed_in else "")
+            return False, f"{p.library} {have} outside the checked range {p.versions}"
     return True, ""
 
 
@@ -156,7 +166,8 @@ def _record(p: Patch, state: str, reason: str = "") -> None:
     OUTCOMES[p.name] = (state, reason)
     level = "debug" if state == "applied" else ("warning" if state == "failed" else "info")
     log_once(level, f"patch {p.name} -> {p.target}: {state}" + (f" ({reason})" if reason else ""))
-    if state != "applied" and reason != SKIP_REASON and os.environ.get("SM12X_STRICT") == "1":
+    if (state not in ("applied", "retired") and reason != SKIP_REASON
+            and os.environ.get("SM12X_STRICT") == "1"):
         raise PatchError(f"sm12x: patch {p.name} ({p.target}) {state}: {reason}")
 
 
@@ -176,6 +187,10 @@ def apply_patch(p: Patch, module) -> str:
         if not ok:
             _record(p, "skipped", why)
             return "skipped"
+        retired = retirement(p)
+        if retired:
+            _record(p, "retired", retired)
+            return "retired"
         try:
             owner, attr, current = _resolve(module, p.qualname)
         except AttributeError:
@@ -248,13 +263,18 @@ def plan() -> list:
             except Exception:
                 present = False
             ok, why = eligibility(p)
+            retired = retirement(p) if ok and present else ""
             if not present:
                 state, reason = "skipped", f"{top} is not installed"
             elif not ok:
                 state, reason = "skipped", why
+            elif retired:
+                state, reason = "retired", retired
             else:
                 state, reason = "would-apply", ""
-        rows.append({"name": p.name, "target": p.target, "state": state, "reason": reason})
+        rows.append({"name": p.name, "target": p.target, "state": state, "reason": reason,
+                     "library": p.library, "versions": p.versions, "fixed_in": p.fixed_in,
+                     "upstream": p.upstream, "why": p.why})
     return rows
 
 

@@ -34,3 +34,15 @@ def write_tree(root, files):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(body).lstrip() if body else body)
     return root
+
+
+# releases inside the patch records' checked ranges, for stand-in frameworks
+RELEASES = {"vllm": "0.34.0", "sglang": "0.5.23", "sglang-kernel": "0.4.10"}
+
+
+def dist_infos(releases=RELEASES):
+    """``{path: text}`` of minimal dist-info folders, so ``importlib.metadata`` reports stand-in
+    frameworks at these releases."""
+    return {f"{name.replace('-', '_')}-{version}.dist-info/METADATA":
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+            for name, version in releases.items()}

@@ -18,15 +18,33 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Patch:
+    """One replacement.
+
+    ``versions`` is the release range of ``library`` the patch was checked against (a version
+    outside it is skipped, naming the range); ``"*"`` only for a patch that does not depend on the
+    release, with ``versions_note`` saying why. ``fixed_in`` is the first release of ``library``
+    whose own code serves SM12x for this target ("" when none is known): at or past it the patch
+    is ``retired``, not applied. ``upstream`` names the upstream issue, PR or source location the
+    patch answers; ``why`` is this record's own reason.
+    """
+
     name: str
     target: str  # "package.module:Qualified.name"
     make: object  # factory(original) -> replacement (a front end's wrappers function)
     why: str
-    fixed_in: str  # upstream version that makes the patch unnecessary ("" = none yet)
-    library: str = "*"  # key of sm12x.platform.DISTRIBUTIONS whose version is checked
-    versions: str = "*"  # release range, e.g. ">=0.5,<0.6"
+    upstream: str
+    library: str  # key of sm12x.platform.DISTRIBUTIONS whose version is checked
+    versions: str  # release range of ``library``, e.g. ">=0.25.1,<0.35"
+    fixed_in: str = ""  # first release of ``library`` that serves this target on SM12x
+    versions_note: str = ""  # why the patch holds for every release (versions "*")
     arch: str = "sm12x"  # "sm12x" (SM12x, or any GPU with SM12X_FORCE=1) or "any"
     consumers: tuple = ()  # modules that hold `from <target module> import <name>` copies
+
+    def __post_init__(self):
+        if self.versions in ("", "*") and not self.versions_note:
+            raise ValueError(f"patch {self.name}: versions '*' needs versions_note (why every release)")
+        if self.fixed_in and not self.fixed_in.replace(".", "").isdigit():
+            raise ValueError(f"patch {self.name}: fixed_in {self.fixed_in!r} is not a release number")
 
     @property
     def module(self) -> str:

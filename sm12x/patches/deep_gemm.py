@@ -14,12 +14,25 @@ from __future__ import annotations
 from sm12x.frontends.deep_gemm import wrappers
 from sm12x.patches import Patch
 
-NAMES = ("fp8_mqa_logits", "fp8_fp4_mqa_logits", "get_paged_mqa_logits_metadata",
-         "fp8_paged_mqa_logits", "fp8_fp4_paged_mqa_logits")
-_WHY = ("DeepGEMM main has no SM120/SM121 indexer kernels: 'Unsupported architecture' "
-        "(attention.hpp:211); >256K single requests crash with CUDA error 719 on vLLM 0.25.1")
-_FIXED = "DeepGEMM PR #324 (nv_dev branch only, not in main as of 2026-06)"
-
+_UNSUPPORTED = "DeepGEMM raises 'Unsupported architecture' (csrc/apis/attention.hpp) on SM12x builds"
+_WHY = {
+    "fp8_mqa_logits": f"the FP8 prefill indexer logits (SGLang's _nonpaged_mqa_logits, vLLM's "
+                      f"sparse indexer prefill chunks): {_UNSUPPORTED}",
+    "fp8_fp4_mqa_logits": f"the FP8/FP4 prefill indexer logits of DeepGEMM >= 2.6 (vLLM's MXFP4 "
+                          f"indexer cache): {_UNSUPPORTED}",
+    "get_paged_mqa_logits_metadata": "the paged-logits schedule must come from the implementation "
+                                     "that runs the paged logits; DeepGEMM's scheduler kernel has "
+                                     "no SM12x build",
+    "fp8_paged_mqa_logits": f"the FP8 decode indexer logits: {_UNSUPPORTED}; a single request past "
+                            f"256K dies with CUDA error 719 (32-bit offsets) on vLLM 0.25.1",
+    "fp8_fp4_paged_mqa_logits": f"the FP8/FP4 decode indexer logits of DeepGEMM >= 2.6: "
+                                f"{_UNSUPPORTED}; CUDA error 719 past 256K",
+}
+NAMES = tuple(_WHY)
+_ANY_DEEP_GEMM = ("DeepGEMM ships under several distributions with unrelated version numbers "
+                  "(deep-gemm 2.x, sgl-deep-gemm 0.x); the wrapper reads each call by the installed "
+                  "front end's own signature, so no release needs its own code")
+_UPSTREAM = "deepseek-ai/DeepGEMM csrc/apis/attention.hpp; seed 002 (CUDA error 719 past 256K)"
 
 # vLLM's wrappers resolve `_<name>_impl` globals from the module once (`_lazy_init`); when that ran
 # before us (plugin route) those globals hold the originals and are rebound. The second module is
@@ -27,10 +40,10 @@ _FIXED = "DeepGEMM PR #324 (nv_dev branch only, not in main as of 2026-06)"
 _CONSUMERS = ("vllm.utils.deep_gemm", "vllm.foundation.utilities.deep_gemm")
 
 
-def _sglang_paged(name, target, why):
+def _sglang_paged(name, target, why, upstream):
     """A patch that sends one of SGLang's own paged-logits functions to our kernel."""
     return Patch(name=name, target=target, make=wrappers.make_sglang_paged_logits_torch,
-                 why=why, fixed_in="none known", library="sglang", versions="*")
+                 why=why, upstream=upstream, library="sglang", versions=">=0.5.15,<0.6")
 
 
 _WHY_TORCH = ("SGLang's torch fallback for paged MQA logits asserts 1-D seq_lens but gets [T, 1] "
@@ -38,15 +51,23 @@ _WHY_TORCH = ("SGLang's torch fallback for paged MQA logits asserts 1-D seq_lens
               "loop; on SM12x it is the path SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=1 selects")
 
 PATCHES = tuple(
-    Patch(name=f"{module}.{name}", target=f"{module}:{name}", make=wrappers.FACTORIES[name],
-          why=_WHY, fixed_in=_FIXED, consumers=_CONSUMERS)
-    for module in ("deep_gemm", "vllm.third_party.deep_gemm") for name in NAMES
+    Patch(name=f"deep_gemm.{name}", target=f"deep_gemm:{name}", make=wrappers.FACTORIES[name],
+          why=why, upstream=_UPSTREAM, library="deep_gemm", versions="*",
+          versions_note=_ANY_DEEP_GEMM, consumers=_CONSUMERS)
+    for name, why in _WHY.items()
 ) + tuple(
-    _sglang_paged(f"sglang.{era}.indexer.paged_logits_torch",
-                  f"sglang.srt.layers.attention.{era}.indexer:fp8_paged_mqa_logits_torch",
-                  _WHY_TORCH)
-    for era in ("compressed", "dsv4")
+    # vLLM 0.25.1 and later vendor DeepGEMM (2.5.0 with SM120 indexer kernels in 0.25.1, 2.8.1 in
+    # 0.33): ``SM12X_SKIP=vllm.third_party.deep_gemm`` keeps the vendored kernels
+    Patch(name=f"vllm.third_party.deep_gemm.{name}", target=f"vllm.third_party.deep_gemm:{name}",
+          make=wrappers.FACTORIES[name],
+          why=f"vLLM's vendored DeepGEMM: {why}",
+          upstream="vllm third_party/deep_gemm; vllm utils/deep_gemm.py (_lazy_init)",
+          library="vllm", versions=">=0.22.1,<0.35", consumers=_CONSUMERS)
+    for name, why in _WHY.items()
 ) + (
+    _sglang_paged("sglang.dsv4.indexer.paged_logits_torch",
+                  "sglang.srt.layers.attention.dsv4.indexer:fp8_paged_mqa_logits_torch",
+                  _WHY_TORCH, "sglang srt/layers/attention/dsv4/indexer.py"),
     # SGLang main (2026-07) on SM120 forces its own paged-logits paths for DeepSeek-V4 and never
     # calls DeepGEMM there: server_args sets SGLANG_OPT_USE_TILELANG_INDEXER and
     # SGLANG_FP8_PAGED_MQA_LOGITS_TORCH; dsv4/indexer.py then picks the TileLang kernel, else the
@@ -54,10 +75,11 @@ PATCHES = tuple(
     _sglang_paged("sglang.dsa.tilelang_paged_logits",
                   "sglang.kernels.ops.attention.dsa.tilelang_kernel:tilelang_fp8_paged_mqa_logits",
                   "SGLang's default DeepSeek-V4 paged indexer on SM120 (TileLang) asserts one query "
-                  "token per row, 1-D seq_lens, head_dim 128 and 64-token blocks"),
+                  "token per row, 1-D seq_lens, head_dim 128 and 64-token blocks",
+                  "sglang kernels/ops/attention/dsa/tilelang_kernel.py; server_args.py (SM120 defaults)"),
     _sglang_paged("sglang.dsv4.indexer.paged_logits_torch_sm120",
                   "sglang.srt.layers.attention.dsv4.indexer:fp8_paged_mqa_logits_torch_sm120",
                   "SGLang's SM120 torch paged indexer (chosen when TileLang is off) copies every "
                   "row's pages up to the longest request into bf16 (rows x max_seq_len x 128) on "
-                  "each call"),
+                  "each call", "sglang srt/layers/attention/dsv4/indexer.py"),
 )

@@ -35,33 +35,17 @@ from __future__ import annotations
 from sm12x.frontends.flash_mla import wrappers
 from sm12x.patches import Patch
 
-_FIXED = "none upstream (FlashMLA main has no SM12x code as of 2026-04)"
-_WHY_DECODE = ("FlashMLA sparse decode has no SM120/SM121 kernel: 'RuntimeError: Unsupported "
-               "architecture for sparse decode fwd' (csrc/api/sparse_decode.h)")
-_WHY_META = ("the scheduler metadata must come from the same implementation as the decode call; "
-             "the old tensor API runs a CUDA kernel built for SM90a/SM100f only")
-
-_WHY_PREFILL = ("FlashMLA sparse prefill has no SM120/SM121 kernel: 'Sparse Attention Forward "
-                "Kernel is only supported on SM90a and SM100f' (SGLang #31578, default since "
-                "v0.5.15.post1)")
-
-
-def _prefill(name, target, consumers=(), make=wrappers.make_flash_mla_sparse_fwd):
-    return Patch(name=name, target=target, make=make, why=_WHY_PREFILL,
-                 fixed_in=_FIXED, consumers=consumers)
-
-
-def _decode(name, target, consumers=(), library="*", versions="*"):
-    return Patch(name=name, target=target, make=wrappers.make_flash_mla_with_kvcache,
-                 why=_WHY_DECODE, fixed_in=_FIXED, library=library, versions=versions,
-                 consumers=consumers)
-
-
-def _meta(name, target, consumers=(), library="*", versions="*"):
-    return Patch(name=name, target=target, make=wrappers.make_get_mla_metadata,
-                 why=_WHY_META, fixed_in=_FIXED, library=library, versions=versions,
-                 consumers=consumers)
-
+# No FlashMLA release (pip flash-mla, sgl-flash-mla, the copies vendored in sgl-kernel and vLLM)
+# has SM12x code, and the wrappers read each call by the installed function's own signature.
+_ANY_FLASH_MLA = ("no FlashMLA build of any release has SM120/SM121 kernels; the wrapper reads each "
+                  "call by the installed function's own signature, so no release needs its own code")
+_DECODE_ERROR = "'RuntimeError: Unsupported architecture for sparse decode fwd'"
+_PREFILL_ERROR = "'Sparse Attention Forward Kernel is only supported on SM90a and SM100f'"
+_FLASH_MLA_SRC = "deepseek-ai/FlashMLA csrc/api/sparse_decode.h (arch check), flash_mla_interface.py"
+_VLLM = dict(library="vllm", versions=">=0.22.1,<0.35")  # checked: 0.22.1, 0.25.1, 0.33.0, 0.34.0
+_SGLANG = dict(library="sglang", versions=">=0.5.15,<0.6")  # checked: 0.5.15.post1, 0.5.19, 0.5.23
+_SGL_KERNEL = dict(library="sgl-kernel", versions=">=0.4.4,<0.5")  # checked: 0.4.4, 0.4.6.post1, 0.4.10
+_PIP = dict(library="flash_mla", versions="*", versions_note=_ANY_FLASH_MLA)
 
 # modules that bind vLLM's FlashMLA functions by name at import (plugin route: rebound too)
 _VLLM_CALLERS = ("vllm.models.deepseek_v4.nvidia.flashmla",
@@ -75,61 +59,117 @@ _VLLM_CALLERS = ("vllm.models.deepseek_v4.nvidia.flashmla",
 _VLLM_OPS = ("vllm.v1.attention.ops.flashmla",) + _VLLM_CALLERS
 
 PATCHES = (
-    # pip FlashMLA
-    _decode("flash_mla.interface.decode", "flash_mla.flash_mla_interface:flash_mla_with_kvcache",
-            consumers=("flash_mla",)),
-    _decode("flash_mla.decode", "flash_mla:flash_mla_with_kvcache"),
-    _meta("flash_mla.interface.metadata", "flash_mla.flash_mla_interface:get_mla_metadata",
-          consumers=("flash_mla",)),
-    _meta("flash_mla.metadata", "flash_mla:get_mla_metadata"),
-    # sgl-flash-mla (SGLang 0.5.23): the tensor scheduler under its own name
+    # pip FlashMLA / sgl-flash-mla (SGLang 0.5.23 installs it as ``flash_mla``)
+    Patch(name="flash_mla.interface.decode",
+          target="flash_mla.flash_mla_interface:flash_mla_with_kvcache",
+          make=wrappers.make_flash_mla_with_kvcache, consumers=("flash_mla",),
+          why=f"SGLang's DeepSeek-V4 path calls pip FlashMLA's sparse FP8 decode, which raises "
+              f"{_DECODE_ERROR} on SM12x", upstream=_FLASH_MLA_SRC, **_PIP),
+    Patch(name="flash_mla.decode", target="flash_mla:flash_mla_with_kvcache",
+          make=wrappers.make_flash_mla_with_kvcache,
+          why="the package-level re-export that SGLang's debug_flash_mla_adapter looks up at call "
+              "time (flash_mla.flash_mla_with_kvcache)",
+          upstream="sglang srt/layers/attention/debug_flash_mla_adapter.py", **_PIP),
+    Patch(name="flash_mla.interface.metadata", target="flash_mla.flash_mla_interface:get_mla_metadata",
+          make=wrappers.make_get_mla_metadata, consumers=("flash_mla",),
+          why="the old tensor API runs FlashMLA's scheduler kernel, built for SM90a/SM100f only; "
+              "sm12x's decode needs none of its schedule",
+          upstream=_FLASH_MLA_SRC, **_PIP),
+    Patch(name="flash_mla.metadata", target="flash_mla:get_mla_metadata",
+          make=wrappers.make_get_mla_metadata,
+          why="the package-level re-export of get_mla_metadata, called by name by SGLang's adapter",
+          upstream=_FLASH_MLA_SRC, **_PIP),
     Patch(name="flash_mla.interface.decoding_metadata",
           target="flash_mla.flash_mla_interface:get_mla_decoding_metadata",
-          make=wrappers.make_get_mla_decoding_metadata, why=_WHY_META, fixed_in=_FIXED,
-          consumers=("flash_mla",)),
+          make=wrappers.make_get_mla_decoding_metadata, consumers=("flash_mla",),
+          why="sgl-flash-mla's tensor scheduler (SGLang 0.5.23 calls it for every decode batch) runs "
+              "a CUDA kernel with no SM12x build",
+          upstream="sgl-flash-mla 1.0.0 flash_mla_interface.py; sglang 0.5.23 "
+                   "kernels/ops/attention/flash_mla_interface.py", **_PIP),
     Patch(name="flash_mla.decoding_metadata", target="flash_mla:get_mla_decoding_metadata",
-          make=wrappers.make_get_mla_decoding_metadata, why=_WHY_META, fixed_in=_FIXED),
+          make=wrappers.make_get_mla_decoding_metadata,
+          why="the package-level re-export of sgl-flash-mla's tensor scheduler",
+          upstream="sgl-flash-mla 1.0.0 __init__.py", **_PIP),
     Patch(name="flash_mla.cuda.sparse_decode_fwd", target="flash_mla.cuda:sparse_decode_fwd",
-          make=wrappers.make_sparse_decode_fwd, why=_WHY_DECODE, fixed_in=_FIXED),
-    # sgl-kernel's copy
-    _decode("sgl_kernel.flash_mla.decode", "sgl_kernel.flash_mla:flash_mla_with_kvcache",
-            consumers=("sgl_kernel",)),
-    _meta("sgl_kernel.flash_mla.metadata", "sgl_kernel.flash_mla:get_mla_metadata",
-          consumers=("sgl_kernel",)),
-    # SGLang's native SM120 entry (era C, then era B module path)
+          make=wrappers.make_sparse_decode_fwd,
+          why=f"FlashMLA's interface resolves the compiled op flash_mla.cuda.sparse_decode_fwd at "
+              f"call time; on SM12x it raises {_DECODE_ERROR}",
+          upstream=_FLASH_MLA_SRC, **_PIP),
+    # sgl-kernel's vendored copy
+    Patch(name="sgl_kernel.flash_mla.decode", target="sgl_kernel.flash_mla:flash_mla_with_kvcache",
+          make=wrappers.make_flash_mla_with_kvcache, consumers=("sgl_kernel",),
+          why=f"sgl-kernel's FlashMLA copy (SGLang's non-SM120 branch, and forced backends) "
+              f"raises {_DECODE_ERROR} on SM12x; it inserts descale_q/descale_k after the six "
+              f"common arguments",
+          upstream="sgl-kernel python/sgl_kernel/flash_mla.py", **_SGL_KERNEL),
+    Patch(name="sgl_kernel.flash_mla.metadata", target="sgl_kernel.flash_mla:get_mla_metadata",
+          make=wrappers.make_get_mla_metadata, consumers=("sgl_kernel",),
+          why="sgl-kernel's get_mla_metadata runs the SM90a/SM100f scheduler kernel",
+          upstream="sgl-kernel python/sgl_kernel/flash_mla.py", **_SGL_KERNEL),
+    # SGLang's native SM120 entry (current module path, then the 0.5.15-0.5.19 one)
     Patch(name="sglang.flash_mla_sm120",
           target="sglang.kernels.ops.attention.flash_mla_sm120:flash_mla_with_kvcache_sm120",
           make=wrappers.make_flash_mla_with_kvcache_sm120,
           why="SGLang's SM120 FlashMLA path defaults to FlashInfer, which needs 64-token pages "
               "(a page-split copy of every touched 256-token SWA page per call) and supports a "
-              "fixed table of head/topk shapes (sglang.md 2.4; vLLM #56837)",
-          fixed_in="none known", library="sglang", versions="*"),
+              "fixed table of head/topk shapes; its Triton / torch settings are 16-243x slower "
+              "than sm12x (scripts/bench_framework_paths.py)",
+          upstream="sglang kernels/ops/attention/flash_mla_sm120.py; vllm #56837", **_SGLANG),
     Patch(name="sglang.flash_mla_sm120.era_b",
           target="sglang.srt.layers.attention.flash_mla_sm120:flash_mla_with_kvcache_sm120",
           make=wrappers.make_flash_mla_with_kvcache_sm120,
-          why="as sglang.flash_mla_sm120, for the era-B module path",
-          fixed_in="none known", library="sglang", versions="*"),
+          why="the same SM120 entry at its module path before SGLang moved kernels to "
+              "sglang.kernels (0.5.15-0.5.19)",
+          upstream="sglang srt/layers/attention/flash_mla_sm120.py", **_SGLANG),
     # vLLM's vendored FlashMLA and the module that re-exports it (stubs on SM12x)
-    _decode("vllm.third_party.flashmla.decode",
-            "vllm.third_party.flashmla.flash_mla_interface:flash_mla_with_kvcache",
-            consumers=_VLLM_OPS),
-    _meta("vllm.third_party.flashmla.metadata",
-          "vllm.third_party.flashmla.flash_mla_interface:get_mla_metadata", consumers=_VLLM_OPS),
-    _decode("vllm.ops.flashmla.decode", "vllm.v1.attention.ops.flashmla:flash_mla_with_kvcache",
-            consumers=_VLLM_CALLERS),
-    _meta("vllm.ops.flashmla.metadata", "vllm.v1.attention.ops.flashmla:get_mla_metadata",
-          consumers=_VLLM_CALLERS),
-    # sparse prefill on every route
-    _prefill("flash_mla.interface.sparse_fwd",
-             "flash_mla.flash_mla_interface:flash_mla_sparse_fwd", consumers=("flash_mla",)),
-    _prefill("flash_mla.sparse_fwd", "flash_mla:flash_mla_sparse_fwd"),
-    _prefill("sgl_kernel.flash_mla.sparse_fwd", "sgl_kernel.flash_mla:flash_mla_sparse_fwd",
-             consumers=("sgl_kernel",), make=wrappers.make_sgl_kernel_flash_mla_sparse_fwd),
-    _prefill("vllm.third_party.flashmla.sparse_fwd",
-             "vllm.third_party.flashmla.flash_mla_interface:flash_mla_sparse_fwd",
-             consumers=_VLLM_OPS),
-    _prefill("vllm.ops.flashmla.sparse_fwd", "vllm.v1.attention.ops.flashmla:flash_mla_sparse_fwd",
-             consumers=_VLLM_CALLERS),
-    _prefill("vllm.attention.ops.flashmla.sparse_prefill",
-             "vllm.attention.ops.flashmla:flash_mla_sparse_prefill"),
+    Patch(name="vllm.third_party.flashmla.decode",
+          target="vllm.third_party.flashmla.flash_mla_interface:flash_mla_with_kvcache",
+          make=wrappers.make_flash_mla_with_kvcache, consumers=_VLLM_OPS,
+          why=f"vLLM's vendored FlashMLA has SM90/SM100 builds only: {_DECODE_ERROR} for its "
+              f"FlashMLA sparse backends on SM12x",
+          upstream="vllm third_party/flashmla/flash_mla_interface.py", **_VLLM),
+    Patch(name="vllm.third_party.flashmla.metadata",
+          target="vllm.third_party.flashmla.flash_mla_interface:get_mla_metadata",
+          make=wrappers.make_get_mla_metadata, consumers=_VLLM_OPS,
+          why="vLLM's vendored get_mla_metadata runs the SM90a/SM100f scheduler kernel",
+          upstream="vllm third_party/flashmla/flash_mla_interface.py", **_VLLM),
+    Patch(name="vllm.ops.flashmla.decode",
+          target="vllm.v1.attention.ops.flashmla:flash_mla_with_kvcache",
+          make=wrappers.make_flash_mla_with_kvcache, consumers=_VLLM_CALLERS,
+          why="vLLM's re-export binds stubs that raise 'FlashMLA is not available' when its "
+              "FlashMLA extension does not import (SM12x builds)",
+          upstream="vllm v1/attention/ops/flashmla.py", **_VLLM),
+    Patch(name="vllm.ops.flashmla.metadata",
+          target="vllm.v1.attention.ops.flashmla:get_mla_metadata",
+          make=wrappers.make_get_mla_metadata, consumers=_VLLM_CALLERS,
+          why="the stub get_mla_metadata of vLLM's re-export raises on SM12x builds",
+          upstream="vllm v1/attention/ops/flashmla.py", **_VLLM),
+    # sparse prefill on every route (units: natural log since FlashMLA's 2026-01 interface, base 2
+    # before it and on every sgl-kernel build)
+    Patch(name="flash_mla.interface.sparse_fwd",
+          target="flash_mla.flash_mla_interface:flash_mla_sparse_fwd",
+          make=wrappers.make_flash_mla_sparse_fwd, consumers=("flash_mla",),
+          why=f"SGLang's default DeepSeek sparse prefill (since 0.5.15.post1) calls FlashMLA's "
+              f"sparse prefill, which raises {_PREFILL_ERROR}",
+          upstream="sglang #31578; FlashMLA csrc/api/sparse_fwd.h", **_PIP),
+    Patch(name="flash_mla.sparse_fwd", target="flash_mla:flash_mla_sparse_fwd",
+          make=wrappers.make_flash_mla_sparse_fwd,
+          why="the package-level re-export of flash_mla_sparse_fwd, looked up at call time",
+          upstream="sglang #31578", **_PIP),
+    Patch(name="sgl_kernel.flash_mla.sparse_fwd", target="sgl_kernel.flash_mla:flash_mla_sparse_fwd",
+          make=wrappers.make_sgl_kernel_flash_mla_sparse_fwd, consumers=("sgl_kernel",),
+          why=f"sgl-kernel's sparse prefill raises {_PREFILL_ERROR}; it returns lse and max_logits "
+              f"in base 2 ('for SGL compatibility')",
+          upstream="sgl-kernel python/sgl_kernel/flash_mla.py", **_SGL_KERNEL),
+    Patch(name="vllm.third_party.flashmla.sparse_fwd",
+          target="vllm.third_party.flashmla.flash_mla_interface:flash_mla_sparse_fwd",
+          make=wrappers.make_flash_mla_sparse_fwd, consumers=_VLLM_OPS,
+          why=f"vLLM's vendored sparse prefill raises {_PREFILL_ERROR} for its FlashMLA sparse "
+              f"backends on SM12x",
+          upstream="vllm third_party/flashmla/flash_mla_interface.py", **_VLLM),
+    Patch(name="vllm.ops.flashmla.sparse_fwd",
+          target="vllm.v1.attention.ops.flashmla:flash_mla_sparse_fwd",
+          make=wrappers.make_flash_mla_sparse_fwd, consumers=_VLLM_CALLERS,
+          why="the stub flash_mla_sparse_fwd of vLLM's re-export raises on SM12x builds",
+          upstream="vllm v1/attention/ops/flashmla.py", **_VLLM),
 )

@@ -64,24 +64,28 @@ STANDIN = {
         def make_broken(original):
             raise RuntimeError("factory exploded")
 
+        T = dict(why="test", upstream="test", library="flash_mla", versions="*", versions_note="test")
         PATCHES = [
             Patch(name="t.decode", target="flash_mla.flash_mla_interface:flash_mla_with_kvcache",
-                  make="standin_patches:make", why="test", fixed_in="",
+                  make="standin_patches:make", **T,
                   consumers=("flash_mla.consumer", "flash_mla.late_consumer")),
             Patch(name="t.static", target="flash_mla.flash_mla_interface:Scheduler.plan",
-                  make="standin_patches:make_plan", why="test", fixed_in=""),
+                  make="standin_patches:make_plan", **T),
         ]
         EXTRA = {
             "missing": Patch(name="t.missing", target="flash_mla.flash_mla_interface:gone",
-                             make="standin_patches:make", why="test", fixed_in=""),
+                             make="standin_patches:make", **T),
             "old_range": Patch(name="t.range", target="flash_mla.flash_mla_interface:get_mla_metadata",
-                               make="standin_patches:make", why="test", fixed_in="flash-mla 1.0",
+                               make="standin_patches:make", why="test", upstream="test",
                                library="flash_mla", versions="<1.0"),
             "in_range": Patch(name="t.range", target="flash_mla.flash_mla_interface:get_mla_metadata",
-                              make="standin_patches:make", why="test", fixed_in="",
+                              make="standin_patches:make", why="test", upstream="test",
                               library="flash_mla", versions=">=1.2,<1.3"),
+            "retired": Patch(name="t.range", target="flash_mla.flash_mla_interface:get_mla_metadata",
+                             make="standin_patches:make", why="test", upstream="test",
+                             library="flash_mla", versions=">=1.0,<2", fixed_in="1.2"),
             "broken": Patch(name="t.broken", target="flash_mla.flash_mla_interface:get_mla_metadata",
-                            make="standin_patches:make_broken", why="test", fixed_in=""),
+                            make="standin_patches:make_broken", **T),
         }
 
         def use(*extra):
@@ -279,13 +283,14 @@ print(json.dumps({"result": flash_mla.flash_mla_with_kvcache(1),
 
 
 @pytest.mark.parametrize("extra,state,reason", [
-    ("old_range", "skipped", "flash_mla 1.2.0 outside <1.0 (fixed upstream in flash-mla 1.0)"),
+    ("old_range", "skipped", "flash_mla 1.2.0 outside the checked range <1.0"),
     ("in_range", "applied", ""),
+    ("retired", "retired", "flash_mla 1.2.0 serves this on SM12x itself (fixed in 1.2)"),
     ("missing", "skipped", "flash_mla.flash_mla_interface:gone not found"),
     ("broken", "failed", "RuntimeError: factory exploded"),
 ])
 def test_version_range_missing_target_and_failure(standin, extra, state, reason):
-    name = {"old_range": "t.range", "in_range": "t.range", "missing": "t.missing",
+    name = {"old_range": "t.range", "in_range": "t.range", "retired": "t.range", "missing": "t.missing",
             "broken": "t.broken"}[extra]
     proc = run_py(SETUP.format(extra=repr(extra)) + f"""
 import json, flash_mla
@@ -333,7 +338,7 @@ def test_torch_compile_traces_the_replacement(standin):
                 return x * 3
             return scale
         P = Patch(name="t.scale", target="flash_mla.scaler:scale", make="scale_patch:make",
-                  why="test", fixed_in="")
+                  why="test", upstream="test", library="flash_mla", versions="*", versions_note="test")
     """))
     proc = run_py("""
 import json, scale_patch, sm12x.apply
@@ -365,8 +370,9 @@ main(["status", "--json", "--apply"])
     assert states["t.decode"][0] == "applied"
     assert states["t.missing"][0] == "skipped"
     for p in data["patches"]:
-        assert set(p) == {"name", "target", "state", "reason"}
-        assert p["state"] in {"would-apply", "applied", "skipped", "failed"}
+        assert set(p) == {"name", "target", "state", "reason", "library", "versions", "fixed_in",
+                          "upstream", "why"}
+        assert p["state"] in {"would-apply", "applied", "skipped", "retired", "failed"}
     assert data["bootstrap"]["active"] is True
 
 
@@ -486,3 +492,15 @@ print(json.dumps(status_data()["skip"]))
 """, pythonpath=[REPO, standin], env={"SM12X_SKIP": "t.decode,t.dec"})
     assert last_json(status) == {"items": ["t.decode", "t.dec"], "unmatched": ["t.dec"]}
     assert "SM12X_SKIP: t.decode, t.dec (names no patch: t.dec)" in status.stdout
+
+
+def test_status_plan_reports_retired(standin):
+    proc = run_py(SETUP.format(extra="'retired'") + """
+import sys
+from sm12x.cli import main
+main(["status", "--json"])
+assert "flash_mla" not in sys.modules
+""", pythonpath=[REPO, standin])
+    rows = {p["name"]: p for p in json.loads(proc.stdout)["patches"]}
+    assert rows["t.range"]["state"] == "retired" and rows["t.range"]["fixed_in"] == "1.2"
+    assert rows["t.decode"]["state"] == "would-apply"

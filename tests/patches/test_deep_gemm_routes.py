@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from tests_support import REPO, last_json, run_py, write_tree
+from tests_support import REPO, dist_infos, last_json, run_py, write_tree
 
 ERR = "Unsupported architecture (attention.hpp:211)"
 NAMES = ("fp8_mqa_logits", "fp8_fp4_mqa_logits", "get_paged_mqa_logits_metadata",
@@ -40,11 +40,10 @@ STANDINS = {
     "sglang/srt/__init__.py": "",
     "sglang/srt/layers/__init__.py": "",
     "sglang/srt/layers/attention/__init__.py": "",
-    "sglang/srt/layers/attention/compressed/__init__.py": "",
-    "sglang/srt/layers/attention/compressed/indexer.py": sglang_paged(
-        "fp8_paged_mqa_logits_torch", "assert seq_lens.dim() == 1"),
     "sglang/srt/layers/attention/dsv4/__init__.py": "",
-    "sglang/srt/layers/attention/dsv4/indexer.py": sglang_paged("fp8_paged_mqa_logits_torch_sm120"),
+    "sglang/srt/layers/attention/dsv4/indexer.py": sglang_paged(
+        "fp8_paged_mqa_logits_torch", "assert seq_lens.dim() == 1")
+        + sglang_paged("fp8_paged_mqa_logits_torch_sm120"),
     "sglang/kernels/__init__.py": "",
     "sglang/kernels/ops/__init__.py": "",
     "sglang/kernels/ops/attention/__init__.py": "",
@@ -86,7 +85,7 @@ res = {{"deep_gemm": err(deep_gemm.fp8_paged_mqa_logits(q, cache, w, lens, bt, m
         "gemm_untouched": deep_gemm.fp8_gemm_nt(),
         "vllm_cached_impl": err(vdg.fp8_fp4_paged_mqa_logits((q, None), cache, w, lens, bt, meta,
                                                              blocks * bkv, clean_logits=True))}}
-from sglang.srt.layers.attention.compressed import indexer
+from sglang.srt.layers.attention.dsv4 import indexer
 res["sglang_torch_fallback"] = err(indexer.fp8_paged_mqa_logits_torch(q, cache, w, lens, bt, None,
                                                                      blocks * bkv))
 
@@ -108,7 +107,7 @@ print(json.dumps(res))
 
 @pytest.fixture
 def standins(tmp_path):
-    return write_tree(tmp_path, STANDINS)
+    return write_tree(tmp_path, {**STANDINS, **dist_infos()})
 
 
 def test_deep_gemm_routes_reach_the_kernels(standins):
@@ -225,7 +224,7 @@ def test_later_front_ends_are_read_by_their_own_signature(tmp_path):
     calls the ranges ks / ke; DeepGEMM 2.8's paged
     function takes indices eighth. Each gets what its own signature means."""
     pytest.importorskip("triton")
-    root = write_tree(tmp_path, LATER)
+    root = write_tree(tmp_path, {**LATER, **dist_infos()})
     out = last_json(run_py(LATER_CALLS.format(repo=REPO), pythonpath=[REPO, root],
                            env={"TRITON_INTERPRET": "1"}))
     assert out == {"vllm_033_prefill": True, "sgl_deep_gemm_default": True, "sgl_deep_gemm_ks_ke": True,

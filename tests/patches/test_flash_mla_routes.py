@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from tests_support import REPO, last_json, run_py, write_tree
+from tests_support import REPO, dist_infos, last_json, run_py, write_tree
 
 ERR = "Unsupported architecture for sparse decode fwd"
 PREFILL_ERR = "Sparse Attention Forward Kernel is only supported on SM90a and SM100f"
@@ -55,7 +55,8 @@ ROUTES = {
         get_mla_metadata = _raise
         flash_mla_sparse_fwd = _raise
     """),
-    # vLLM before the v1 move: the pre-2026 FlashMLA prefill (base-2 max_logits / lse)
+    # the pre-2026 FlashMLA prefill (base-2 max_logits / lse), which no patched release carries:
+    # the wrapper is built on it directly
     "vllm/attention/__init__.py": "",
     "vllm/attention/ops/__init__.py": "",
     "vllm/attention/ops/flashmla.py":
@@ -124,7 +125,7 @@ print(json.dumps(res))
 
 @pytest.fixture
 def routes(tmp_path):
-    return write_tree(tmp_path, ROUTES)
+    return write_tree(tmp_path, {**ROUTES, **dist_infos()})
 
 
 def test_every_route_reaches_the_kernel(routes):
@@ -183,12 +184,15 @@ res["vllm_ops_stub"] = err(vf.flash_mla_sparse_fwd(*args, **kw, out=out))
 res["vllm_out_is_buffer"] = vf.flash_mla_sparse_fwd(*args, **kw, out=out)[0].data_ptr() == out.data_ptr()
 from vllm.third_party.flashmla import flash_mla_interface as vt
 res["vllm_third_party"] = err(vt.flash_mla_sparse_fwd(*args, **kw))
+# the pre-2026 interface (no attn_sink): base-2 max_logits / lse, read from the signature
 from vllm.attention.ops import flashmla as old
+from sm12x.frontends.flash_mla.wrappers import make_flash_mla_sparse_fwd
+old_prefill = make_flash_mla_sparse_fwd(old.flash_mla_sparse_prefill)
 case = make_prefill_case(512, 3, 16, 64, 100, sink=False)  # the old interface: no sink, no length
 case["indices"][0] = -1
 ref_out, ref_max, ref_lse = ref_sparse_mla_prefill(**case)
 args = (case["q"], case["kv"], case["indices"], case["sm_scale"])
-res["vllm_old"] = err(old.flash_mla_sparse_prefill(*args), log2=True, empty=float("-inf"))
+res["vllm_old"] = err(old_prefill(*args), log2=True, empty=float("-inf"))
 from sm12x import apply
 res["outcomes"] = {k: v[0] for k, v in apply.OUTCOMES.items()}
 print(json.dumps(res))
@@ -209,8 +213,7 @@ def test_sparse_prefill_every_route(routes):
     applied = {k for k, v in out["outcomes"].items() if v == "applied"}
     assert {"flash_mla.sparse_fwd", "flash_mla.interface.sparse_fwd",
             "sgl_kernel.flash_mla.sparse_fwd", "vllm.ops.flashmla.sparse_fwd",
-            "vllm.third_party.flashmla.sparse_fwd",
-            "vllm.attention.ops.flashmla.sparse_prefill"} <= applied
+            "vllm.third_party.flashmla.sparse_fwd"} <= applied
 
 
 # vLLM's DeepSeek-V4 FlashMLA layer (vllm/models/deepseek_v4/nvidia/flashmla.py, 2026-08): binds
@@ -264,7 +267,7 @@ def test_vllm_layer_out_view_on_plugin_route(tmp_path):
     for pkg in ("vllm/models", "vllm/models/deepseek_v4", "vllm/models/deepseek_v4/nvidia"):
         files[f"{pkg}/__init__.py"] = ""
     files["vllm/models/deepseek_v4/nvidia/flashmla.py"] = VLLM_CALLER
-    root = write_tree(tmp_path, files)
+    root = write_tree(tmp_path, {**files, **dist_infos()})
     out = last_json(run_py(VLLM_CALLER_CALLS.format(repo=REPO), pythonpath=[root],
                            env={"TRITON_INTERPRET": "1", "TRITON_DEFAULT_FP_FUSION": "1"}))
     assert out["rebound"] == "vllm.ops.flashmla.decode"
@@ -399,7 +402,7 @@ def test_sglang_0_5_23_flash_mla_route(tmp_path):
     kv_format that does not name the cache is refused by name, the tensor scheduler is ours, and
     dense calls still reach the original."""
     pytest.importorskip("triton")
-    root = write_tree(tmp_path, SGL_ROUTES)
+    root = write_tree(tmp_path, {**SGL_ROUTES, **dist_infos()})
     out = last_json(run_py(SGL_CALLS, pythonpath=[REPO, root],
                            env={"TRITON_INTERPRET": "1", "TRITON_DEFAULT_FP_FUSION": "1"}))
     for route in ("wrapper", "inferred_fp8"):

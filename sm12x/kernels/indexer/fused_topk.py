@@ -40,6 +40,7 @@ from sm12x.kernels.indexer import mqa_logits as _mqa
 from sm12x.kernels.indexer import paged_mqa_logits as _paged
 from sm12x.kernels.indexer.topk_fold import fold_above_floor
 from sm12x.kernels.indexer.topk_merge import merge_topk_keys
+from sm12x.kernels.indexer.topk_filter import topk_keys
 from sm12x.kernels.indexer.topk_select import row_topk_keys
 
 DEFAULT_WORKSPACE_BYTES = 256 << 20
@@ -126,7 +127,7 @@ class _RunningTopk:
         out = self.best_ws[:rows]
         if self.best is None:
             self.best = merge_topk_keys(
-                None, row_topk_keys(logits, k_w, col_start, base, out=cand, ends=ends, starts=starts), out)
+                None, topk_keys(logits, k_w, col_start, base, out=cand, ends=ends, starts=starts), out)
             return
         done = fold_above_floor(logits, self.best, col_start, base, self.scratch[:rows], self.done[:rows], ends,
                                 starts)

@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 
 from sm12x.kernels.indexer.topk_select import (BLOCK, NUM_WARPS, SEGMENT, _ordered_u32, _outside, _read_range, _segment_span,
-                                       row_topk_keys, segment_width)
+                                       row_topk_keys, segment_width, validate)
 
 SAMPLE = 1024  # entries sampled per row
 SPREAD = 2.5  # half the standard deviations of room in the threshold's sample rank (``sample_rank``)
@@ -140,8 +140,19 @@ def _gather_kernel(x_ptr, stride_x, W, starts_ptr, ends_ptr, col_start, K, CAP, 
             n += tl.sum(take.to(tl.int32))
 
 
+def topk_keys(x, k, col_start=0, base=None, out=None, ends=None, starts=None):
+    """``topk_select.row_topk_keys(x, k, col_start, base, out=out, ends=ends, starts=starts)``, the
+    same keys, through the candidate filter where ``capacity`` says it pays (many rows much wider
+    than k), else straight to the radix select."""
+    out = validate(x, k, base, out, ends=ends, starts=starts)
+    cap = capacity(x.shape[0], x.shape[1], k) if x.shape[0] else 0
+    if not cap:
+        return row_topk_keys(x, k, col_start, base, out=out, ends=ends, starts=starts)
+    return filtered_topk_keys(x, k, col_start, base, out, ends, starts, cap)
+
+
 def filtered_topk_keys(x, k, col_start, base, out, ends, starts, cap):
-    """See the module docstring (inputs already validated by ``row_topk_keys``)."""
+    """See the module docstring (inputs already validated)."""
     r, w = x.shape
     dev = x.device
     seg = segment_width(r, w, dev)

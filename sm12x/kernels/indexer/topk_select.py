@@ -27,8 +27,8 @@ count launch gives each segment its number of entries > T and == T, and the writ
 each segment's entries after those of the segments before it. Segments are SEGMENT columns, or
 narrower (down to BLOCK) when there are too few rows for that to give every SM two programs (one
 row of 262,144 keys: 118 µs in 16 segments, 36 µs in 256; H200). Many rows much wider than k
-(without a floor) first go through ``topk_filter``: a threshold from a sample of each row, and
-the passes above over only the entries that reach it. Memory: the output, plus
+(without a floor) can first go through ``topk_filter.topk_keys``: a threshold from a sample of
+each row, and the passes above over only the entries that reach it. Memory: the output, plus
 (4 + 2 * segments) int32 per row for wide rows (and the filter's candidate rows); no host sync
 (CUDA-graph safe).
 """
@@ -381,21 +381,9 @@ def segment_width(rows: int, width: int, device) -> int:
     return seg
 
 
-def row_topk_keys(x: torch.Tensor, k: int, col_start: int = 0, base: torch.Tensor | None = None,
-                  out: torch.Tensor | None = None, floor: torch.Tensor | None = None,
-                  skip: torch.Tensor | None = None, ends: torch.Tensor | None = None,
-                  starts: torch.Tensor | None = None, cols: torch.Tensor | None = None) -> torch.Tensor:
-    """Keys of the k largest entries of each row of ``x`` (see the module docstring).
-    ``floor`` (int64 [R], optional): only entries whose key is > floor[r] count; rows with fewer
-    than k of them are padded with INT64_MIN. A running top-k passes its k-th best key here:
-    then most windows skip the radix passes (one counting pass and one writing pass instead).
-    ``skip`` (int32 [R], optional): rows r with skip[r] != 0 need no answer: they are not read and
-    their out rows are left as they are. ``ends`` / ``starts`` (int32 [R], optional): row r reads
-    only the columns c with starts[r] <= col_start + c < ends[r]; the others count as -inf.
-    ``cols`` (int32, x's shape and strides; rows of at most SEGMENT columns, no floor): the keys
-    name column cols[r, c] for entry c (``topk_filter``'s candidate rows).
-    Many rows much wider than k without a floor or skip go through ``topk_filter`` (the same
-    keys)."""
+def validate(x, k, base=None, out=None, floor=None, skip=None, ends=None, starts=None, cols=None):
+    """Check ``row_topk_keys``'s arguments (raising ValueError naming the argument); returns
+    ``out``, allocated when None."""
     require_dtype(x, (torch.float32,), OP, "x")
     require(x.dim() == 2 and x.stride(1) == 1, OP, "x",
             lambda: f"shape {list(x.shape)} strides {tuple(x.stride())}",
@@ -418,19 +406,33 @@ def row_topk_keys(x: torch.Tensor, k: int, col_start: int = 0, base: torch.Tenso
         out = torch.empty((x.shape[0], k), dtype=torch.int64, device=x.device)
     require(out.shape == (x.shape[0], k) and out.dtype == torch.int64 and out.stride(1) == 1, OP,
             "out", lambda: f"{out.dtype} {list(out.shape)}", lambda: f"int64 [{x.shape[0]}, {k}]")
-    r, w = x.shape
+    w = x.shape[1]
     if cols is not None:
         require(cols.dtype == torch.int32 and cols.shape == x.shape and cols.stride() == x.stride()
                 and w <= SEGMENT and floor is None, OP, "cols", lambda: f"{cols.dtype} {list(cols.shape)}",
                 f"int32 of x's shape and strides, at most {SEGMENT} columns, no floor")
+    return out
+
+
+def row_topk_keys(x: torch.Tensor, k: int, col_start: int = 0, base: torch.Tensor | None = None,
+                  out: torch.Tensor | None = None, floor: torch.Tensor | None = None,
+                  skip: torch.Tensor | None = None, ends: torch.Tensor | None = None,
+                  starts: torch.Tensor | None = None, cols: torch.Tensor | None = None) -> torch.Tensor:
+    """Keys of the k largest entries of each row of ``x`` (see the module docstring).
+    ``floor`` (int64 [R], optional): only entries whose key is > floor[r] count; rows with fewer
+    than k of them are padded with INT64_MIN. A running top-k passes its k-th best key here:
+    then most windows skip the radix passes (one counting pass and one writing pass instead).
+    ``skip`` (int32 [R], optional): rows r with skip[r] != 0 need no answer: they are not read and
+    their out rows are left as they are. ``ends`` / ``starts`` (int32 [R], optional): row r reads
+    only the columns c with starts[r] <= col_start + c < ends[r]; the others count as -inf.
+    ``cols`` (int32, x's shape and strides; rows of at most SEGMENT columns, no floor): the keys
+    name column cols[r, c] for entry c (``topk_filter``'s candidate rows).
+    ``topk_filter.topk_keys`` takes the same call without floor, skip or cols and first filters
+    candidates where many rows are much wider than k (the same keys)."""
+    out = validate(x, k, base, out, floor, skip, ends, starts, cols)
+    r, w = x.shape
     if r == 0:
         return out
-    if floor is None and skip is None and cols is None:
-        from sm12x.kernels.indexer import topk_filter
-
-        cap = topk_filter.capacity(r, w, k)
-        if cap:
-            return topk_filter.filtered_topk_keys(x, k, col_start, base, out, ends, starts, cap)
     base_arg = base if base is not None else x
     ends_arg = ends if ends is not None else x
     starts_arg = starts if starts is not None else x

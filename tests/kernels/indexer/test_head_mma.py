@@ -10,8 +10,8 @@ from sm12x.kernels.indexer import paged_mqa_logits as pm
 from sm12x.kernels.indexer.cache import quant_fp8_paged_cache
 from sm12x.kernels.indexer.reference import ref_mqa_logits, ref_paged_mqa_logits
 
-from tests.kernels.test_mqa_logits import make_inputs, ragged_ranges
-from tests.kernels.test_paged_mqa_logits import make_paged, same_layout
+from tests.kernels.indexer.test_mqa_logits import make_inputs, ragged_ranges
+from tests.kernels.indexer.test_paged_mqa_logits import make_paged, same_layout
 
 NEG_INF = float("-inf")
 

@@ -9,8 +9,8 @@ from sm12x.kernels.indexer import fused_topk as tk
 from sm12x.kernels.indexer.cache import quant_fp4_per_token, quant_fp8_per_token
 from sm12x.kernels.indexer.reference import paged_valid_ends, ref_indexer_topk, ref_mqa_logits
 
-from tests.kernels.test_mqa_logits import make_inputs, ragged_ranges
-from tests.kernels.test_paged_mqa_logits import make_paged
+from tests.kernels.indexer.test_mqa_logits import make_inputs, ragged_ranges
+from tests.kernels.indexer.test_paged_mqa_logits import make_paged
 
 
 def _value_check(idx, ref_logits, starts, topk, abs_sum=None):
@@ -251,7 +251,7 @@ def test_gpu_prefill_topk_chunk_of_requests(topk):
 @pytest.mark.gpu
 @pytest.mark.parametrize("fp4", [False, True])
 def test_gpu_paged_topk_cuda_graph(fp4):
-    from tests.kernels.test_paged_mqa_logits import _production
+    from tests.kernels.indexer.test_paged_mqa_logits import _production
 
     qq, cache, w, cl, bt, mcl = _production(64, 2, 16384, fp4)
     tk.paged_mqa_topk_indices(qq, cache, w, cl, bt, mcl, 512)
@@ -273,7 +273,7 @@ def test_gpu_paged_topk_model_length_window(b, next_n, avg_ctx):
     """vLLM's call: max_context_len = 262,144 (DeepSeek-V4's 1M tokens / 4). One request of up to
     that length (its select runs in narrow segments to spread over the GPU), and short requests
     in a window 30x longer than they are (read only up to each row's end)."""
-    from tests.kernels.test_paged_mqa_logits import _production
+    from tests.kernels.indexer.test_paged_mqa_logits import _production
 
     model_len = 262144
     qq, cache, w, cl, bt, mcl = _production(b, next_n, avg_ctx, False)

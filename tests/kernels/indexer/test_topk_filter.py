@@ -1,11 +1,11 @@
-"""The radix select's candidate filter (``topk_filter``): ``row_topk_keys`` on many wide rows gives
+"""The radix select's candidate filter (``topk_filter.topk_keys``): on many wide rows it gives
 the same keys through it, on both of its paths (candidates, and the full select for rows whose
 sample was far off)."""
 import pytest
 import torch
 
-from sm12x.kernels.indexer import topk_filter, topk_select
-from tests.kernels.test_topk_select import ref_keys, rows_with_ties
+from sm12x.kernels.indexer import topk_filter
+from tests.kernels.indexer.test_topk_select import ref_keys, rows_with_ties
 
 ROWS = topk_filter.MIN_ROWS
 
@@ -42,8 +42,8 @@ def test_filtered_keys_match(device, monkeypatch, w, k):
     ends[5], ends[6] = starts[5] + k // 3, starts[6]  # fewer than k visible; none
     base = torch.randint(0, 5, (ROWS + 1,), generator=g, dtype=torch.int32)
     assert topk_filter.capacity(ROWS + 1, w, k)
-    got = topk_select.row_topk_keys(x.to(device), k, 11, base.to(device), starts=starts.to(device),
-                                    ends=ends.to(device)).cpu()
+    got = topk_filter.topk_keys(x.to(device), k, 11, base.to(device), starts=starts.to(device),
+                                ends=ends.to(device)).cpu()
     assert torch.equal(got.sort(dim=1, descending=True).values,
                        ref_keys(visible(x, 11, starts, ends), k, 11, base))
     # only rows of ties (1: small integers, 2: -0.0 / 0.0, 3: all -inf) can have more entries at
@@ -65,7 +65,7 @@ def test_rows_whose_sample_is_off_take_the_full_select(device, monkeypatch):
     # large: fewer than k of them reach the sample's threshold
     x[1] = 1.0
     x[1, sampled] = -1.0  # the threshold is -1: every other entry exceeds it
-    got = topk_select.row_topk_keys(x.to(device), k).cpu()
+    got = topk_filter.topk_keys(x.to(device), k).cpu()
     assert torch.equal(got.sort(dim=1, descending=True).values, ref_keys(x, k))
     assert seen == {"candidates": list(range(2, ROWS)), "full": [0, 1]}
 
