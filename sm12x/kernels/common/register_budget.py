@@ -3,7 +3,7 @@
 A configuration's ``maxnreg`` is tuned with one Triton; another Triton's ptxas may need more
 registers for the same kernel and spill under it. Triton 3.6 (still in framework images) spills
 40-416 B in sm_120/sm_121 prefill-logits variants that compile spill-free under 3.8 and 3.9 with the
-configured 192 (RESULTS.md, seventeenth session). So a kernel variant is compiled with each budget of
+configured 192. So a kernel variant is compiled with each budget of
 ``budgets`` in turn and launched with the first that does not spill (the last if all do). The
 compile check (``compile_check.compile_kernel``) follows the same order.
 """

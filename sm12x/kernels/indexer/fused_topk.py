@@ -47,7 +47,7 @@ DEFAULT_WORKSPACE_BYTES = 256 << 20
 # Top-k above 512: windows of at least this many x topk columns, fewer rows per pass. Each window
 # after a row's first folds in with a merge that sorts up to 1024 candidates per row, even for rows
 # that see nothing in it. H200, prefill chunk of 16 requests x 512 new tokens after 0-29,000 keys,
-# top-2048 (8192 rows; scripts/probes/window_plan_probe.py): 40.7 ms in 8192-column windows,
+# top-2048 (8192 rows): 40.7 ms in 8192-column windows,
 # 27.9 in 16,384. Rows that see whole windows (S=4096 x 262,144) already got 16,384 columns; wider
 # ones cost them 17-43% (the select's wide-row path takes no floor shortcut).
 WIDE_TOPK_WINDOW = 8
@@ -76,7 +76,7 @@ def decode_keys(keys: torch.Tensor, topk: int, out: torch.Tensor | None = None,
     """int64 sort keys [R, n] (best first, unit column stride) -> int32 indices [R, topk] (into
     ``out`` when given), -1 for invisible / missing keys; ``shift`` (int32 [R]) is added to row
     r's real indices. One launch: the torch form took six kernels and a copy, about 26 µs of a
-    250 µs decode call at B=256 (H200, RESULTS.md, twenty-first session)."""
+    250 µs decode call at B=256 (H200)."""
     rows, n = keys.shape
     if out is None:
         out = torch.empty((rows, topk), dtype=torch.int32, device=keys.device)
@@ -223,7 +223,7 @@ def paged_mqa_topk_indices(q, kv_cache, weights, context_lens, block_table, max_
             w_ = ws[: r1 - r0, :n]
             # No -inf fill (clean=False): the select reads each row only up to its end, and
             # every position before it is visible. With vLLM's max_context_len (the model's
-            # limit) most of a window lies past the requests' ends (RESULTS.md, nineteenth session).
+            # limit) most of a window lies past the requests' ends.
             _paged.launch(qv[b0:b1], None if qs is None else qs[b0:b1], kv_cache, weights[r0:r1],
                           context_lens[b0:b1], block_table[b0:b1], max_context_len, w_,
                           clean=False, out_mode=0, col_start=c0, num_cols=n)

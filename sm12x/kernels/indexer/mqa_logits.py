@@ -62,14 +62,14 @@ CONFIGS = {
                 "num_stages": 2, "maxnreg": 192},
     },
     "sm_90": {
-        # H200 sweeps (2026-12-02, scripts/RESULTS.md): 64 key tiles per program amortise the
+        # H200 sweeps (2026-12-02): 64 key tiles per program amortise the
         # program's set-up (q tile, first loads): 789 -> 891 TFLOPS at S=8192, S_kv=65536.
-        # head_mma with BLOCK_N 64 and 4 queries (256 rows) per program: see RESULTS.md, tenth session.
-        # 128 tiles per program: +0.5-1.6% at S_kv 32K-64K (eleventh session)
+        # head_mma with BLOCK_N 64 and 4 queries (256 rows) per program; 128 tiles per program:
+        # +0.5-1.6% at S_kv 32K-64K
         "fp8": {"key_rows": True, "head_mma": True, "rows": 256, "BLOCK_N": 64, "N_ITERS": 128, "num_warps": 4,
                 "num_stages": 3},
         # FP4 as one tl.dot_scaled per key tile (emulated on sm_90: e2m1 -> bf16 MMA): H200,
-        # S=4096, S_kv=16384: 70 TFLOPS with e4m3 group dots, 249 with this (RESULTS.md)
+        # S=4096, S_kv=16384: 70 TFLOPS with e4m3 group dots, 249 with this
         "fp4": {"fp4_mma": True, "key_rows": True, "rows": 128, "BLOCK_N": 128, "N_ITERS": 64, "num_warps": 4,
                 "num_stages": 3},
     },

@@ -41,18 +41,17 @@ SPLIT_ALIGN = 256  # DeepGEMM rounds the logits row to a multiple of 256 before 
 # keeps ~8 programs resident per SM and ragged requests need several waves to even out (H200, batch
 # 256, next_n 1, 8K context: 2766 -> 3433 GB/s from 32 to 8 blocks per program). Each program
 # takes an even part of its request's live blocks (at least MIN_PART: each program loads its q
-# tile) and walks it N_ITERS blocks at a time. The grid used to be sized by max_context_len, which
-# vLLM sets to the model's limit: most programs then found no live block (RESULTS.md, eighteenth
-# session). A config's ``per_sm``, ``min_part`` and ``columns`` override these, for tuning and tests.
+# tile) and walks it N_ITERS blocks at a time. The grid is not sized by max_context_len, which
+# vLLM sets to the model's limit: most programs would find no live block. A config's ``per_sm``, ``min_part`` and ``columns`` override these, for tuning and tests.
 # key_rows as in mqa_logits (H200, B=256, ctx <= 8192: next_n 1 111 -> 72 us, next_n 2 173 -> 104 us).
 # pair: with next_n > BLOCK_T, two token groups per program share each key tile (``pair_tokens``);
-# with the k-scale prefetch it took H200 next_n 2 from 2.41-2.55 to 2.63-2.96 TB/s (RESULTS.md).
+# with the k-scale prefetch it took H200 next_n 2 from 2.41-2.55 to 2.63-2.96 TB/s.
 CONFIGS = {
     "sm_120": {
         # pair_stages 3 (as sm_90): with 2 stages Triton keeps one key-tile buffer, so the next
         # tile's copy cannot overlap the current tile's MMA. The pair variant takes 136 registers,
         # 3 programs per SM either way, and 3 x 33 KB of shared memory still fits an SM12x SM's
-        # 100 KB. This config on the H200: next_n 2 +14-21% (RESULTS.md, eleventh session); not
+        # 100 KB. This config on the H200: next_n 2 +14-21%; not
         # measured on an SM12x GPU. One-token programs keep 2 stages (a third costs them one of 4
         # programs per SM there).
         "fp8": {"key_rows": True, "pair": True, "rows": 64, "SUB_N": 64, "N_ITERS": 16, "num_warps": 4,
@@ -63,19 +62,18 @@ CONFIGS = {
                 "num_stages": 2},
     },
     "sm_90": {
-        # H200 sweeps (2026-12-02, scripts/RESULTS.md): up to 32 blocks per program, 3 stages.
+        # H200 sweeps (2026-12-02): up to 32 blocks per program, 3 stages.
         # maxnreg 64 (dropped for the variants that spill with it, token pairs among them): 8
-        # instead of 7 one-token programs per SM, H200 next_n 1 +1-6% (RESULTS.md, seventh session).
+        # instead of 7 one-token programs per SM, H200 next_n 1 +1-6%.
         # tma: key tiles by TMA copies, 2 stages: H200 next_n 1 / 2 +0.5-2.4% / +2.3-5.8% over
-        # pointer loads with 3 stages (RESULTS.md, ninth session); sm_120 keeps pointer loads (not
+        # pointer loads with 3 stages; sm_120 keeps pointer loads (not
         # measured there)
         # pair_stages: token pairs take 3 stages (a second key tile in flight while one is computed):
-        # H200 next_n 2 +5-18%, where one token per program loses up to 11% with them (B=4 x 64K;
-        # RESULTS.md, eleventh session)
+        # H200 next_n 2 +5-18%, where one token per program loses up to 11% with them (B=4 x 64K)
         "fp8": {"key_rows": True, "pair": True, "rows": 64, "SUB_N": 64, "N_ITERS": 32, "num_warps": 4,
                 "num_stages": 2, "pair_stages": 3, "maxnreg": 64, "tma": True},
         # FP4 as tl.dot_scaled (emulated on sm_90): H200, B=256, 16K-64K context, next_n 1 / 2:
-        # 301-318 / 168-173 GB/s with e4m3 group dots, 590-642 / 454-478 with this (RESULTS.md)
+        # 301-318 / 168-173 GB/s with e4m3 group dots, 590-642 / 454-478 with this
         "fp4": {"fp4_mma": True, "key_rows": True, "rows": 128, "SUB_N": 64, "N_ITERS": 32, "num_warps": 4,
                 "num_stages": 3},
     },

@@ -7,7 +7,7 @@ starts=starts)`` would (arguments as there; ``cap`` from :func:`capacity`). No h
 
 Why: the select's histogram passes cost per entry they read, not per byte (H200: one pass over
 [256, 262,144] float32 takes about 330 µs against about 70 µs to read it; cheaper ways to build
-the histogram did not change that; RESULTS.md, twenty-first session). So the passes should see
+the histogram did not change that). So the passes should see
 fewer entries.
 
 How, per row (columns [lo, hi) visible, n of them):
