@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from sm12x.frontends.flash_mla import api as api
+from sm12x.frontends.flash_mla import api
+from sm12x.frontends.flash_mla.convention import DECODE_ORDER, is_sparse_fp8_call
 from sm12x.kernels.sparse_mla import kv_cache as kvc
 from sm12x.kernels.sparse_mla.reference import ref_sparse_mla_decode
 
@@ -162,21 +163,25 @@ def test_fp8_dtype_cache_and_default_scale():
     torch.testing.assert_close(lse, ref_lse, atol=1e-6, rtol=8 / 65536)
 
 
+def test_api_follows_flashmla_positional_order():
+    import inspect
+
+    assert tuple(inspect.signature(api.flash_mla_with_kvcache).parameters)[:len(DECODE_ORDER)] == DECODE_ORDER
+
+
 def test_is_sparse_fp8_call():
     q, cache, kw = inputs()
     idx = kw["indices"]
     sched = api.get_mla_metadata()[0]
-    assert api.is_sparse_fp8_call(q, cache, None, None, 512, sched, indices=idx,
-                                  is_fp8_kvcache=True)
+    assert is_sparse_fp8_call(q, cache, None, None, 512, sched, indices=idx, is_fp8_kvcache=True)
     # positional, FlashMLA's order (as FlashMLA's own test calls it)
-    assert api.is_sparse_fp8_call(q, cache, None, None, 512, sched, None, 0.1, False, True, idx)
-    assert not api.is_sparse_fp8_call(q, cache, None, None, 512, sched, None, 0.1, False, False,
-                                      idx)
-    assert not api.is_sparse_fp8_call(q, cache, torch.zeros(2, 1), torch.ones(2), 512, sched)
-    assert not api.is_sparse_fp8_call(q, cache, None, None, 512, sched, indices=idx)
-    assert api.is_sparse_fp8_call(q, cache, None, None, 512, sched, indices=idx,
-                                  is_fp8_kvcache=True, descale_q=None)
-    assert not api.is_sparse_fp8_call()  # unbindable: not ours
+    assert is_sparse_fp8_call(q, cache, None, None, 512, sched, None, 0.1, False, True, idx)
+    assert not is_sparse_fp8_call(q, cache, None, None, 512, sched, None, 0.1, False, False, idx)
+    assert not is_sparse_fp8_call(q, cache, torch.zeros(2, 1), torch.ones(2), 512, sched)
+    assert not is_sparse_fp8_call(q, cache, None, None, 512, sched, indices=idx)
+    assert is_sparse_fp8_call(q, cache, None, None, 512, sched, indices=idx,
+                              is_fp8_kvcache=True, descale_q=None)
+    assert not is_sparse_fp8_call()  # unbindable: not ours
 
 
 def test_misaligned_cache_rejected():

@@ -2,7 +2,7 @@
 ``sparse_mla_decode``, and for the sparse bf16 prefill (``flash_mla_sparse_fwd``, kernel in
 ``sparse_mla_prefill``). Signatures follow ``flash_mla/flash_mla_interface.py`` and
 ``flash_mla.cuda.sparse_decode_fwd``; of ``flash_mla_with_kvcache`` only the sparse FP8 path
-(``indices`` given, ``is_fp8_kvcache=True``) is implemented. :func:`is_sparse_fp8_call` tells a
+(``indices`` given, ``is_fp8_kvcache=True``) is implemented; ``convention.is_sparse_fp8_call`` tells a
 patch whether a call belongs here or to the original function.
 
 Scheduling metadata is ours and depends on shapes only: the tensors handed out by
@@ -12,11 +12,11 @@ reads, so any of them (or None) may be passed to any call.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from typing import Optional
 
 import torch
 
+from sm12x.frontends.flash_mla.convention import wants_sparse_fp8
 from sm12x.kernels.common import checks, configs
 from sm12x.kernels.sparse_mla.decode import LOG2E, sparse_mla_decode, validate
 from sm12x.kernels.sparse_mla.prefill import sparse_mla_prefill
@@ -144,8 +144,6 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     V3.2 and V4 caches, its legacy side; a V4.1 cache is rejected by its size); ``kv_format``, a
     hint of the cache's format, must name the format of ``k_cache`` (``KV_FORMATS``)."""
     _reject_future_kwargs(OP, future_kwargs)
-    if is_fp8_kvcache is None:
-        is_fp8_kvcache = indices is not None
     if kv_format is not None:
         if kv_format not in KV_FORMATS:
             raise checks.unsupported(OP, "kv_format", kv_format,
@@ -156,8 +154,8 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     if indices is None:
         raise checks.unsupported(OP, "indices", None, "an int32 tensor (sm12x implements the sparse "
                                  "FP8 decode path only; send dense calls to FlashMLA)")
-    if not is_fp8_kvcache:
-        raise checks.bad(OP, "is_fp8_kvcache", is_fp8_kvcache, "True when indices are given")
+    if not wants_sparse_fp8(indices, is_fp8_kvcache):
+        raise checks.bad(OP, "is_fp8_kvcache", is_fp8_kvcache, "True (or None) when indices are given")
     if causal:
         raise checks.bad(OP, "causal", causal, "False when indices are given (sparse decode)")
     if softmax_scale is None:
@@ -167,36 +165,13 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     if isinstance(tile_scheduler_metadata, SchedMeta):
         _check_sched(tile_scheduler_metadata, SchedMeta.Config(
             q.shape[0], q.shape[1], q.shape[2], k_cache.shape[1], k_cache.shape[2], causal,
-            is_fp8_kvcache, indices.shape[-1],
+            True, indices.shape[-1],
             extra_k_cache.shape[1] if extra_k_cache is not None else None,
             extra_indices_in_kvcache.shape[-1] if extra_indices_in_kvcache is not None else None))
     out, lse = sparse_mla_decode(q, k_cache, indices, topk_length, attn_sink, extra_k_cache,
                                  extra_indices_in_kvcache, extra_topk_length, softmax_scale,
                                  head_dim_v, out=out, op=OP, validate_inputs=False)
     return out, lse
-
-
-_SIGNATURE = inspect.signature(flash_mla_with_kvcache)
-
-
-def _fp8(is_fp8_kvcache) -> bool:
-    """``is_fp8_kvcache`` of a call with indices: None (sgl-flash-mla's default) infers True."""
-    return is_fp8_kvcache is None or bool(is_fp8_kvcache)
-
-
-def is_sparse_fp8_call(*args, **kwargs) -> bool:
-    """True when a ``flash_mla_with_kvcache`` call (arguments as the caller passed them, FlashMLA's
-    positional order) is the sparse FP8 path handled here: ``indices`` given and
-    ``is_fp8_kvcache`` true (or None: inferred from the indices). Anything else should go to the
-    original function."""
-    if len(args) <= 6 and "q" not in kwargs:  # the usual call: six positional, rest by keyword
-        return kwargs.get("indices") is not None and _fp8(kwargs.get("is_fp8_kvcache", False))
-    try:
-        bound = _SIGNATURE.bind(*args, **kwargs)
-    except TypeError:
-        return False
-    a = bound.arguments
-    return a.get("indices") is not None and _fp8(a.get("is_fp8_kvcache", False))
 
 
 def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk_length=None,

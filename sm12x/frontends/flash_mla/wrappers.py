@@ -9,13 +9,9 @@ from __future__ import annotations
 
 import functools
 
+from sm12x.frontends.flash_mla.convention import LEADING_POSITIONAL, PREFILL_LEADING_POSITIONAL, is_sparse_fp8_call
 from sm12x.frontends.signatures import signature_of, takes_args
 
-# leading positional parameters shared by every FlashMLA version's flash_mla_with_kvcache
-_COMMON_POSITIONAL = 6
-# and of flash_mla_sparse_fwd (q, kv, indices, sm_scale, d_v, attn_sink, topk_length); after them
-# sgl-flash-mla has use_legacy, return_log2_lse where vLLM's copy and sm12x have out
-_PREFILL_POSITIONAL = 7
 
 
 def _api():
@@ -54,11 +50,11 @@ def make_flash_mla_with_kvcache(original):
 
     @functools.wraps(original)
     def flash_mla_with_kvcache(*args, **kwargs):
-        if len(args) > _COMMON_POSITIONAL and signature is not None:
+        if len(args) > LEADING_POSITIONAL and signature is not None:
             args, kwargs = _by_name(signature, var_kw, args, kwargs)
         if infers_fp8:
             kwargs.setdefault("is_fp8_kvcache", None)
-        if api.is_sparse_fp8_call(*args, **kwargs):
+        if is_sparse_fp8_call(*args, **kwargs):
             return api.flash_mla_with_kvcache(*args, **kwargs)
         return original(*args, **kwargs)
 
@@ -160,7 +156,7 @@ def _prefill_factory(always_log2):
 
         @functools.wraps(original)
         def flash_mla_sparse_fwd(*args, **kwargs):
-            if len(args) > _PREFILL_POSITIONAL and signature is not None:
+            if len(args) > PREFILL_LEADING_POSITIONAL and signature is not None:
                 args, kwargs = _by_name(signature, var_kw, args, kwargs)
             result = api.flash_mla_sparse_fwd(*args, **kwargs)
             return api.to_log2_units(result, empty_lse) if log2 else result

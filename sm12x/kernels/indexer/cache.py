@@ -45,10 +45,6 @@ def quant_fp8_per_token(x: torch.Tensor, use_ue8m0: bool = False):
     return (x.float() / sf.unsqueeze(-1)).to(torch.float8_e4m3fn), sf
 
 
-def dequant_fp8(x: torch.Tensor, sf: torch.Tensor) -> torch.Tensor:
-    return x.float() * sf.float().unsqueeze(-1)
-
-
 # ----------------------------------------------------------------------------------------------
 # FP4 (e2m1 + ue8m0 per 32)
 

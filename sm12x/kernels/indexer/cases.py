@@ -29,8 +29,7 @@ def _mqa_inputs(device, s, s_kv, h, d, seed=0, fp4=False):
 
 def check_mqa_logits(device, full):
     from sm12x.frontends.deep_gemm import indexer as api
-    from sm12x.kernels.indexer.cache import dequant_fp4
-    from sm12x.kernels.indexer.reference import ref_mqa_logits
+    from sm12x.kernels.indexer.reference import ref_fp4_mqa_logits, ref_mqa_logits
     from sm12x.kernels.common.tolerance import deepgemm_diff
 
     shapes = [(48, 256, 16, 64)] if device != "cuda" else [(2048, 8192, 64, 128)]
@@ -44,7 +43,7 @@ def check_mqa_logits(device, full):
                                              clean_logits=True)
         out = run()
         if fp4:
-            ref = ref_mqa_logits(dequant_fp4(q, q_sf), dequant_fp4(k, k_sf), None, w, ks, ke, clean_logits=True)
+            ref = ref_fp4_mqa_logits(q, q_sf, k, k_sf, w, ks, ke, clean_logits=True)
         else:
             ref = ref_mqa_logits(q, k, k_sf, w, ks, ke, clean_logits=True)
         same_mask = bool(((out == float("-inf")) == (ref == float("-inf"))).all())
