@@ -17,7 +17,8 @@ SM12X_TEST_DEVICE=cuda SM12X_KERNEL_CONFIGS=sm_120 python3 -m pytest -q -m gpu t
 echo "== selftest --quick"
 t0=$SECONDS; python3 -m sm12x selftest --quick --json "$OUT/selftest.json" 2>&1 | tee "$OUT/selftest.txt" || rc=1; echo "selftest wall $((SECONDS - t0)) s" | tee -a "$OUT/selftest.txt"
 echo "== benchmarks"
-python3 scripts/bench_sparse_mla_decode.py $QUICK 2>&1 | tee "$OUT/bench_sparse_mla_decode.md" || rc=1
-python3 scripts/bench_sparse_mla_prefill.py $QUICK 2>&1 | tee "$OUT/bench_sparse_mla_prefill.md" || rc=1
-python3 scripts/bench_indexer.py $QUICK 2>&1 | tee "$OUT/bench_indexer.md" || rc=1
+# every benchmark the op registry names, once each
+for bench in $(python3 -c "from sm12x.kernels.registry import all_ops; print(*sorted({o.benchmark for o in all_ops() if o.benchmark}))"); do
+    python3 "$bench" $QUICK 2>&1 | tee "$OUT/$(basename "$bench" .py).md" || rc=1
+done
 exit $rc
