@@ -1,10 +1,14 @@
 """Platform facts without initialising CUDA: GPU compute capability through NVML, installed versions
 through package metadata (nothing is imported).
 
-- ``gpu_arch()``: ``Arch(capability=(12, 0) | None, source="nvml"|"env"|"none", devices=[...],
-  detail=str)``. ``SM12X_ARCH=12.0|12.1|9.0`` pretends; otherwise NVML (``pynvml`` when importable,
-  else ctypes on ``libnvidia-ml.so.1``) reports every device visible through
-  ``CUDA_VISIBLE_DEVICES`` and the first one is the process's arch. No driver means "no GPU".
+- ``gpu_arch()``: ``Arch(capability=(12, 0) | None, source="nvml"|"env"|"none"|"invalid",
+  devices=[...], detail=str)``. ``SM12X_ARCH`` pretends (see ``parse_arch`` for the accepted
+  spellings); otherwise NVML (``pynvml`` when importable, else ctypes on ``libnvidia-ml.so.1``)
+  reports every device visible through ``CUDA_VISIBLE_DEVICES`` and the first one is the process's
+  arch. No driver means "no GPU". A value of ``SM12X_ARCH`` that is not one of those spellings
+  never raises here (this runs inside the host's imports): the arch is "invalid", no SM12x patch
+  applies, and one line on stderr per process says so. The CLI calls ``check_arch_env()`` first
+  and stops with that line instead.
 - ``wants_sm12x_patches(arch)``: SM12x (12.x), or any CUDA GPU when ``SM12X_FORCE=1``.
 - ``versions()``: installed versions of the libraries we patch, ``None`` when absent.
 - ``parse_release`` / ``in_range``: compare release numbers only, so NVIDIA builds such as
@@ -15,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 
 # key shown in `status` -> distribution names that provide it, first found wins
@@ -33,7 +38,7 @@ DISTRIBUTIONS = {
 @dataclass
 class Arch:
     capability: tuple | None
-    source: str  # "nvml", "env" or "none"
+    source: str  # "nvml", "env", "none" or "invalid" (SM12X_ARCH refused)
     devices: list = field(default_factory=list)  # capability of each visible device
     detail: str = ""
 
@@ -42,12 +47,49 @@ class Arch:
         return "no GPU" if self.capability is None else "%d.%d" % self.capability
 
 
-def _parse_arch_env(value: str):
-    m = re.fullmatch(r"\s*(?:sm_?)?(\d+)[._]?(\d)a?\s*", value)
-    if not m:
-        raise ValueError(
-            f"SM12X_ARCH={value!r}: supported values look like 12.0, 12.1, 9.0 (or sm_120)")
-    return (int(m.group(1)), int(m.group(2)))
+# SM12X_ARCH spellings -> compute capability. Only GPUs sm12x has configs for; a bare "12" or "sm_12"
+# is refused rather than guessed (it used to read as capability 1.2).
+_ARCH_SPELLINGS = {}
+for _cap in ((12, 0), (12, 1), (9, 0)):
+    _digits = "%d%d" % _cap
+    for _spelling in ("%d.%d" % _cap, _digits, "sm_" + _digits, "sm" + _digits):
+        _ARCH_SPELLINGS[_spelling] = _cap
+ARCH_HELP = ("use 12.0 (RTX PRO 6000 / RTX 5090), 12.1 (DGX Spark GB10) or 9.0 (Hopper, for testing); "
+             "120, sm_120 and sm120 spell 12.0 too; unset it to ask the GPU")
+
+
+class ArchError(ValueError):
+    """SM12X_ARCH holds a value sm12x does not accept; the message names it and the fix."""
+
+
+def parse_arch(value: str) -> tuple:
+    """``"12.0"``, ``"120"``, ``"sm_120"``, ``"sm120"`` -> (12, 0); likewise 12.1 and 9.0. Case and
+    surrounding spaces are ignored; anything else raises ArchError."""
+    cap = _ARCH_SPELLINGS.get(str(value).strip().lower())
+    if cap is None:
+        raise ArchError(f"SM12X_ARCH={value!r} is not a GPU arch sm12x knows: {ARCH_HELP}")
+    return cap
+
+
+def check_arch_env() -> None:
+    """Raise ArchError when SM12X_ARCH is set to a value ``parse_arch`` refuses."""
+    forced = os.environ.get("SM12X_ARCH", "").strip()
+    if forced:
+        parse_arch(forced)
+
+
+_WARNED = set()
+
+
+def _warn_once(message: str) -> None:
+    """One line on stderr per process and message, in the format of logger ``sm12x``."""
+    if message in _WARNED or os.environ.get("SM12X_LOG", "").lower() in ("error", "critical"):
+        return
+    _WARNED.add(message)
+    try:
+        sys.stderr.write(f"sm12x[{os.getpid()}] WARNING {message}\n")
+    except Exception:
+        pass
 
 
 def _visible_selectors():
@@ -157,8 +199,12 @@ def gpu_arch(refresh: bool = False) -> Arch:
         return _ARCH_CACHE[key]
     forced = os.environ.get("SM12X_ARCH", "").strip()
     if forced:
-        cap = _parse_arch_env(forced)
-        arch = Arch(cap, "env", [cap], f"SM12X_ARCH={forced}")
+        try:
+            cap = parse_arch(forced)
+            arch = Arch(cap, "env", [cap], f"SM12X_ARCH={forced}")
+        except ArchError as e:
+            _warn_once(f"{e}: no sm12x patch applies in this process")
+            arch = Arch(None, "invalid", [], str(e))
     else:
         caps, detail = _nvml_capabilities()
         arch = Arch(caps[0] if caps else None, "nvml" if caps else "none", caps, detail)
@@ -172,6 +218,8 @@ def force_enabled() -> bool:
 
 def wants_sm12x_patches(arch: Arch):
     """(True, why) when SM12x patches apply on this arch, else (False, reason)."""
+    if arch.source == "invalid":
+        return False, arch.detail
     if arch.capability is None:
         return False, f"no GPU detected ({arch.detail})"
     if arch.capability[0] == 12:

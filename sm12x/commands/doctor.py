@@ -23,8 +23,9 @@ import shlex
 import sys
 from dataclasses import dataclass
 
-from sm12x.commands.launch import (MOUNT, LaunchError, connect, default_bundle, env_list_to_dict,
-                          local_image, pythonpath_with_bundle)
+from sm12x.commands.bundle import byte_code_tags
+from sm12x.commands.launch import (MOUNT, LaunchError, bundle_problem, connect, default_bundle,
+                                   env_list_to_dict, local_image, pythonpath_with_bundle)
 
 MARKER = "SM12X_DOCTOR "
 FRAMEWORKS = ("vllm", "sglang")
@@ -172,8 +173,11 @@ def _under(path: str | None, mount: str) -> bool:
     return bool(path) and os.path.normpath(path).startswith(mount.rstrip("/") + "/")
 
 
-def analyse(image_config: dict, report: dict | None, mount: str = MOUNT) -> list[Finding]:
-    """Findings for an image (docker inspect ``Config``) and the probe report (None: the probe failed)."""
+def analyse(image_config: dict, report: dict | None, mount: str = MOUNT,
+            bundle_tags: list | None = None, bundle: str = "DIR") -> list[Finding]:
+    """Findings for an image (docker inspect ``Config``) and the probe report (None: the probe failed).
+    ``bundle_tags``: the interpreter tags the bundle's byte code was made for (None: not checked);
+    ``bundle``: the bundle's path on this host, for the commands the findings suggest."""
     out: list[Finding] = []
     add = lambda level, code, text: out.append(Finding(level, code, text))  # noqa: E731
     cfg = image_config or {}
@@ -246,6 +250,9 @@ def analyse(image_config: dict, report: dict | None, mount: str = MOUNT) -> list
         add("warn", "not-chained", f"image has {others[0]} but the bootstrap did not chain it")
     else:
         add("info", "nothing-to-chain", "image has no sitecustomize of its own: nothing to chain")
+
+    if bundle_tags is not None:
+        out.append(byte_code_finding(status, report, bundle_tags, bundle))
 
     plugins = report.get("plugins") or {}
     groups = [g for g, names in plugins.items() if "sm12x" in names]
@@ -321,6 +328,31 @@ def analyse(image_config: dict, report: dict | None, mount: str = MOUNT) -> list
     return out
 
 
+def byte_code_finding(status: dict, report: dict, tags: list, bundle: str) -> Finding:
+    """Whether the bundle holds byte code for the Python the image runs sm12x with."""
+    py = status.get("python") or {}
+    version = py.get("version") or report.get("python_version") or ""
+    major_minor = ".".join(version.split(".")[:2])
+    tag = py.get("cache_tag") or ("cpython-" + major_minor.replace(".", "") if major_minor else None)
+    if tag is None:
+        return Finding("info", "byte-code", "could not tell the image's Python version")
+    if tag in tags:
+        return Finding("ok", "byte-code", f"the bundle has byte code for the image's Python {version} ({tag})")
+    made = ", ".join(tags) if tags else "no Python (built with --no-compile)"
+    return Finding("warn", "byte-code",
+                   f"the bundle's byte code is for {made}, but the image runs Python {version}: every Python "
+                   f"process there compiles sm12x's start-up code again (a few ms each; the mount is read-only); "
+                   f"fix: python3 -m sm12x bundle {shlex.quote(bundle)} --compile-with python{major_minor} "
+                   f"(any Python {major_minor} on this machine)")
+
+
+def verdict(findings: list[Finding]) -> str:
+    """The last line of doctor's report."""
+    if exit_code(findings):
+        return "the mount would NOT take effect"
+    return "the mount takes effect"
+
+
 def exit_code(findings: list[Finding]) -> int:
     """1 when any finding says the mount would not take effect, else 0."""
     return 1 if any(f.level == "error" for f in findings) else 0
@@ -370,50 +402,87 @@ def run_probe(client, image: str, image_config: dict, bundle: str, *, arch: str 
     return None, "; ".join(errors)
 
 
+def request_problems(args) -> list[str]:
+    """Every problem with doctor's arguments that can be told without Docker, one line each."""
+    from sm12x.platform import ArchError, parse_arch
+
+    problems = []
+    problem = bundle_problem(os.path.abspath(args.bundle or default_bundle()))
+    if problem:
+        problems.append(problem)
+    if args.arch:
+        try:
+            parse_arch(args.arch)
+        except ArchError as e:
+            problems.append("--arch " + str(e).replace("SM12X_ARCH=", "", 1))
+    for item in args.env or []:
+        key, sep, _ = item.partition("=")
+        if not sep or not key:
+            problems.append(f"--env {item!r}: expected KEY=VALUE, e.g. --env TRITON_CACHE_DIR=/tmp/triton")
+    return problems
+
+
 def run_doctor(args) -> int:
     """Entry point of ``sm12x doctor``: prints findings, returns the exit code (see module docstring)."""
     bundle = os.path.abspath(args.bundle or default_bundle())
+    problems = request_problems(args)
+    client = config = None
     try:
-        if not os.path.isfile(os.path.join(bundle, "sitecustomize.py")):
-            raise LaunchError(f"--bundle {bundle}: no sitecustomize.py (make one with: python -m sm12x bundle DIR)")
-        env = {}
-        for item in args.env or []:
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise LaunchError(f"--env {item!r}: expected KEY=VALUE")
-            env[key] = value
         client = connect()
         config = local_image(client, args.image).attrs["Config"] or {}
     except LaunchError as e:
-        print(f"sm12x doctor: {e}", file=sys.stderr)
+        problems.append(str(e))
+    if problems:
+        for problem in problems:
+            print(f"sm12x doctor: {problem}", file=sys.stderr)
         return 2
+    env = dict(item.partition("=")[::2] for item in args.env or [])
     report, output = run_probe(client, args.image, config, bundle, arch=args.arch, user=args.user, env=env)
     if report is None:
         print(f"sm12x doctor: probe failed in {args.image}: {output[-2000:]}", file=sys.stderr)
-    findings = analyse(config, report)
+    findings = analyse(config, report, bundle_tags=byte_code_tags(bundle), bundle=bundle)
     code = exit_code(findings)
     if args.json:
         print(json.dumps({"image": args.image, "exit_code": code, "report": report,
                           "findings": [f.__dict__ for f in findings]}, indent=2))
         return code
-    print(f"sm12x doctor: {args.image} with {bundle} mounted ro at {MOUNT}")
+    print(f"sm12x doctor: {args.image} with {bundle} mounted read-only at {MOUNT}")
     for f in findings:
         print(f)
-    print("verdict: " + ("the mount takes effect" if code == 0 else "the mount would NOT take effect"))
+    print("verdict: " + verdict(findings))
     return code
+
+
+DOCTOR_HELP = """\
+Check, without a GPU, whether the sm12x bundle takes effect in a container image you have
+locally (it is never pulled): it starts the image once with the bundle mounted as your real run
+would, and reports whether sm12x's start-up code runs there, whether the image's own start-up
+code still runs, which patches would apply to the frameworks installed in it, and what the
+kernels need at run time (a writable Triton cache, byte code for the image's Python).
+
+Each finding is one line: ok, info, warn or error. Exit code 0: the mount takes effect (warnings
+allowed); 1: it would not (an error); 2: the image, the bundle, Docker or an argument is missing.
+
+examples:
+  python3 -m sm12x doctor --image vllm/vllm-openai:TAG --bundle ./sm12x-bundle
+  python3 -m sm12x doctor --image lmsysorg/sglang:TAG --bundle ./sm12x-bundle --arch 12.1
+  python3 -m sm12x doctor --image vllm/vllm-openai:TAG --env PYTHONPATH=/sm12x:/app --json
+"""
 
 
 def add_doctor_command(subparsers) -> argparse.ArgumentParser:
     """Register ``doctor`` on the sm12x CLI (``func`` = run_doctor)."""
-    p = subparsers.add_parser("doctor", help="check that the bundle takes effect in a local image (no GPU)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--image", required=True, help="local image to check (never pulled)")
-    p.add_argument("--bundle", help="bundle folder (default: the folder sm12x runs from)")
+    p = subparsers.add_parser("doctor", help="check, without a GPU, that the bundle takes effect in a local image",
+                              description=DOCTOR_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--image", required=True, help="a local image (never pulled), e.g. vllm/vllm-openai:TAG")
+    p.add_argument("--bundle", metavar="DIR",
+                   help="the folder made by `sm12x bundle` (default: the folder sm12x runs from)")
     p.add_argument("--arch", default="12.0",
-                   help="SM12X_ARCH for the plan: 12.0 (RTX PRO 6000, default), 12.1 (DGX Spark), '' = detect")
+                   help="plan as if on this GPU: 12.0 (RTX PRO 6000 / RTX 5090, default), 12.1 (DGX Spark); "
+                        "'' asks the container's GPU")
     p.add_argument("--user", help="run as this user (default: the image's USER)")
     p.add_argument("--env", "-e", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra environment, as your real run sets it (repeatable)")
-    p.add_argument("--json", action="store_true", help="print the report and findings as JSON")
+                   help="environment as your real run sets it (repeatable)")
+    p.add_argument("--json", action="store_true", help="the probe's report and the findings as JSON")
     p.set_defaults(func=run_doctor)
     return p

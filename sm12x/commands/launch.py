@@ -1,19 +1,20 @@
 """``sm12x launch {vllm,sglang} --model PATH``: serve DeepSeek-V4-Flash from a stock image with the bundle.
 
 Contract:
-- Uses the Docker SDK (``docker`` package, imported only when an engine is needed). Never pulls: a
-  missing engine or a missing local image is one line on stderr and exit code 2.
+- Uses the Docker SDK (``docker`` package, imported only when an engine is needed). Never pulls.
+  Every problem found before starting (arguments, bundle, engine, local image) is one line on
+  stderr, all of them listed, exit code 2.
 - Mounts the bundle read-only at /sm12x and the model read-only at /model; sets
   ``PYTHONPATH=/sm12x:<the image's own PYTHONPATH>`` (read from the image config Env); requests GPUs
   (all, or ``--gpus 0,1``); ``ipc=host``, a large /dev/shm, unlimited memlock.
 - Always prints the equivalent ``docker run`` line. ``--dry-run`` prints only, and works without any
-  engine (the image env is then assumed to have no PYTHONPATH; the line says so).
+  engine (the image is then not checked and its env is assumed to have no PYTHONPATH; stderr says so).
 - The framework command line is the DeepSeek-V4-Flash recipe below (``recipe_args``), each flag with the
   reason it is there; ``--no-recipe`` keeps only model/TP/port; arguments after ``--`` are appended
   last, so they override recipe values (both frameworks take the last value of a repeated flag).
 
-Pure helpers (unit-tested without Docker): ``pythonpath_with_bundle``, ``recipe_args``,
-``recipe_env``, ``build_spec``, ``docker_run_line``.
+The user-facing help is ``LAUNCH_HELP``. ``argument_problems``, ``pythonpath_with_bundle``,
+``recipe_args``, ``recipe_env``, ``build_spec`` and ``docker_run_line`` need no Docker.
 """
 from __future__ import annotations
 
@@ -173,7 +174,7 @@ class LaunchSpec:
 
     def sdk_kwargs(self) -> dict:
         """Keyword arguments for ``client.containers.create`` (``image`` included)."""
-        import docker
+        docker = docker_sdk()
 
         if self.gpus == "none":
             devices = []
@@ -248,25 +249,40 @@ def build_spec(framework: str, model: str, image: str, image_env: list[str] | No
 # Docker access (shared with sm12x.commands.doctor)
 # ---------------------------------------------------------------------------------------------------
 
-def connect():
-    """A connected Docker client, or LaunchError naming what is missing."""
+def docker_sdk():
+    """The Docker SDK module, or LaunchError when it is not installed.
+
+    Run from a checkout, the repository's own ``docker/`` folder (compose files, no
+    ``__init__.py``) is importable as an empty namespace package named ``docker``; that is not
+    the SDK (an installed SDK, a regular package, always wins over it)."""
     try:
         import docker
     except ImportError:
-        raise LaunchError("the `docker` Python package is missing: pip install docker") from None
+        docker = None
+    if docker is None or not hasattr(docker, "from_env"):
+        for name in [m for m in sys.modules if m == "docker" or m.startswith("docker.")]:
+            if getattr(sys.modules[name], "__file__", None) is None:
+                del sys.modules[name]  # the namespace stand-in: never leave it as `docker`
+        raise LaunchError("the `docker` Python package (Docker SDK) is not installed: pip install docker")
+    return docker
+
+
+def connect():
+    """A connected Docker client, or LaunchError naming what is missing."""
+    docker = docker_sdk()
     try:
         client = docker.from_env(timeout=30)
         client.ping()
     except Exception as e:
         host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        raise LaunchError(f"no Docker engine reachable at {host} ({type(e).__name__})") from None
+        raise LaunchError(f"no Docker engine reachable at {host} ({type(e).__name__}): start Docker, "
+                          "or point DOCKER_HOST at it") from None
     return client
 
 
 def local_image(client, image: str):
     """The image if present locally (never pulls), else LaunchError."""
-    import docker
-
+    docker = docker_sdk()
     try:
         return client.images.get(image)
     except docker.errors.ImageNotFound:
@@ -282,43 +298,80 @@ def _parse_env(items: list[str]) -> dict[str, str]:
     out = {}
     for item in items or []:
         key, sep, value = item.partition("=")
-        if not sep:
-            raise LaunchError(f"--env {item!r}: expected KEY=VALUE")
+        if not sep or not key:
+            raise LaunchError(f"--env {item!r}: expected KEY=VALUE, e.g. --env NCCL_DEBUG=INFO")
         out[key] = value
     return out
 
 
+def bundle_problem(bundle: str) -> str | None:
+    """Why ``bundle`` cannot be mounted as the sm12x bundle, or None."""
+    if not os.path.isdir(bundle):
+        return (f"--bundle {bundle}: no such folder (make one with: python3 -m sm12x bundle {bundle})")
+    missing = [n for n in ("sitecustomize.py", os.path.join("sm12x", "__init__.py"))
+               if not os.path.isfile(os.path.join(bundle, n))]
+    if missing:
+        return (f"--bundle {bundle}: not an sm12x bundle (no {' or '.join(missing)}); "
+                f"make one with: python3 -m sm12x bundle DIR")
+    return None
+
+
+def argument_problems(args) -> list[str]:
+    """Every problem with the arguments that can be told without Docker, one line each."""
+    problems = []
+    if not os.path.isdir(args.model):
+        what = "is a file, not a folder" if os.path.exists(args.model) else "no such folder"
+        problems.append(f"--model {args.model}: {what} (give the model's folder on this host; "
+                        "it is mounted read-only at /model)")
+    problem = bundle_problem(args.bundle or default_bundle())
+    if problem:
+        problems.append(problem)
+    if args.tp < 1:
+        problems.append(f"--tp {args.tp}: the tensor-parallel size is the number of GPUs the model "
+                        "is split over: 1 or more, e.g. --tp 2")
+    gpus = [g.strip() for g in args.gpus.split(",")]
+    if args.gpus not in ("all", "none") and not all(gpus):
+        problems.append(f"--gpus {args.gpus!r}: give all, none, or device ids such as 0,1")
+    elif args.gpus not in ("all", "none") and args.tp > len(gpus):
+        problems.append(f"--tp {args.tp} needs {args.tp} GPUs but --gpus {args.gpus} gives {len(gpus)}")
+    if not 1 <= args.port <= 65535:
+        problems.append(f"--port {args.port}: give a TCP port between 1 and 65535")
+    try:
+        _parse_env(args.env)
+    except LaunchError as e:
+        problems.append(str(e))
+    return problems
+
+
 def run_launch(args) -> int:
-    """Entry point of ``sm12x launch``: returns the exit code (2 for a missing engine/image/path)."""
+    """Entry point of ``sm12x launch``: returns the exit code (2 for any problem found before
+    starting: every one is listed, one line each)."""
     extra = list(args.extra or [])
     if extra[:1] == ["--"]:
         extra = extra[1:]
     image = args.image or DEFAULT_IMAGES[args.framework]
+    problems = argument_problems(args)
+    image_env, note, client = None, None, None
     try:
-        env = _parse_env(args.env)
-        image_env, note, client = None, None, None
-        if args.dry_run:
-            try:  # best effort: read the image's PYTHONPATH if an engine and the image are here
-                client = connect()
-                image_env = local_image(client, image).attrs["Config"].get("Env")
-            except LaunchError as e:
-                note = f"# image not inspected ({e}); assumed it sets no PYTHONPATH"
-        else:
-            for path, what in ((args.model, "--model"), (args.bundle or default_bundle(), "--bundle")):
-                if not os.path.isdir(path):
-                    raise LaunchError(f"{what} {path}: no such directory")
-            if not os.path.isfile(os.path.join(args.bundle or default_bundle(), "sitecustomize.py")):
-                raise LaunchError(f"--bundle {args.bundle or default_bundle()}: no sitecustomize.py "
-                                  "(make one with: python -m sm12x bundle DIR)")
-            client = connect()
-            image_env = local_image(client, image).attrs["Config"].get("Env")
-        spec = build_spec(args.framework, args.model, image, image_env, tp=args.tp, port=args.port,
-                          bundle=args.bundle, gpus=args.gpus, extra=extra, spec_decode=args.spec,
-                          recipe=not args.no_recipe, env=env, name=args.name, detach=args.detach,
-                          ulimits=not args.no_ulimits)
+        client = connect()
     except LaunchError as e:
-        print(f"sm12x launch: {e}", file=sys.stderr)
+        if not args.dry_run:
+            problems.append(str(e))
+        else:  # a dry run works without Docker; it says what it could not check
+            note = f"# image {image} not checked ({e}); assumed it sets no PYTHONPATH"
+    if client is not None:
+        try:
+            image_env = local_image(client, image).attrs["Config"].get("Env")
+        except LaunchError as e:
+            problems.append(str(e))
+    if problems:
+        for problem in problems:
+            print(f"sm12x launch: {problem}", file=sys.stderr)
         return 2
+    spec = build_spec(args.framework, args.model, image, image_env, tp=args.tp, port=args.port,
+                      bundle=args.bundle, gpus=args.gpus, extra=extra, spec_decode=args.spec,
+                      recipe=not args.no_recipe, env=_parse_env(args.env), name=args.name,
+                      detach=args.detach, ulimits=not args.no_ulimits)
     if note:
         print(note, file=sys.stderr)
     print(docker_run_line(spec))
@@ -369,15 +422,37 @@ def _run(client, spec: LaunchSpec) -> int:
             pass
 
 
+LAUNCH_HELP = """\
+Serve DeepSeek-V4-Flash from a stock {framework} image on this machine's GPUs, with the sm12x
+bundle mounted (read-only at /sm12x, PYTHONPATH set) and the model folder mounted read-only at
+/model. It uses a local image only (never pulls), prints the equivalent `docker run` line, then
+runs it and follows its output. The framework flags are the DeepSeek-V4-Flash settings of published
+SM12x setups (--no-recipe drops them); arguments after `--` are added last and override them.
+
+--dry-run checks everything it can (model folder, bundle, --tp, --gpus, the image being present
+locally) and prints the `docker run` line without starting anything; every problem found is
+listed, one line each, and the exit code is 2.
+
+examples:
+  python3 -m sm12x launch {framework} --model /models/DeepSeek-V4-Flash --tp 2 --dry-run
+  python3 -m sm12x launch {framework} --model /models/DeepSeek-V4-Flash --tp 2 --bundle ./sm12x-bundle
+  python3 -m sm12x launch {framework} --model /models/DeepSeek-V4-Flash --tp 4 -- {extra}
+"""
+
+
 def add_launch_command(subparsers) -> argparse.ArgumentParser:
     """Register ``launch {vllm,sglang}`` on the sm12x CLI (``func`` = run_launch)."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--model", required=True, help="model directory on this host (mounted ro at /model)")
-    common.add_argument("--tp", type=int, default=1, help="tensor-parallel size (default 1)")
+    common.add_argument("--model", required=True, metavar="DIR",
+                        help="the model's folder on this host (mounted read-only at /model)")
+    common.add_argument("--tp", type=int, default=1, metavar="N",
+                        help="number of GPUs the model is split over (tensor parallel; default 1)")
     common.add_argument("--image", help="local image (default: %s)" % ", ".join(
         f"{k}: {v}" for k, v in DEFAULT_IMAGES.items()))
-    common.add_argument("--port", type=int, default=DEFAULT_PORT)
-    common.add_argument("--bundle", help="bundle folder to mount at /sm12x (default: the folder sm12x runs from)")
+    common.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help=f"port the server listens on, here and in the container (default {DEFAULT_PORT})")
+    common.add_argument("--bundle", metavar="DIR",
+                        help="the folder made by `sm12x bundle` (default: the folder sm12x runs from)")
     common.add_argument("--gpus", default="all",
                         help='"all" (default), device ids such as 0,1, or "none" (CPU smoke tests)')
     common.add_argument("--env", "-e", action="append", default=[], metavar="KEY=VALUE",
@@ -390,16 +465,21 @@ def add_launch_command(subparsers) -> argparse.ArgumentParser:
     common.add_argument("--no-recipe", action="store_true",
                         help="only model, TP and port: no DeepSeek-V4-Flash flags or env")
     common.add_argument("--detach", "-d", action="store_true", help="start and return (default: follow logs)")
-    common.add_argument("--dry-run", action="store_true", help="print the docker run line only")
+    common.add_argument("--dry-run", action="store_true",
+                        help="check the arguments and the image, print the docker run line, start nothing")
     # The only positional, so `-- --flag value` lands here intact (argparse keeps the "--").
-    common.add_argument("extra", nargs=argparse.REMAINDER, help="-- extra framework arguments (appended last)")
+    common.add_argument("extra", nargs=argparse.REMAINDER, help="-- extra framework arguments (added last)")
 
     p = subparsers.add_parser(
         "launch", help="serve DeepSeek-V4-Flash from a stock vLLM/SGLang image with the bundle mounted",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=LAUNCH_HELP.format(framework="{vllm,sglang}", extra="--max-num-seqs 8"),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     frameworks = p.add_subparsers(dest="framework", required=True, metavar="{vllm,sglang}")
+    extras = {"vllm": "--max-num-seqs 8", "sglang": "--max-running-requests 8"}
     for fw in ("vllm", "sglang"):
-        sp = frameworks.add_parser(fw, parents=[common], help=f"serve with {fw} ({DEFAULT_IMAGES[fw]})")
+        sp = frameworks.add_parser(fw, parents=[common], help=f"serve with {fw} ({DEFAULT_IMAGES[fw]})",
+                                   description=LAUNCH_HELP.format(framework=fw, extra=extras[fw]),
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
         sp.set_defaults(func=run_launch)
     p.set_defaults(func=run_launch)
     return p

@@ -1,9 +1,25 @@
-"""``sm12x status``: the platform facts and what each patch would do (or did, with ``--apply``)."""
+"""``sm12x status``: the platform facts and what each patch would do (or did, with ``--apply``).
+
+The text form is a short summary (GPU, frameworks found, how many patches apply and why the others
+do not), then the patches that apply or failed; ``--verbose`` lists every patch, ``--json`` prints
+everything (``status_data``).
+"""
 from __future__ import annotations
 
 import functools
 import json
+import platform as _python
 import sys
+import textwrap
+
+FRAMEWORK_KEYS = ("vllm", "sglang")
+# libraries whose absence is expected on most machines: named once in the summary, not per patch
+NOT_INSTALLED = " is not installed"
+BOOTSTRAP_OFF = (
+    "not active in this process: sm12x's sitecustomize.py did not run when this Python started, so "
+    "nothing is patched here. That is expected outside a container. Inside one it runs when the bundle "
+    "is mounted and PYTHONPATH starts with it (-v BUNDLE:/sm12x:ro -e PYTHONPATH=/sm12x); python -I, -E "
+    "or -S and SM12X_DISABLE=1 turn it off. `sm12x doctor --image IMAGE` checks an image.")
 
 
 def status_data(apply: bool = False) -> dict:
@@ -21,6 +37,8 @@ def status_data(apply: bool = False) -> dict:
         "arch": {"capability": list(arch.capability) if arch.capability else None,
                  "source": arch.source, "devices": [list(c) for c in arch.devices],
                  "detail": arch.detail, "sm12x_patches": ok, "why": why},
+        "python": {"version": _python.python_version(), "executable": sys.executable,
+                   "cache_tag": sys.implementation.cache_tag},
         "versions": platform.versions(),
         "patches": rows,
         "shims": {name: shims.shim_state(name) for name in shims.SHIMS},
@@ -33,35 +51,106 @@ def status_data(apply: bool = False) -> dict:
     }
 
 
-def print_status(data: dict, stream=None) -> None:
+def skip_category(reason: str, arch_why: str) -> str:
+    """A short class of a skip reason, for the summary's counts."""
+    if reason == arch_why:
+        return "not on an SM12x GPU"
+    if reason.endswith(NOT_INSTALLED):
+        return "library not installed"
+    if "SM12X_SKIP" in reason:
+        return "turned off by SM12X_SKIP"
+    if " outside " in reason:
+        return "version outside the checked range"
+    if " not found" in reason:
+        return "target not in the installed version"
+    return reason
+
+
+def summary(data: dict) -> dict:
+    """Counts per state and per skip category: {"applied": n, ..., "skipped_by": {category: n}}."""
+    out: dict = {"skipped_by": {}}
+    why = data["arch"]["why"]
+    for p in data["patches"]:
+        out[p["state"]] = out.get(p["state"], 0) + 1
+        if p["state"] == "skipped":
+            cat = skip_category(p.get("reason") or "", why)
+            out["skipped_by"][cat] = out["skipped_by"].get(cat, 0) + 1
+    return out
+
+
+def _gpu_line(a: dict) -> str:
+    if a["source"] == "invalid":
+        return f"invalid SM12X_ARCH ({a['detail']})"
+    if a["capability"] is None:
+        return f"none found ({a['detail']}): SM12x patches off"
+    cap = "%d.%d" % tuple(a["capability"])
+    where = "pretended by SM12X_ARCH" if a["source"] == "env" else (
+        f"NVML, {len(a['devices'])} visible: " + ", ".join("%d.%d" % tuple(c) for c in a["devices"]))
+    verdict = "SM12x patches on" if a["sm12x_patches"] else "SM12x patches off"
+    return f"compute capability {cap} ({where}): {verdict}" + (
+        "" if a["why"].startswith("SM12x GPU") else f" ({a['why']})")
+
+
+def print_status(data: dict, stream=None, verbose: bool = False) -> None:
     """The human-readable form of :func:`status_data`."""
     print_ = functools.partial(print, file=stream or sys.stdout)
-    a = data["arch"]
-    cap = "no GPU" if a["capability"] is None else "%d.%d" % tuple(a["capability"])
-    print_(f"arch: {cap} (source: {a['source']}; {a['detail']})")
-    print_(f"SM12x patches: {'yes' if a['sm12x_patches'] else 'no'} - {a['why']}")
+    a, versions = data["arch"], data["versions"]
+    py = data.get("python") or {}
+    print_(textwrap.fill(_gpu_line(a), 100, initial_indent="GPU:        ", subsequent_indent=" " * 12))
+    found = [f"{k} {v}" for k, v in versions.items() if v]
+    frameworks = [k for k in FRAMEWORK_KEYS if versions.get(k)]
+    print_("frameworks: " + (", ".join(frameworks) if frameworks else "no vLLM or SGLang installed")
+           + (f"; libraries: {', '.join(found)}" if found else "; none of the libraries sm12x patches"))
+    if py:
+        print_(f"python:     {py['version']} ({py['executable']})")
     b = data["bootstrap"]
-    print_(f"bootstrap: {'active' if b['active'] else 'not active'}"
-           f" (sitecustomize: {b['sitecustomize']}; chained: {b['chained']})")
-    print_("versions:")
-    for name, v in data["versions"].items():
-        print_(f"  {name:18} {v or '-'}")
-    print_("shims: " + ", ".join(f"{k}: {v}" for k, v in data["shims"].items()))
+    if b["active"]:
+        chained = f"; ran the image's own {b['chained']} first" if b["chained"] else ""
+        print_(f"bootstrap:  active ({b['sitecustomize']}{chained})")
+    else:
+        print_(textwrap.fill(BOOTSTRAP_OFF, 100, initial_indent="bootstrap:  ", subsequent_indent=" " * 12))
+    counts = summary(data)
+    parts = [f"{counts.get(s, 0)} {label}" for s, label in
+             (("applied", "applied"), ("would-apply", "would apply"), ("failed", "failed"),
+              ("retired", "retired (fixed upstream)")) if counts.get(s) or s in ("applied", "would-apply")]
+    skipped = counts.get("skipped", 0)
+    if skipped:
+        by = ", ".join(f"{n} {cat}" for cat, n in sorted(counts["skipped_by"].items(), key=lambda kv: -kv[1]))
+        parts.append(f"{skipped} skipped ({by})")
+    print_(f"patches:    {len(data['patches'])}: " + ", ".join(parts))
+    absent = sorted({p["reason"][: -len(NOT_INSTALLED)] for p in data["patches"]
+                     if p["state"] == "skipped" and (p.get("reason") or "").endswith(NOT_INSTALLED)})
+    if absent:
+        print_(f"            not installed here: {', '.join(absent)}")
     skip = data.get("skip") or {}
-    if skip.get("items"):
-        print_("SM12X_SKIP: " + ", ".join(skip["items"])
-               + (f" (names no patch: {', '.join(skip['unmatched'])})" if skip.get("unmatched") else ""))
-    print_("patches:")
-    for p in data["patches"]:
-        reason = f"  ({p['reason']})" if p["reason"] else ""
-        print_(f"  {p['state']:11} {p['name']:40} {p['target']}{reason}")
+    if skip.get("unmatched"):
+        print_(f"WARNING:    SM12X_SKIP names no sm12x patch: {', '.join(skip['unmatched'])} "
+               "(a typo skips nothing; `sm12x status --verbose` lists the names)")
+    elif skip.get("items"):
+        print_(f"SM12X_SKIP: {', '.join(skip['items'])}")
+    shims = [f"{k}: {v}" for k, v in (data.get("shims") or {}).items() if not v.startswith("off (")
+             or verbose]
+    if shims:
+        print_("stand-ins:  " + ", ".join(shims))
+    rows = [p for p in data["patches"] if verbose or p["state"] not in ("skipped",)]
+    if rows:
+        print_("")
+        width = max(len(p["name"]) for p in rows)
+        for p in rows:
+            reason = p.get("reason") or ""
+            if reason == a["why"] and not a["sm12x_patches"]:
+                reason = "not on an SM12x GPU (see GPU above)"
+            print_(f"  {p['state']:11} {p['name']:{width}}  {p['target']}" + (f"  ({reason})" if reason else ""))
+    hidden = len(data["patches"]) - len(rows)
+    if hidden:
+        print_(f"\n{hidden} skipped patches not listed: `sm12x status --verbose` lists every patch and why")
 
 
-def run(as_json: bool = False, apply: bool = False) -> int:
+def run(as_json: bool = False, apply: bool = False, verbose: bool = False) -> int:
     """Print the status (JSON or text); 1 when a patch failed."""
     data = status_data(apply=apply)
     if as_json:
         print(json.dumps(data, indent=2))
     else:
-        print_status(data)
+        print_status(data, verbose=verbose)
     return 1 if any(p["state"] == "failed" for p in data["patches"]) else 0

@@ -125,15 +125,15 @@ def test_sdk_kwargs():
 
 def test_dry_run_without_engine(monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("DOCKER_HOST", NO_ENGINE)
-    rc = main(["launch", "sglang", "--model", str(tmp_path), "--tp", "4", "--bundle", "/b",
+    rc = main(["launch", "sglang", "--model", str(tmp_path), "--tp", "4", "--bundle", REPO,
                "--dry-run", "--", "--max-running-requests", "4"])
     out, err = capsys.readouterr()
     assert rc == 0
     (line,) = out.strip().splitlines()  # stdout is exactly the docker run line
     argv = shlex.split(line)
-    assert "/b:/sm12x:ro" in argv and "PYTHONPATH=/sm12x" in argv
+    assert f"{REPO}:/sm12x:ro" in argv and "PYTHONPATH=/sm12x" in argv
     assert argv[-2:] == ["--max-running-requests", "4"]
-    assert "not inspected" in err
+    assert "not checked" in err
 
 
 def test_dry_run_without_docker_package(monkeypatch, capsys, tmp_path):

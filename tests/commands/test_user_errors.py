@@ -1,0 +1,251 @@
+"""What a user touches: ``sm12x bundle`` never deletes what it did not write, and every user error
+in the CLI is one line naming the argument and the fix, with a non-zero exit, never a traceback.
+
+Each case runs the real CLI (``python -m sm12x``) in a subprocess, as a user would."""
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from tests_support import REPO, run_py
+
+NO_ENGINE = "unix:///nonexistent/sm12x-test-docker.sock"
+
+
+def cli(*args, env=None, cwd=REPO):
+    full = {k: v for k, v in os.environ.items() if not k.startswith("SM12X_")}
+    full.update({"PYTHONPATH": REPO, "DOCKER_HOST": NO_ENGINE, **(env or {})})
+    return subprocess.run([sys.executable, "-m", "sm12x", *args], capture_output=True, text=True,
+                          env=full, cwd=cwd, timeout=300)
+
+
+def one_line_error(proc, *needles):
+    """The process failed with exactly one stderr line that names every needle, no traceback."""
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def tree(root):
+    return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs)
+
+
+# ---------------------------------------------------------------------------------------------------
+# bundle
+# ---------------------------------------------------------------------------------------------------
+
+def test_bundle_refuses_a_folder_with_user_files(tmp_path):
+    dest = tmp_path / "mine"
+    (dest / "sm12x").mkdir(parents=True)
+    (dest / "sm12x" / "notes.txt").write_text("mine")
+    (dest / "keep.py").write_text("x = 1\n")
+    before = tree(dest)
+    line = one_line_error(cli("bundle", str(dest)), "DIR", str(dest), "not empty", "new or empty folder")
+    assert line.startswith("sm12x bundle: ")
+    assert tree(dest) == before and (dest / "sm12x" / "notes.txt").read_text() == "mine"
+
+
+def test_rebundle_replaces_only_its_own_files(tmp_path):
+    dest = tmp_path / "bundle"
+    first = cli("bundle", str(dest))
+    assert first.returncode == 0, first.stderr
+    ours = set(tree(dest))
+    record = next(p for p in ours if p.endswith("RECORD"))
+    assert "sm12x/__init__.py" in (dest / record).read_text()
+    # the user adds files next to and inside the bundle; a file the old bundle wrote goes stale
+    (dest / "sm12x" / "notes.txt").write_text("mine")
+    (dest / "extra.py").write_text("x = 1\n")
+    stale = dest / "sm12x" / "old_module.py"
+    stale.write_text("OLD = 1\n")
+    with open(dest / record, "a") as fh:
+        fh.write("sm12x/old_module.py,,\n")
+    second = cli("bundle", str(dest))
+    assert second.returncode == 0, second.stderr
+    assert "replaced the previous bundle" in second.stdout and "2 other file(s)" in second.stdout
+    assert (dest / "sm12x" / "notes.txt").read_text() == "mine"
+    assert (dest / "extra.py").read_text() == "x = 1\n"
+    assert not stale.exists()  # listed in the old RECORD, not shipped any more: it was ours
+    assert set(tree(dest)) == ours | {"sm12x/notes.txt", "extra.py"}
+    assert not list(dest.rglob("extra*.pyc"))  # the user's modules are not byte-compiled by us
+
+
+def test_bundle_byte_code_only_for_the_interpreters_asked(tmp_path):
+    dest = tmp_path / "bundle"
+    assert cli("bundle", str(dest)).returncode == 0
+    tag = sys.implementation.cache_tag
+    assert (dest / "__pycache__" / f"sitecustomize.{tag}.pyc").exists()
+    out = cli("bundle", str(dest), "--no-compile")
+    assert out.returncode == 0 and "byte code for: none" in out.stdout
+    assert not list(dest.rglob("*.pyc"))  # the previous bundle's byte code was its own: gone
+
+
+@pytest.mark.parametrize("case", ["file", "repo", "package", "unwritable", "python"])
+def test_bundle_user_errors_are_one_line(tmp_path, case):
+    if case == "file":
+        target = tmp_path / "a-file"
+        target.write_text("x")
+        proc, needles = cli("bundle", str(target)), ["DIR", "is a file"]
+    elif case == "repo":
+        proc, needles = cli("bundle", "."), ["DIR .", "source tree"]
+    elif case == "package":
+        proc, needles = cli("bundle", os.path.join(REPO, "sm12x", "out")), ["inside the source folder sm12x/"]
+    elif case == "unwritable":
+        if os.geteuid() == 0:
+            pytest.skip("root writes into read-only folders: run as a normal user to check this case")
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        locked.chmod(stat.S_IRUSR | stat.S_IXUSR)
+        proc, needles = cli("bundle", str(locked / "b")), ["not writable"]
+    else:
+        proc, needles = cli("bundle", str(tmp_path / "b"), "--compile-with", "python9.99"), \
+            ["--compile-with python9.99", "no such interpreter"]
+    one_line_error(proc, *needles)
+    assert proc.returncode == 2
+
+
+def test_bundle_into_read_only_folder_is_one_line(tmp_path):
+    """As root (CI), a read-only bind mount is the unwritable case: writing fails inside the copy."""
+    if os.geteuid() != 0 or not os.path.exists("/proc/self/mountinfo"):
+        pytest.skip("needs root to make a read-only mount")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    made = subprocess.run(["mount", "--bind", "-o", "ro", str(ro), str(ro)], capture_output=True)
+    if made.returncode != 0:
+        made = subprocess.run(["mount", "-o", "remount,ro,bind", str(ro)], capture_output=True)
+    if made.returncode != 0 or os.access(ro, os.W_OK) and _writable(ro):
+        subprocess.run(["umount", str(ro)], capture_output=True)
+        pytest.skip("cannot make a read-only mount here")
+    try:
+        one_line_error(cli("bundle", str(ro / "b")), "DIR", "not writable")
+    finally:
+        subprocess.run(["umount", str(ro)], capture_output=True)
+
+
+def _writable(folder):
+    try:
+        (folder / ".probe").write_text("x")
+        (folder / ".probe").unlink()
+        return True
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------------------------------------------
+# SM12X_ARCH
+# ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value, cap", [
+    ("12.0", (12, 0)), ("12.1", (12, 1)), ("120", (12, 0)), ("121", (12, 1)), ("sm_120", (12, 0)),
+    ("sm120", (12, 0)), ("sm_121", (12, 1)), ("sm121", (12, 1)), ("9.0", (9, 0)), ("90", (9, 0)),
+    ("sm_90", (9, 0)), ("sm90", (9, 0)), (" SM_120 ", (12, 0)),
+])
+def test_arch_spellings_accepted(value, cap):
+    from sm12x import platform
+
+    assert platform.parse_arch(value) == cap
+
+
+@pytest.mark.parametrize("value", ["12", "sm_12", "banana", "1.2", "12.2", "8.9", "sm_120a", "120.0", ""])
+def test_arch_spellings_refused(value):
+    from sm12x import platform
+
+    with pytest.raises(platform.ArchError, match="SM12X_ARCH"):
+        platform.parse_arch(value)
+
+
+@pytest.mark.parametrize("value", ["banana", "12", "sm_12"])
+def test_bad_arch_in_the_cli_is_one_line(value):
+    one_line_error(cli("status", env={"SM12X_ARCH": value}), f"SM12X_ARCH={value!r}", "12.0", "unset it")
+
+
+def test_bad_arch_in_the_bundle_is_one_log_line(tmp_path):
+    """Inside a process with the mount, a bad SM12X_ARCH is one warning line, not an internal error
+    per watched module, and nothing is patched."""
+    (tmp_path / "flash_mla").mkdir()
+    (tmp_path / "flash_mla" / "__init__.py").write_text("def flash_mla_with_kvcache(x):\n    return x\n")
+    (tmp_path / "sgl_kernel").mkdir()
+    (tmp_path / "sgl_kernel" / "__init__.py").write_text("")
+    proc = run_py("""
+import flash_mla, sgl_kernel
+from sm12x import apply
+print(sorted({s for s, _ in apply.OUTCOMES.values()}))
+""", pythonpath=[REPO, tmp_path], env={"SM12X_ARCH": "banana"})
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "SM12X_ARCH='banana'" in lines[0] and "no sm12x patch applies" in lines[0]
+    assert "internal error" not in proc.stderr
+    assert proc.stdout.strip() in ("['skipped']", "[]")
+
+
+# ---------------------------------------------------------------------------------------------------
+# launch --dry-run and doctor: every problem found, one line each
+# ---------------------------------------------------------------------------------------------------
+
+def test_dry_run_reports_every_problem(tmp_path):
+    proc = cli("launch", "vllm", "--model", str(tmp_path / "no-model"), "--bundle", str(tmp_path / "no-bundle"),
+               "--tp", "0", "--dry-run")
+    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 3, proc.stderr
+    assert lines[0].startswith("sm12x launch: --model ") and "no such folder" in lines[0]
+    assert lines[1].startswith("sm12x launch: --bundle ") and "sm12x bundle" in lines[1]
+    assert lines[2].startswith("sm12x launch: --tp 0:") and "1 or more" in lines[2]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--tp", "-3"], "--tp -3"),
+    (["--gpus", "0", "--tp", "2"], "--tp 2 needs 2 GPUs but --gpus 0 gives 1"),
+    (["--port", "0"], "--port 0"),
+    (["--env", "NOEQUALS"], "--env 'NOEQUALS'"),
+])
+def test_dry_run_bad_values(tmp_path, args, needle):
+    one_line_error(cli("launch", "sglang", "--model", str(tmp_path), "--dry-run", *args), needle)
+
+
+def test_dry_run_bundle_that_is_not_a_bundle(tmp_path):
+    (tmp_path / "b").mkdir()
+    one_line_error(cli("launch", "vllm", "--model", str(tmp_path), "--bundle", str(tmp_path / "b"), "--dry-run"),
+                   "not an sm12x bundle", "sm12x bundle DIR")
+
+
+def test_dry_run_without_engine_still_prints_the_line(tmp_path):
+    proc = cli("launch", "vllm", "--model", str(tmp_path), "--tp", "2", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("docker run ") and "--tensor-parallel-size 2" in proc.stdout
+    assert "not checked" in proc.stderr
+
+
+def test_doctor_reports_every_problem(tmp_path):
+    proc = cli("doctor", "--image", "x:y", "--bundle", str(tmp_path), "--arch", "12", "--env", "BAD")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert [line.split(":")[1].strip().split()[0] for line in lines] == ["--bundle", "--arch", "--env", "no"]
+
+
+def test_docker_folder_of_the_checkout_is_not_the_sdk(tmp_path):
+    """Run from the repository root without the Docker SDK importable (python -S: no site-packages),
+    the checkout's own docker/ folder must not pass for the SDK."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["DOCKER_HOST"] = NO_ENGINE
+    for argv in (["doctor", "--image", "x:y", "--bundle", REPO],
+                 ["launch", "vllm", "--model", str(tmp_path), "--bundle", REPO]):
+        proc = subprocess.run([sys.executable, "-S", "-m", "sm12x", *argv], capture_output=True, text=True,
+                              cwd=REPO, env=env, timeout=120)
+        line = one_line_error(proc, "Docker SDK", "pip install docker")
+        assert "AttributeError" not in line and "engine" not in line
+
+
+def test_help_is_for_users():
+    for argv in (["--help"], ["launch", "--help"], ["launch", "vllm", "--help"], ["doctor", "--help"],
+                 ["status", "--help"], ["bundle", "--help"]):
+        proc = cli(*argv)
+        assert proc.returncode == 0, proc.stderr
+        assert "examples:" in proc.stdout, argv
+        for internal in ("Contract:", "Pure helpers", "unit-tested", "``"):
+            assert internal not in proc.stdout, (argv, internal)
