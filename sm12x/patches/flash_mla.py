@@ -58,27 +58,46 @@ _VLLM_CALLERS = ("vllm.models.deepseek_v4.nvidia.flashmla",
                  "vllm.v1.attention.backends.mla.flashmla")
 _VLLM_OPS = ("vllm.v1.attention.ops.flashmla",) + _VLLM_CALLERS
 
-PATCHES = (
-    # pip FlashMLA / sgl-flash-mla (SGLang 0.5.23 installs it as ``flash_mla``)
-    Patch(name="flash_mla.interface.decode",
-          target="flash_mla.flash_mla_interface:flash_mla_with_kvcache",
-          make=wrappers.make_flash_mla_with_kvcache, consumers=("flash_mla",),
-          why=f"SGLang's DeepSeek-V4 path calls pip FlashMLA's sparse FP8 decode, which raises "
-              f"{_DECODE_ERROR} on SM12x", upstream=_FLASH_MLA_SRC, **_PIP),
-    Patch(name="flash_mla.decode", target="flash_mla:flash_mla_with_kvcache",
-          make=wrappers.make_flash_mla_with_kvcache,
-          why="the package-level re-export that SGLang's debug_flash_mla_adapter looks up at call "
-              "time (flash_mla.flash_mla_with_kvcache)",
-          upstream="sglang srt/layers/attention/debug_flash_mla_adapter.py", **_PIP),
-    Patch(name="flash_mla.interface.metadata", target="flash_mla.flash_mla_interface:get_mla_metadata",
-          make=wrappers.make_get_mla_metadata, consumers=("flash_mla",),
-          why="the old tensor API runs FlashMLA's scheduler kernel, built for SM90a/SM100f only; "
-              "sm12x's decode needs none of its schedule",
-          upstream=_FLASH_MLA_SRC, **_PIP),
-    Patch(name="flash_mla.metadata", target="flash_mla:get_mla_metadata",
-          make=wrappers.make_get_mla_metadata,
-          why="the package-level re-export of get_mla_metadata, called by name by SGLang's adapter",
-          upstream=_FLASH_MLA_SRC, **_PIP),
+# Where a copy of FlashMLA's Python interface lives: (name prefix, module, who reaches it, range,
+# upstream, modules holding `from X import f` copies, prefill factory)
+_ROUTES = (
+    ("flash_mla.interface", "flash_mla.flash_mla_interface",
+     "pip FlashMLA / sgl-flash-mla's interface (SGLang's DeepSeek-V4 path)", _PIP, _FLASH_MLA_SRC,
+     ("flash_mla",), wrappers.make_flash_mla_sparse_fwd),
+    ("flash_mla", "flash_mla",
+     "the flash_mla package re-export that SGLang's debug adapter looks up at call time", _PIP,
+     "sglang srt/layers/attention/debug_flash_mla_adapter.py", (), wrappers.make_flash_mla_sparse_fwd),
+    ("sgl_kernel.flash_mla", "sgl_kernel.flash_mla",
+     "sgl-kernel's copy (SGLang's non-SM120 branch and forced backends; descale_q/k after the six "
+     "common arguments; base-2 lse and max_logits 'for SGL compatibility')", _SGL_KERNEL,
+     "sgl-kernel python/sgl_kernel/flash_mla.py", ("sgl_kernel",),
+     wrappers.make_sgl_kernel_flash_mla_sparse_fwd),
+    ("vllm.third_party.flashmla", "vllm.third_party.flashmla.flash_mla_interface",
+     "vLLM's vendored FlashMLA (SM90/SM100 builds only), behind its FlashMLA sparse backends", _VLLM,
+     "vllm third_party/flashmla/flash_mla_interface.py", _VLLM_OPS, wrappers.make_flash_mla_sparse_fwd),
+    ("vllm.ops.flashmla", "vllm.v1.attention.ops.flashmla",
+     "vLLM's re-export, bound to stubs that raise 'FlashMLA is not available' when its FlashMLA "
+     "extension does not import (SM12x builds)", _VLLM, "vllm v1/attention/ops/flashmla.py",
+     _VLLM_CALLERS, wrappers.make_flash_mla_sparse_fwd),
+)
+# What each route's function does on SM12x: (record suffix, attribute, factory or None for the
+# route's prefill factory, failure)
+_FUNCTIONS = (
+    ("decode", "flash_mla_with_kvcache", wrappers.make_flash_mla_with_kvcache,
+     f"the sparse FP8 decode raises {_DECODE_ERROR}"),
+    ("metadata", "get_mla_metadata", wrappers.make_get_mla_metadata,
+     "the tensor scheduler runs a CUDA kernel built for SM90a/SM100f only"),
+    ("sparse_fwd", "flash_mla_sparse_fwd", None,
+     f"the sparse prefill (SGLang's default since 0.5.15.post1, #31578) raises {_PREFILL_ERROR}"),
+)
+
+PATCHES = tuple(
+    Patch(name=f"{prefix}.{suffix}", target=f"{module}:{attr}", make=make or prefill_make,
+          why=f"{who}: {failure}", upstream=upstream, consumers=consumers, **versions)
+    for prefix, module, who, versions, upstream, consumers, prefill_make in _ROUTES
+    for suffix, attr, make, failure in _FUNCTIONS
+) + (
+    # sgl-flash-mla's tensor scheduler under its own name (SGLang 0.5.23 calls it every batch)
     Patch(name="flash_mla.interface.decoding_metadata",
           target="flash_mla.flash_mla_interface:get_mla_decoding_metadata",
           make=wrappers.make_get_mla_decoding_metadata, consumers=("flash_mla",),
@@ -95,17 +114,6 @@ PATCHES = (
           why=f"FlashMLA's interface resolves the compiled op flash_mla.cuda.sparse_decode_fwd at "
               f"call time; on SM12x it raises {_DECODE_ERROR}",
           upstream=_FLASH_MLA_SRC, **_PIP),
-    # sgl-kernel's vendored copy
-    Patch(name="sgl_kernel.flash_mla.decode", target="sgl_kernel.flash_mla:flash_mla_with_kvcache",
-          make=wrappers.make_flash_mla_with_kvcache, consumers=("sgl_kernel",),
-          why=f"sgl-kernel's FlashMLA copy (SGLang's non-SM120 branch, and forced backends) "
-              f"raises {_DECODE_ERROR} on SM12x; it inserts descale_q/descale_k after the six "
-              f"common arguments",
-          upstream="sgl-kernel python/sgl_kernel/flash_mla.py", **_SGL_KERNEL),
-    Patch(name="sgl_kernel.flash_mla.metadata", target="sgl_kernel.flash_mla:get_mla_metadata",
-          make=wrappers.make_get_mla_metadata, consumers=("sgl_kernel",),
-          why="sgl-kernel's get_mla_metadata runs the SM90a/SM100f scheduler kernel",
-          upstream="sgl-kernel python/sgl_kernel/flash_mla.py", **_SGL_KERNEL),
     # SGLang's native SM120 entry (current module path, then the 0.5.15-0.5.19 one)
     Patch(name="sglang.flash_mla_sm120",
           target="sglang.kernels.ops.attention.flash_mla_sm120:flash_mla_with_kvcache_sm120",
@@ -121,55 +129,4 @@ PATCHES = (
           why="the same SM120 entry at its module path before SGLang moved kernels to "
               "sglang.kernels (0.5.15-0.5.19)",
           upstream="sglang srt/layers/attention/flash_mla_sm120.py", **_SGLANG),
-    # vLLM's vendored FlashMLA and the module that re-exports it (stubs on SM12x)
-    Patch(name="vllm.third_party.flashmla.decode",
-          target="vllm.third_party.flashmla.flash_mla_interface:flash_mla_with_kvcache",
-          make=wrappers.make_flash_mla_with_kvcache, consumers=_VLLM_OPS,
-          why=f"vLLM's vendored FlashMLA has SM90/SM100 builds only: {_DECODE_ERROR} for its "
-              f"FlashMLA sparse backends on SM12x",
-          upstream="vllm third_party/flashmla/flash_mla_interface.py", **_VLLM),
-    Patch(name="vllm.third_party.flashmla.metadata",
-          target="vllm.third_party.flashmla.flash_mla_interface:get_mla_metadata",
-          make=wrappers.make_get_mla_metadata, consumers=_VLLM_OPS,
-          why="vLLM's vendored get_mla_metadata runs the SM90a/SM100f scheduler kernel",
-          upstream="vllm third_party/flashmla/flash_mla_interface.py", **_VLLM),
-    Patch(name="vllm.ops.flashmla.decode",
-          target="vllm.v1.attention.ops.flashmla:flash_mla_with_kvcache",
-          make=wrappers.make_flash_mla_with_kvcache, consumers=_VLLM_CALLERS,
-          why="vLLM's re-export binds stubs that raise 'FlashMLA is not available' when its "
-              "FlashMLA extension does not import (SM12x builds)",
-          upstream="vllm v1/attention/ops/flashmla.py", **_VLLM),
-    Patch(name="vllm.ops.flashmla.metadata",
-          target="vllm.v1.attention.ops.flashmla:get_mla_metadata",
-          make=wrappers.make_get_mla_metadata, consumers=_VLLM_CALLERS,
-          why="the stub get_mla_metadata of vLLM's re-export raises on SM12x builds",
-          upstream="vllm v1/attention/ops/flashmla.py", **_VLLM),
-    # sparse prefill on every route (units: natural log since FlashMLA's 2026-01 interface, base 2
-    # before it and on every sgl-kernel build)
-    Patch(name="flash_mla.interface.sparse_fwd",
-          target="flash_mla.flash_mla_interface:flash_mla_sparse_fwd",
-          make=wrappers.make_flash_mla_sparse_fwd, consumers=("flash_mla",),
-          why=f"SGLang's default DeepSeek sparse prefill (since 0.5.15.post1) calls FlashMLA's "
-              f"sparse prefill, which raises {_PREFILL_ERROR}",
-          upstream="sglang #31578; FlashMLA csrc/api/sparse_fwd.h", **_PIP),
-    Patch(name="flash_mla.sparse_fwd", target="flash_mla:flash_mla_sparse_fwd",
-          make=wrappers.make_flash_mla_sparse_fwd,
-          why="the package-level re-export of flash_mla_sparse_fwd, looked up at call time",
-          upstream="sglang #31578", **_PIP),
-    Patch(name="sgl_kernel.flash_mla.sparse_fwd", target="sgl_kernel.flash_mla:flash_mla_sparse_fwd",
-          make=wrappers.make_sgl_kernel_flash_mla_sparse_fwd, consumers=("sgl_kernel",),
-          why=f"sgl-kernel's sparse prefill raises {_PREFILL_ERROR}; it returns lse and max_logits "
-              f"in base 2 ('for SGL compatibility')",
-          upstream="sgl-kernel python/sgl_kernel/flash_mla.py", **_SGL_KERNEL),
-    Patch(name="vllm.third_party.flashmla.sparse_fwd",
-          target="vllm.third_party.flashmla.flash_mla_interface:flash_mla_sparse_fwd",
-          make=wrappers.make_flash_mla_sparse_fwd, consumers=_VLLM_OPS,
-          why=f"vLLM's vendored sparse prefill raises {_PREFILL_ERROR} for its FlashMLA sparse "
-              f"backends on SM12x",
-          upstream="vllm third_party/flashmla/flash_mla_interface.py", **_VLLM),
-    Patch(name="vllm.ops.flashmla.sparse_fwd",
-          target="vllm.v1.attention.ops.flashmla:flash_mla_sparse_fwd",
-          make=wrappers.make_flash_mla_sparse_fwd, consumers=_VLLM_CALLERS,
-          why="the stub flash_mla_sparse_fwd of vLLM's re-export raises on SM12x builds",
-          upstream="vllm v1/attention/ops/flashmla.py", **_VLLM),
 )
