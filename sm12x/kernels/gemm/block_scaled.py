@@ -162,8 +162,8 @@ TILES = {
     },
     "sm_120": {
         "small": Tile(128, 16, 128, 4, 4, swap_ab=True, scaled_mma=True),
-        "medium": Tile(64, 128, 128, 4, 3, scaled_mma=True),
-        "large": Tile(128, 128, 128, 8, 2, scaled_mma=True),
+        "medium": Tile(64, 128, 128, 8, 4, scaled_mma=True),
+        "large": Tile(128, 128, 128, 8, 4, scaled_mma=True),
     },
 }
 
@@ -172,13 +172,20 @@ def m_class(m: int) -> str:
     return "small" if m <= 64 else ("medium" if m <= 256 else "large")
 
 
-def pick_tile(m: int, device, tiles: dict = TILES) -> Tile:
-    """The tile for an M-row problem on ``device`` (``SM12X_KERNEL_CONFIGS`` forces an arch).
-    A small-M tile's column block is M rounded up to a power of two (16 at least)."""
-    tile = configs.pick(tiles, device)[m_class(m)]
+def pick_tile(m: int, device=None, tiles: dict = TILES, arch: str | None = None) -> Tile:
+    """The tile for an M-row problem on ``device`` (``SM12X_KERNEL_CONFIGS`` forces an arch), or
+    for ``arch`` when given. A small-M tile's column block is M rounded up to a power of two (16
+    at least); 64 columns take 8 warps (with 4 the fp32-promotion path spills on sm_120)."""
+    tile = (tiles["sm_120" if arch == "sm_121" else arch] if arch else configs.pick(tiles, device))[m_class(m)]
     if tile.swap_ab:
-        tile = dataclasses.replace(tile, block_c=max(16, min(64, triton.next_power_of_2(max(m, 1)))))
+        block_c = max(16, min(64, triton.next_power_of_2(max(m, 1))))
+        tile = dataclasses.replace(tile, block_c=block_c,
+                                   num_warps=max(tile.num_warps, 8) if block_c >= 64 else tile.num_warps)
     return tile
+
+
+# one M per distinct tile (small: 16, 32 and 64 columns), for compile checks and benchmarks
+TILE_MS = (1, 32, 64, 256, 4096)
 
 
 def split_k(out_tiles: int, k_tiles: int, m: int, k: int, device, min_tiles_per_split: int = 2) -> int:

@@ -192,3 +192,58 @@ def launch(a, sa, b, sb, d, c):
             SPLITS=splits, HAS_C=has_c, BLOCK=REDUCE_BLOCK, num_warps=4)
 
 
+
+
+# ----------------------------------------------------------------------------------------------
+# compile check
+
+
+# the strides that are 1 in a production call (K-major operands, row-major d and c, MN-major sfa)
+UNIT_STRIDES = ("stride_ak", "stride_bk", "stride_dn", "stride_cn", "sfa_stride_mn")
+
+
+def _signature(out_t: str, c_t: str, sf_t: str) -> dict:
+    sig = {"a_ptr": "*fp8e4nv", "sfa_ptr": sf_t, "b_ptr": "*fp8e4nv", "sfb_ptr": sf_t, "d_ptr": out_t,
+           "c_ptr": c_t, "ws_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32", "tiles_per_split": "i32"}
+    for name in ("stride_am", "stride_bn", "stride_dm", "stride_cm", "sfa_stride_k", "sfb_stride_mn", "sfb_stride_k"):
+        sig[name] = "i32"
+    for name in UNIT_STRIDES:  # Triton specialises an int argument equal to 1 into a constant
+        sig[name] = "constexpr"
+    for name in ("SFA_KIND", "SFA_GRAN_MN", "SFA_GRAN_K", "SFB_KIND", "SFB_GRAN_MN", "SFB_GRAN_K", "BLOCK_R",
+                 "BLOCK_C", "BLOCK_K", "GROUP_R", "SWAP_AB", "SPLIT", "HAS_C", "SCALED_MMA", "EVEN_K"):
+        sig[name] = "constexpr"
+    return sig
+
+
+def compile_reports(targets=("sm_120", "sm_121")):
+    """Compile every tile class of ``targets`` with fp32 scales (fp32 promotion) and packed UE8M0
+    scales (block-scaled MMA where the tile enables it), bf16 and fp32 outputs, split and not,
+    plus the split-K reduction."""
+    from sm12x.kernels.common.compile_check import compile_kernel
+    from sm12x.kernels.gemm.block_scaled import TILE_MS, m_class
+    from sm12x.kernels.gemm.scales import SF_FP32, SF_UE8M0_PACKED
+
+    reports = []
+    for target in targets:
+        for m in TILE_MS:
+            cls, tile = m_class(m), pick_tile(m, arch=target)
+            for kind in (SF_FP32, SF_UE8M0_PACKED):
+                scaled = tile.scaled_mma and kind != SF_FP32
+                for out_t, has_c, split in (("*bf16", False, False), ("*fp32", True, cls != "large")):
+                    const = dict(SFA_KIND=kind, SFA_GRAN_MN=1, SFA_GRAN_K=128, SFB_KIND=kind,
+                                 SFB_GRAN_MN=128 if kind == SF_FP32 else 1, SFB_GRAN_K=128,
+                                 BLOCK_R=tile.block_r, BLOCK_C=tile.block_c, BLOCK_K=tile.block_k,
+                                 GROUP_R=tile.group_r, SWAP_AB=tile.swap_ab, SPLIT=split, HAS_C=has_c,
+                                 SCALED_MMA=scaled, EVEN_K=True, **dict.fromkeys(UNIT_STRIDES, 1))
+                    name = (f"{cls} {tile.describe()} {'ue8m0' if kind else 'fp32'}-sf "
+                            f"{out_t[1:]}{' +C' if has_c else ''}{' split' if split else ''}")
+                    reports.append(compile_kernel(
+                        fp8_gemm_kernel, _signature(out_t, "*fp32", "*i32" if kind else "*fp32"), const,
+                        target=target, num_warps=tile.num_warps, num_stages=tile.num_stages,
+                        config_name=name))
+        sig = {"ws_ptr": "*fp32", "d_ptr": "*bf16", "c_ptr": "*fp32", "M": "i32", "N": "i32", "stride_dm": "i32",
+               "stride_dn": "i32", "stride_cm": "i32", "stride_cn": "i32", "SPLITS": "constexpr",
+               "HAS_C": "constexpr", "BLOCK": "constexpr"}
+        reports.append(compile_kernel(split_k_reduce_kernel, sig, dict(SPLITS=8, HAS_C=True, BLOCK=REDUCE_BLOCK),
+                                      target=target, num_warps=4, num_stages=1, config_name="reduce 8 splits"))
+    return reports

@@ -48,3 +48,35 @@ def ref_tf32_hc_prenorm_gemm(a, b) -> tuple:
     sqr_sum = sum_k a^2."""
     af = a.float()
     return af @ b.float().T, (af * af).sum(-1)
+
+
+# ----------------------------------------------------------------------------------------------
+# quantisers (DeepGEMM's deep_gemm.utils casts), to build inputs for tests, self-test and benchmarks
+
+
+def per_token_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = False, gran_k: int = 128):
+    """x [M, K] -> (float8 [M, K], float32 scales [M, ceil(K/gran_k)]): amax per 1 x gran_k
+    clamped to >= 1e-4, scale amax / 448 (rounded up to a power of two with ``use_ue8m0``)."""
+    m, k = x.shape
+    pad = (-k) % gran_k
+    v = torch.nn.functional.pad(x.float(), (0, pad)).view(m, -1, gran_k)
+    sf = v.abs().amax(-1).clamp(min=1e-4) / 448.0
+    if use_ue8m0:
+        from sm12x.kernels.gemm.scales import ceil_to_ue8m0
+        sf = ceil_to_ue8m0(sf)
+    q = (v / sf[..., None]).to(torch.float8_e4m3fn).view(m, -1)[:, :k].contiguous()
+    return q, sf
+
+
+def per_block_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = False, gran: int = 128):
+    """x [N, K] -> (float8 [N, K], float32 scales [ceil(N/gran), ceil(K/gran)]) per gran x gran
+    block."""
+    n, k = x.shape
+    pn, pk = (-n) % gran, (-k) % gran
+    v = torch.nn.functional.pad(x.float(), (0, pk, 0, pn)).view((n + pn) // gran, gran, (k + pk) // gran, gran)
+    sf = v.abs().amax(dim=(1, 3)).clamp(min=1e-4) / 448.0
+    if use_ue8m0:
+        from sm12x.kernels.gemm.scales import ceil_to_ue8m0
+        sf = ceil_to_ue8m0(sf)
+    q = (v / sf[:, None, :, None]).to(torch.float8_e4m3fn).view(n + pn, k + pk)[:n, :k].contiguous()
+    return q, sf
