@@ -123,11 +123,11 @@ def print_status(data: dict, stream=None, verbose: bool = False) -> None:
     if absent:
         print_(f"            not installed here: {', '.join(absent)}")
     skip = data.get("skip") or {}
+    if skip.get("items"):
+        print_(f"SM12X_SKIP: {', '.join(skip['items'])}")
     if skip.get("unmatched"):
         print_(f"WARNING:    SM12X_SKIP names no sm12x patch: {', '.join(skip['unmatched'])} "
                "(a typo skips nothing; `sm12x status --verbose` lists the names)")
-    elif skip.get("items"):
-        print_(f"SM12X_SKIP: {', '.join(skip['items'])}")
     shims = [f"{k}: {v}" for k, v in (data.get("shims") or {}).items() if not v.startswith("off (")
              or verbose]
     if shims:

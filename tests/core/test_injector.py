@@ -388,7 +388,8 @@ assert "flash_mla" not in sys.modules
                                                                 "t.static": "would-apply"}
     plain = run_py(SETUP.format(extra="") + "from sm12x.cli import main; main(['status'])",
                    pythonpath=[REPO, standin])
-    assert "would-apply" in plain.stdout and "arch: 12.0 (source: env" in plain.stdout
+    assert "would-apply" in plain.stdout
+    assert "GPU:        compute capability 12.0 (pretended by SM12X_ARCH): SM12x patches on" in plain.stdout
 
 
 def test_real_registry_plan_lists_every_route(standin):
@@ -491,7 +492,8 @@ print_status(status_data())
 print(json.dumps(status_data()["skip"]))
 """, pythonpath=[REPO, standin], env={"SM12X_SKIP": "t.decode,t.dec"})
     assert last_json(status) == {"items": ["t.decode", "t.dec"], "unmatched": ["t.dec"]}
-    assert "SM12X_SKIP: t.decode, t.dec (names no patch: t.dec)" in status.stdout
+    assert "SM12X_SKIP: t.decode, t.dec\n" in status.stdout
+    assert "WARNING:    SM12X_SKIP names no sm12x patch: t.dec (a typo skips nothing" in status.stdout
 
 
 def test_status_plan_reports_retired(standin):
