@@ -28,7 +28,8 @@ def _mqa_inputs(device, s, s_kv, h, d, seed=0, fp4=False):
 
 
 def check_mqa_logits(device, full):
-    from sm12x.frontends.deep_gemm import indexer as api
+    from sm12x.kernels.indexer.mqa_logits import mqa_logits
+    from sm12x.kernels.indexer.validation import check_mqa
     from sm12x.kernels.indexer.reference import ref_fp4_mqa_logits, ref_mqa_logits
     from sm12x.kernels.common.tolerance import deepgemm_diff
 
@@ -39,8 +40,8 @@ def check_mqa_logits(device, full):
     cases = [(shape, False) for shape in shapes] + [(shapes[0], True)]
     for (s, s_kv, h, d), fp4 in cases:
         q, q_sf, k, k_sf, w, ks, ke = _mqa_inputs(device, s, s_kv, h, d, fp4=fp4)
-        run = lambda: api.fp8_fp4_mqa_logits((q, q_sf), (k, k_sf), w, ks, ke,  # noqa: E731
-                                             clean_logits=True)
+        check_mqa("mqa_logits", q, q_sf, k, k_sf, w, ks, ke)
+        run = lambda: mqa_logits(q, q_sf, k, k_sf, w, ks, ke, clean_logits=True)  # noqa: E731
         out = run()
         if fp4:
             ref = ref_fp4_mqa_logits(q, q_sf, k, k_sf, w, ks, ke, clean_logits=True)
@@ -80,8 +81,8 @@ def _paged_inputs(device, b, next_n, h, d, block_kv, ctx, seed=0, fp4=False):
 
 
 def check_paged_mqa_logits(device, full):
-    from sm12x.kernels.common import configs
-    from sm12x.frontends.deep_gemm import indexer as api
+    from sm12x.kernels.indexer.paged_mqa_logits import paged_mqa_logits
+    from sm12x.kernels.indexer.validation import check_paged
     from sm12x.kernels.indexer.reference import ref_paged_mqa_logits
     from sm12x.kernels.common.tolerance import deepgemm_diff
 
@@ -91,9 +92,10 @@ def check_paged_mqa_logits(device, full):
     cases = [(shape, False) for shape in shapes] + [(shapes[0][:1] + (2,) + shapes[0][2:], True)]
     for (b, next_n, h, d, block_kv, ctx), fp4 in cases:
         q, cache, w, cl, bt, max_len = _paged_inputs(device, b, next_n, h, d, block_kv, ctx, fp4=fp4)
-        meta = api.get_paged_mqa_logits_metadata(cl, block_kv, configs.sm_count(w.device))
-        run = lambda: api.fp8_fp4_paged_mqa_logits(q, cache, w, cl, bt, meta, max_len,  # noqa: E731
-                                                   clean_logits=True)
+        qv, qs = q if fp4 else (q, None)
+        cache_u8 = check_paged("paged_mqa_logits", qv, qs, cache, w, cl, bt, None, max_len)
+        run = lambda: paged_mqa_logits(qv, qs, cache_u8, w, cl, bt, max_len,  # noqa: E731
+                                       clean_logits=True)
         out = run()
         rows = list(range(0, b * next_n, max(1, (b * next_n) // 8)))  # reference on a sample
         q_cpu = tuple(x.cpu() for x in q) if fp4 else q.cpu()
@@ -113,7 +115,7 @@ def check_paged_mqa_logits(device, full):
 
 
 def check_indexer_topk(device, full):
-    from sm12x.frontends.deep_gemm import indexer as api
+    from sm12x.kernels.indexer.mqa_logits import mqa_logits
     from sm12x.kernels.indexer.fused_topk import mqa_topk_indices
     from sm12x.kernels.indexer.reference import ref_indexer_topk
 
@@ -121,7 +123,7 @@ def check_indexer_topk(device, full):
     for s, s_kv, h, d, topk in shapes:
         q, _, k, k_sf, w, ks, ke = _mqa_inputs(device, s, s_kv, h, d, seed=1)
         idx = mqa_topk_indices(q, (k, k_sf), w, ks, ke, topk)
-        logits = api.fp8_mqa_logits(q, (k, k_sf), w, ks, ke, clean_logits=True)
+        logits = mqa_logits(q, None, k, k_sf, w, ks, ke, clean_logits=True)
         ref = ref_indexer_topk(logits, topk, ks, ke)
         mismatched = int((idx != ref).any(dim=1).sum())
         us = time_us(lambda: mqa_topk_indices(q, (k, k_sf), w, ks, ke, topk), device)

@@ -15,15 +15,6 @@ from sm12x.kernels.indexer.cache import dequant_fp4, dequant_paged_cache
 NEG_INF = float("-inf")
 
 
-def calc_diff(x: torch.Tensor, y: torch.Tensor) -> float:
-    """DeepGEMM's similarity metric: 1 - 2<x,y> / (|x|^2 + |y|^2)."""
-    x, y = x.double(), y.double()
-    den = (x * x + y * y).sum()
-    if den == 0:
-        return 0.0
-    return float(1 - 2 * (x * y).sum() / den)
-
-
 def _scores(q: torch.Tensor, k: torch.Tensor, weights: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
     """q [M, H, D] fp32, k [N, D] fp32, weights [M, H] -> [M, N] (chunked over N)."""
     out = torch.empty(q.shape[0], k.shape[0], dtype=torch.float32, device=q.device)

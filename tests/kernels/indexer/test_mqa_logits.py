@@ -7,7 +7,8 @@ import torch
 from sm12x.frontends.deep_gemm import indexer as api
 from sm12x.kernels.indexer import mqa_logits as mq
 from sm12x.kernels.indexer.cache import dequant_fp4, quant_fp4_per_token, quant_fp8_per_token
-from sm12x.kernels.indexer.reference import calc_diff, ref_mqa_logits
+from sm12x.kernels.common.tolerance import calc_diff
+from sm12x.kernels.indexer.reference import ref_mqa_logits
 
 NEG_INF = float("-inf")
 

@@ -6,7 +6,8 @@ import torch
 from sm12x.frontends.deep_gemm import indexer as api
 from sm12x.kernels.indexer.cache import (dequant_paged_cache, quant_fp4_paged_cache, quant_fp4_per_token,
                                          quant_fp8_paged_cache)
-from sm12x.kernels.indexer.reference import calc_diff, paged_valid_ends, ref_paged_mqa_logits
+from sm12x.kernels.common.tolerance import calc_diff
+from sm12x.kernels.indexer.reference import paged_valid_ends, ref_paged_mqa_logits
 
 NEG_INF = float("-inf")
 
