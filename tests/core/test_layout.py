@@ -84,3 +84,14 @@ def test_records_reach_front_ends_only():
         if name.startswith("sm12x.patches"):
             bad = [e for e in edges if e.startswith(("sm12x.kernels", "sm12x.commands"))]
             assert not bad, f"{name} imports {bad}: records name front-end factories only"
+
+
+def test_ops_never_reach_up():
+    """Ops know nothing of who calls them: ``sm12x.kernels`` imports no front end, record, command
+    or apply machinery (front ends translate calls into ops, not the other way round)."""
+    graph = import_graph()
+    upward = ("sm12x.frontends", "sm12x.patches", "sm12x.commands", "sm12x.apply", "sm12x.hooks")
+    for name, edges in graph.items():
+        if name.startswith("sm12x.kernels"):
+            bad = [e for e in edges if e.startswith(upward)]
+            assert not bad, f"{name} imports {bad}"
