@@ -46,6 +46,7 @@ def fp8_gemm_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, d_ptr, c_ptr, ws_ptr,
                     M, N, K, tiles_per_split,
                     stride_am, stride_ak, stride_bn, stride_bk, stride_dm, stride_dn, stride_cm, stride_cn,
                     sfa_stride_mn, sfa_stride_k, sfb_stride_mn, sfb_stride_k,
+                    stride_ag, stride_bg, stride_dg, stride_cg, sfa_stride_g, sfb_stride_g,
                     SFA_KIND: tl.constexpr, SFA_GRAN_MN: tl.constexpr, SFA_GRAN_K: tl.constexpr,
                     SFB_KIND: tl.constexpr, SFB_GRAN_MN: tl.constexpr, SFB_GRAN_K: tl.constexpr,
                     BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -53,6 +54,14 @@ def fp8_gemm_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, d_ptr, c_ptr, ws_ptr,
                     HAS_C: tl.constexpr, SCALED_MMA: tl.constexpr, EVEN_K: tl.constexpr):
     pid = tl.program_id(0)
     split = tl.program_id(1)
+    # groups (einsum heads) are independent GEMMs: offset every operand to this one
+    g = tl.program_id(2)
+    a_ptr += g * stride_ag
+    b_ptr += g * stride_bg
+    d_ptr += g * stride_dg
+    c_ptr += g * stride_cg
+    sfa_ptr += g * sfa_stride_g
+    sfb_ptr += g * sfb_stride_g
     if SWAP_AB:
         num_r = tl.cdiv(N, BLOCK_R)
         num_c = tl.cdiv(M, BLOCK_C)
@@ -84,8 +93,8 @@ def fp8_gemm_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, d_ptr, c_ptr, ws_ptr,
         offs_m = rows[:, None]
         offs_n = cols[None, :]
     mask = (offs_m < M) & (offs_n < N)
-    if SPLIT:  # fp32 partial of this split, [splits, M, N] contiguous
-        ws = ws_ptr + split.to(tl.int64) * M * N + offs_m.to(tl.int64) * N + offs_n
+    if SPLIT:  # fp32 partial of this split, [splits, groups, M, N] contiguous
+        ws = ws_ptr + (split.to(tl.int64) * tl.num_programs(2) + g) * M * N + offs_m.to(tl.int64) * N + offs_n
         tl.store(ws, acc, mask=mask)
     else:
         if HAS_C:
@@ -97,18 +106,22 @@ def fp8_gemm_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, d_ptr, c_ptr, ws_ptr,
 
 @triton.jit
 def split_k_reduce_kernel(ws_ptr, d_ptr, c_ptr, M, N, stride_dm, stride_dn, stride_cm, stride_cn,
+                          stride_dg, stride_cg,
                           SPLITS: tl.constexpr, HAS_C: tl.constexpr, BLOCK: tl.constexpr):
-    """d = c + sum over the SPLITS fp32 partials [SPLITS, M, N] (c may alias d)."""
+    """d = c + sum over the SPLITS fp32 partials [SPLITS, G, M, N] (c may alias d); program
+    (i, g) covers BLOCK elements of group g."""
+    g = tl.program_id(1).to(tl.int64)
+    groups = tl.num_programs(1)
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < M * N
     m = offs // N
     n = offs % N
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
     for s in tl.static_range(SPLITS):
-        acc += tl.load(ws_ptr + s * M * N + offs, mask=mask, other=0.0)
+        acc += tl.load(ws_ptr + (s * groups + g) * M * N + offs, mask=mask, other=0.0)
     if HAS_C:
-        acc += tl.load(c_ptr + m * stride_cm + n * stride_cn, mask=mask, other=0.0).to(tl.float32)
-    tl.store(d_ptr + m * stride_dm + n * stride_dn, acc.to(d_ptr.dtype.element_ty), mask=mask)
+        acc += tl.load(c_ptr + g * stride_cg + m * stride_cm + n * stride_cn, mask=mask, other=0.0).to(tl.float32)
+    tl.store(d_ptr + g * stride_dg + m * stride_dm + n * stride_dn, acc.to(d_ptr.dtype.element_ty), mask=mask)
 
 
 REDUCE_BLOCK = 1024
@@ -155,7 +168,7 @@ def fp8_gemm(a, sfa, b, sfb, d, c=None, *, gran_a=(None, None), gran_b=(None, No
     return d
 
 
-def plan(m: int, n: int, k: int, sa, sb, device):
+def plan(m: int, n: int, k: int, sa, sb, device, groups: int = 1):
     """(tile, block_k, scaled_mma, splits, tiles_per_split, grid programs) of a call."""
     tile = pick_tile(m, device)
     scaled = tile.scaled_mma and sa.ue8m0 and sb.ue8m0
@@ -165,33 +178,38 @@ def plan(m: int, n: int, k: int, sa, sb, device):
         out_tiles = triton.cdiv(n, tile.block_r) * triton.cdiv(m, tile.block_c)
     else:
         out_tiles = triton.cdiv(m, tile.block_r) * triton.cdiv(n, tile.block_c)
-    splits = split_k(out_tiles, k_tiles, m, k, device)
+    splits = split_k(out_tiles * groups, k_tiles, m, k, device)
     per = triton.cdiv(k_tiles, splits)
     return tile, block_k, scaled, splits, per, out_tiles
 
 
-def launch(a, sa, b, sb, d, c):
+def launch(a, sa, b, sb, d, c, groups: int = 1, group_strides=(0, 0, 0, 0)):
+    """Launch on validated inputs. ``a`` [M, K], ``b`` [N, K], ``d`` / ``c`` [M, N] are group 0's
+    views; ``groups`` > 1 runs that many independent GEMMs whose a / b / d / c start
+    ``group_strides`` elements apart (the scales' own ``stride_g``)."""
     m, k = a.shape
     n = b.shape[0]
-    tile, block_k, scaled, splits, per, out_tiles = plan(m, n, k, sa, sb, a.device)
+    tile, block_k, scaled, splits, per, out_tiles = plan(m, n, k, sa, sb, a.device, groups)
     has_c = c is not None
-    ws = torch.empty((splits, m, n), dtype=torch.float32, device=a.device) if splits > 1 else d
+    ws = torch.empty((splits, groups, m, n), dtype=torch.float32, device=a.device) if splits > 1 else d
     c_arg = c if has_c else d
-    fp8_gemm_kernel[(out_tiles, splits)](
+    sg_a, sg_b, sg_d, sg_c = group_strides
+    if not has_c:
+        sg_c = sg_d
+    fp8_gemm_kernel[(out_tiles, splits, groups)](
         a, sa.data, b, sb.data, d, c_arg, ws, m, n, k, per,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), d.stride(0), d.stride(1),
         c_arg.stride(0), c_arg.stride(1), sa.stride_mn, sa.stride_k, sb.stride_mn, sb.stride_k,
+        sg_a, sg_b, sg_d, sg_c, sa.stride_g, sb.stride_g,
         SFA_KIND=sa.kind, SFA_GRAN_MN=sa.gran_mn, SFA_GRAN_K=sa.gran_k,
         SFB_KIND=sb.kind, SFB_GRAN_MN=sb.gran_mn, SFB_GRAN_K=sb.gran_k,
         BLOCK_R=tile.block_r, BLOCK_C=tile.block_c, BLOCK_K=block_k, GROUP_R=tile.group_r,
         SWAP_AB=tile.swap_ab, SPLIT=splits > 1, HAS_C=has_c, SCALED_MMA=scaled,
         EVEN_K=k % block_k == 0, num_warps=tile.num_warps, num_stages=tile.num_stages)
     if splits > 1:
-        split_k_reduce_kernel[(triton.cdiv(m * n, REDUCE_BLOCK),)](
-            ws, d, c_arg, m, n, d.stride(0), d.stride(1), c_arg.stride(0), c_arg.stride(1),
+        split_k_reduce_kernel[(triton.cdiv(m * n, REDUCE_BLOCK), groups)](
+            ws, d, c_arg, m, n, d.stride(0), d.stride(1), c_arg.stride(0), c_arg.stride(1), sg_d, sg_c,
             SPLITS=splits, HAS_C=has_c, BLOCK=REDUCE_BLOCK, num_warps=4)
-
-
 
 
 # ----------------------------------------------------------------------------------------------
@@ -205,14 +223,16 @@ UNIT_STRIDES = ("stride_ak", "stride_bk", "stride_dn", "stride_cn", "sfa_stride_
 def _signature(out_t: str, c_t: str, sf_t: str) -> dict:
     sig = {"a_ptr": "*fp8e4nv", "sfa_ptr": sf_t, "b_ptr": "*fp8e4nv", "sfb_ptr": sf_t, "d_ptr": out_t,
            "c_ptr": c_t, "ws_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32", "tiles_per_split": "i32"}
-    for name in ("stride_am", "stride_bn", "stride_dm", "stride_cm", "sfa_stride_k", "sfb_stride_mn", "sfb_stride_k"):
+    for name in ("stride_am", "stride_bn", "stride_dm", "stride_cm", "sfa_stride_k", "sfb_stride_mn", "sfb_stride_k",
+                 "stride_ag", "stride_bg", "stride_dg", "stride_cg", "sfa_stride_g", "sfb_stride_g"):
         sig[name] = "i32"
     for name in UNIT_STRIDES:  # Triton specialises an int argument equal to 1 into a constant
         sig[name] = "constexpr"
     for name in ("SFA_KIND", "SFA_GRAN_MN", "SFA_GRAN_K", "SFB_KIND", "SFB_GRAN_MN", "SFB_GRAN_K", "BLOCK_R",
                  "BLOCK_C", "BLOCK_K", "GROUP_R", "SWAP_AB", "SPLIT", "HAS_C", "SCALED_MMA", "EVEN_K"):
         sig[name] = "constexpr"
-    return sig
+    # in the kernel's parameter order: launch hints are given by position
+    return {name: sig[name] for name in fp8_gemm_kernel.arg_names}
 
 
 def compile_reports(targets=("sm_120", "sm_121")):
@@ -242,7 +262,8 @@ def compile_reports(targets=("sm_120", "sm_121")):
                         target=target, num_warps=tile.num_warps, num_stages=tile.num_stages,
                         config_name=name))
         sig = {"ws_ptr": "*fp32", "d_ptr": "*bf16", "c_ptr": "*fp32", "M": "i32", "N": "i32", "stride_dm": "i32",
-               "stride_dn": "i32", "stride_cm": "i32", "stride_cn": "i32", "SPLITS": "constexpr",
+               "stride_dn": "i32", "stride_cm": "i32", "stride_cn": "i32", "stride_dg": "i32", "stride_cg": "i32",
+               "SPLITS": "constexpr",
                "HAS_C": "constexpr", "BLOCK": "constexpr"}
         reports.append(compile_kernel(split_k_reduce_kernel, sig, dict(SPLITS=8, HAS_C=True, BLOCK=REDUCE_BLOCK),
                                       target=target, num_warps=4, num_stages=1, config_name="reduce 8 splits"))
