@@ -249,27 +249,31 @@ def on_module_executed(name: str, module) -> None:
 
 def plan() -> list:
     """Each patch's state in this process without importing targets: an actual outcome when it
-    was already attempted, else would-apply or skipped with the reason."""
-    import importlib.util
-
+    was already attempted, else would-apply (arch and version match, and the installed files hold
+    the target and what the replacement runs on: ``platform.plan_blocker``) or skipped with the
+    reason."""
     rows = []
     for p in all_patches():
         if p.name in OUTCOMES:
             state, reason = OUTCOMES[p.name]
         else:
             top = p.module.partition(".")[0]
-            try:
-                present = top in sys.modules or importlib.util.find_spec(top) is not None
+            try:  # sm12x's own stand-in modules (sm12x.shims) are not an installed target
+                present = platform.installed_spec(top) is not None
             except Exception:
                 present = False
             ok, why = eligibility(p)
             retired = retirement(p) if ok and present else ""
+            # the installed files: the target sub-module and attribute, torch and triton
+            blocker = platform.plan_blocker(p.module, p.qualname) if ok and present and not retired else ""
             if not present:
                 state, reason = "skipped", f"{top} is not installed"
             elif not ok:
                 state, reason = "skipped", why
             elif retired:
                 state, reason = "retired", retired
+            elif blocker:
+                state, reason = "skipped", blocker
             else:
                 state, reason = "would-apply", ""
         rows.append({"name": p.name, "target": p.target, "state": state, "reason": reason,

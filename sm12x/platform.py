@@ -281,3 +281,161 @@ def in_range(version: str | None, spec: str) -> bool:
         if not ok:
             return False
     return True
+
+
+# ---------------------------------------------------------------------------------------------------
+# What is installed, found without importing it: the plan (``sm12x status``, ``doctor``) must not
+# import a framework, and must not call a patch "would apply" when its target or what the
+# replacement runs on is missing.
+# ---------------------------------------------------------------------------------------------------
+
+# Every replacement sm12x installs runs Triton kernels on torch tensors.
+RUNTIME_NEEDS = ("torch", "triton")
+
+
+def _is_stand_in(spec) -> bool:
+    return type(getattr(spec, "loader", None)).__module__ == "sm12x.shims"
+
+
+def installed_spec(top: str):
+    """The import spec of top-level package ``top`` as installed (nothing is imported), or None.
+    sm12x's own stand-in modules (``sm12x.shims``) do not count as installed."""
+    import importlib.util
+
+    module = sys.modules.get(top)
+    if module is not None:
+        return None if getattr(module, "__sm12x_shim__", False) else getattr(module, "__spec__", None) or True
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    return None if spec is None or _is_stand_in(spec) else spec
+
+
+def _finder(folder):
+    finder = sys.path_importer_cache.get(folder)
+    if finder is not None:
+        return finder
+    for hook in sys.path_hooks:
+        try:
+            return hook(folder)
+        except ImportError:
+            continue
+    return None
+
+
+def _find_in(fullname: str, folders: list):
+    """(spec, namespace folders) of ``fullname`` in ``folders``, as the path finder would find it,
+    without importing its parent (a namespace package's own path object would look the parent up
+    in sys.modules)."""
+    portions = []
+    for folder in folders:
+        finder = _finder(folder)
+        spec = finder.find_spec(fullname) if finder is not None else None
+        if spec is None:
+            continue
+        if spec.loader is not None:
+            return spec, None
+        portions += list(spec.submodule_search_locations or [])
+    return None, portions
+
+
+def find_module_file(name: str):
+    """(found, origin) for a dotted module name, walking the package folders without importing
+    anything: found is True, False, or None when it cannot be told (a parent that is not a plain
+    folder, such as a module that fills ``sys.modules`` itself)."""
+    parts = name.split(".")
+    spec = installed_spec(parts[0])
+    if spec is None:
+        return False, None
+    module = sys.modules.get(parts[0])
+    if module is not None:
+        folders, origin = list(getattr(module, "__path__", None) or []), getattr(module, "__file__", None)
+    else:
+        folders, origin = list(spec.submodule_search_locations or []), spec.origin
+    done = parts[0]
+    for part in parts[1:]:
+        here = f"{done}.{part}"
+        if here in sys.modules:
+            module = sys.modules[here]
+            folders, origin = list(getattr(module, "__path__", None) or []), getattr(module, "__file__", None)
+            done = here
+            continue
+        if not folders:
+            return None, None
+        try:
+            spec, portions = _find_in(here, folders)
+        except (ImportError, ValueError, OSError):
+            return None, None
+        if spec is not None:
+            folders, origin = list(spec.submodule_search_locations or []), spec.origin
+        elif portions:
+            folders, origin = portions, None
+        else:
+            return False, None
+        done = here
+    return True, origin
+
+
+def defines_name(origin: str | None, name: str):
+    """Whether the module file ``origin`` mentions ``name`` (True), surely does not (False), or
+    cannot be told (None: no file, a star import, unreadable). A mention anywhere counts, so a name
+    bound by an import or an assignment is found; a compiled extension is searched as bytes."""
+    if not origin or not os.path.isfile(origin):
+        return None
+    if origin.endswith((".py", ".pyw")):
+        try:
+            with open(origin, "rb") as fh:
+                text = fh.read().decode("utf-8", "replace")
+        except OSError:
+            return None
+        if re.search(r"^\s*from\s+\S+\s+import\s+\*", text, re.M) or "__getattr__" in text:
+            return None  # names can come from elsewhere: only an import tells
+        return re.search(r"\b%s\b" % re.escape(name), text) is not None
+    if origin.endswith(".pyc"):
+        return None
+    import mmap
+
+    try:  # an extension module names its functions in its string table; it may be hundreds of MB
+        with open(origin, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return data.find(name.encode()) != -1
+    except (OSError, ValueError):
+        return None
+
+
+def torch_build():
+    """"cuda 12.8", "rocm 6.3" or "cpu" for the installed torch (read from torch/version.py, torch
+    is not imported), or None when torch is absent or the file cannot be read."""
+    found, origin = find_module_file("torch.version")
+    if not found or not origin or not origin.endswith(".py"):
+        return None
+    try:
+        with open(origin) as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    for key in ("cuda", "hip"):
+        m = re.search(r"^%s\s*(?::[^=\n]*)?=\s*['\"]([^'\"]+)['\"]" % key, text, re.M)
+        if m:
+            return ("cuda " if key == "cuda" else "rocm ") + m.group(1)
+    return "cpu"
+
+
+def plan_blocker(module: str, qualname: str, arch: Arch | None = None) -> str:
+    """Why a patch of ``module:qualname`` will not apply although its library is installed and its
+    arch and version match, or "" when nothing in the installed files stands in its way: the
+    target sub-module or attribute is missing from the installed version, or the replacement's
+    runtime (torch, triton, on a real GPU a CUDA build of torch) is."""
+    for need in RUNTIME_NEEDS:
+        if installed_spec(need) is None:
+            return f"needs {need}, which is not installed"
+    arch = arch if arch is not None else gpu_arch()
+    if arch.source == "nvml" and torch_build() == "cpu":
+        return "needs a CUDA build of torch; the installed torch is a CPU build"
+    found, origin = find_module_file(module)
+    if found is False:
+        return f"module {module} does not exist in the installed version"
+    first = qualname.split(".")[0]
+    if found and defines_name(origin, first) is False:
+        return f"{module} of the installed version has no {first}"
+    return ""

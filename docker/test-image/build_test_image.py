@@ -18,11 +18,13 @@ a pre-set PYTHONPATH that must be kept, and a non-root user. No shell, no nvcc (
 Requires: a Debian/Ubuntu host with /usr/bin/python3 (package python3-minimal) and a Docker engine;
 the `docker` Python package. Takes a few seconds; the image is ~25 MB.
 
-Usage: build_test_image.py [--tag sm12x-test:py3] [--isolated-tag T] [--vllm-tag T]
+Usage: build_test_image.py [--tag sm12x-test:py3] [--isolated-tag T] [--vllm-tag T] [--vllm-gpu-tag T]
   --isolated-tag also tags the same root filesystem with ENTRYPOINT ["python3", "-I"] (sitecustomize off).
   --vllm-tag also builds a look-alike of a stock vLLM image: a stand-in `vllm` 0.25.1 distribution in
              /usr/local/lib/python3.X/dist-packages, a `vllm` console script (#!/usr/bin/python3) and
-             ENTRYPOINT ["vllm", "serve"], as vllm/vllm-openai has. It serves nothing.
+             ENTRYPOINT ["vllm", "serve"], as vllm/vllm-openai has. It serves nothing, and has no torch.
+  --vllm-gpu-tag also builds that look-alike with stand-ins for a CUDA build of torch, triton and vLLM's
+             FlashMLA ops module (fake_gpu_stack_files): what the patch plan reads in a GPU image.
 """
 from __future__ import annotations
 
@@ -63,6 +65,29 @@ def fake_vllm_files(ver: str) -> dict[str, tuple[str, int]]:
         f"{site}/vllm-{v}.dist-info/RECORD": ("", 0o644),
         "usr/local/bin/vllm": ("#!/usr/bin/python3\nimport sys\nprint('stand-in vllm', *sys.argv[1:])\n", 0o755),
     }
+
+
+def fake_gpu_stack_files(ver: str) -> dict[str, tuple[str, int]]:
+    """Stand-ins, added to the vLLM look-alike, for what a GPU image also has: a CUDA build of torch
+    and triton (their metadata and torch/version.py, which is all the plan reads), and vLLM's
+    FlashMLA ops module (vllm/v1/attention/ops/flashmla.py), but not its vendored third_party copies."""
+    site = f"usr/local/lib/python{ver}/dist-packages"
+    stub = '"""Stand-in for the sm12x tests."""\n'
+    files = {
+        f"{site}/torch/__init__.py": (stub + '__version__ = "2.9.0"\n', 0o644),
+        f"{site}/torch/version.py": (stub + "from typing import Optional\n__version__ = '2.9.0+cu128'\ncuda: Optional[str] = '12.8'\n", 0o644),
+        f"{site}/triton/__init__.py": (stub + '__version__ = "3.5.0"\n', 0o644),
+        f"{site}/vllm/v1/__init__.py": (stub, 0o644),
+        f"{site}/vllm/v1/attention/__init__.py": (stub, 0o644),
+        f"{site}/vllm/v1/attention/ops/__init__.py": (stub, 0o644),
+        f"{site}/vllm/v1/attention/ops/flashmla.py": (stub + "".join(
+            f"def {name}(*args, **kwargs):\n    raise RuntimeError('stand-in')\n\n"
+            for name in ("flash_mla_with_kvcache", "get_mla_metadata", "flash_mla_sparse_fwd")), 0o644),
+    }
+    for dist, version in (("torch", "2.9.0+cu128"), ("triton", "3.5.0")):
+        files[f"{site}/{dist}-{version}.dist-info/METADATA"] = (
+            f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n", 0o644)
+    return files
 
 
 def host_python() -> tuple[str, str]:
@@ -122,8 +147,9 @@ def _add_text(tar: tarfile.TarFile, name: str, text: str, mode: int = 0o644) -> 
     tar.addfile(info, io.BytesIO(data))
 
 
-def write_rootfs(path: str, extra: bool = False) -> str:
-    """Write the root filesystem tar to `path` (with the stand-in vLLM when `extra`); returns X.Y."""
+def write_rootfs(path: str, extra: bool = False, gpu_stack: bool = False) -> str:
+    """Write the root filesystem tar to `path` (with the stand-in vLLM when `extra`, and the stand-in
+    GPU stack too when `gpu_stack`); returns X.Y."""
     exe, ver = host_python()
     seen: set[str] = set()
     with tarfile.open(path, "w") as tar:
@@ -153,7 +179,8 @@ def write_rootfs(path: str, extra: bool = False) -> str:
             seen.add(name)
             tar.add(p, arcname=name, recursive=False)
         if extra:
-            for name, (text, mode) in fake_vllm_files(ver).items():
+            files = dict(fake_vllm_files(ver), **(fake_gpu_stack_files(ver) if gpu_stack else {}))
+            for name, (text, mode) in sorted(files.items()):
                 parent, parts = os.path.dirname(name), []
                 while parent and parent not in seen:
                     parts.append(parent)
@@ -166,8 +193,9 @@ def write_rootfs(path: str, extra: bool = False) -> str:
 
 
 def build(client=None, tag: str = DEFAULT_TAG, isolated_tag: str | None = None,
-          vllm_tag: str | None = None) -> dict:
-    """Build (or rebuild) the image(s); returns {"tag", "isolated_tag", "vllm_tag", "python": "3.X"}."""
+          vllm_tag: str | None = None, vllm_gpu_tag: str | None = None) -> dict:
+    """Build (or rebuild) the image(s); returns {"tag", "isolated_tag", "vllm_tag", "vllm_gpu_tag",
+    "python": "3.X"}."""
     import docker  # the SDK; imported here so --help works without it
 
     client = client or docker.from_env()
@@ -183,7 +211,12 @@ def build(client=None, tag: str = DEFAULT_TAG, isolated_tag: str | None = None,
             write_rootfs(tar_path, extra=True)
             repo, _, name_tag = vllm_tag.rpartition(":")
             client.api.import_image(src=tar_path, repository=repo, tag=name_tag, changes=VLLM_CHANGES)
-    return {"tag": tag, "isolated_tag": isolated_tag, "vllm_tag": vllm_tag, "python": ver}
+        if vllm_gpu_tag:
+            write_rootfs(tar_path, extra=True, gpu_stack=True)
+            repo, _, name_tag = vllm_gpu_tag.rpartition(":")
+            client.api.import_image(src=tar_path, repository=repo, tag=name_tag, changes=VLLM_CHANGES)
+    return {"tag": tag, "isolated_tag": isolated_tag, "vllm_tag": vllm_tag, "vllm_gpu_tag": vllm_gpu_tag,
+            "python": ver}
 
 
 def main(argv=None) -> int:
@@ -191,13 +224,15 @@ def main(argv=None) -> int:
     ap.add_argument("--tag", default=DEFAULT_TAG)
     ap.add_argument("--isolated-tag", default=None, help=f"e.g. {DEFAULT_ISOLATED_TAG}")
     ap.add_argument("--vllm-tag", default=None, help="e.g. sm12x-test:py3-vllm")
+    ap.add_argument("--vllm-gpu-tag", default=None, help="e.g. sm12x-test:py3-vllm-gpu")
     ap.add_argument("--tar", help="only write the root filesystem tar to this path (no Docker needed)")
     args = ap.parse_args(argv)
     try:
         if args.tar:
             print(json.dumps({"tar": args.tar, "python": write_rootfs(args.tar)}))
         else:
-            print(json.dumps(build(tag=args.tag, isolated_tag=args.isolated_tag, vllm_tag=args.vllm_tag)))
+            print(json.dumps(build(tag=args.tag, isolated_tag=args.isolated_tag, vllm_tag=args.vllm_tag,
+                                   vllm_gpu_tag=args.vllm_gpu_tag)))
     except Exception as e:  # one line, not a traceback: this runs from CI logs
         print(f"build_test_image: {type(e).__name__}: {e}", file=sys.stderr)
         return 1

@@ -28,6 +28,7 @@ from sm12x.commands.launch import (MOUNT, LaunchError, bundle_problem, connect, 
                                    env_list_to_dict, local_image, pythonpath_with_bundle)
 
 MARKER = "SM12X_DOCTOR "
+CPU_TORCH = "needs a CUDA build of torch; the installed torch is a CPU build"
 FRAMEWORKS = ("vllm", "sglang")
 
 # Runs inside the image with its python3 (stdlib only; keep it valid for Python 3.8+). argv[1] is the
@@ -269,19 +270,35 @@ def analyse(image_config: dict, report: dict | None, mount: str = MOUNT,
     arch = status.get("arch") or {}
     if arch.get("source") == "env":
         add("info", "arch", f"planned as if on {arch.get('detail')} (doctor runs without a GPU)")
-    patches = status.get("patches") or []
+    patches = [dict(p) for p in status.get("patches") or []]
+    if status.get("torch_build") == "cpu":  # the plan ran without a GPU; the image is for one
+        for p in patches:
+            if p.get("state") == "would-apply":
+                p["state"], p["reason"] = "skipped", CPU_TORCH
     absent: dict[str, int] = {}  # "X is not installed": one line per library, not one per patch
+    blocked: dict[str, list] = {}  # the same reason for several patches: one line
     for p in patches:
         reason = p.get("reason") or ""
         if p.get("state") in ("would-apply", "applied"):
             add("ok", "patch-applies", f"will apply: {p['name']} -> {p['target']}")
         elif p.get("state") == "failed":
             add("warn", "patch-failed", f"failed: {p['name']} -> {p['target']} ({reason})")
-        elif reason.endswith(" is not installed"):
+        elif p.get("state") == "retired":
+            add("info", "patch-retired", f"not needed: {p['name']} ({reason})")
+        elif reason.endswith(" is not installed") and not reason.startswith("needs "):
             lib = reason[: -len(" is not installed")]
             absent[lib] = absent.get(lib, 0) + 1
         else:
-            add("info", "patch-skipped", f"will not apply: {p['name']} ({reason})")
+            blocked.setdefault(reason, []).append(p["name"])
+    for reason, names in blocked.items():
+        if reason.startswith("needs ") or reason == CPU_TORCH:
+            add("warn", "dependency-missing", f"{len(names)} patch(es) of what is installed will not apply: "
+                f"{reason} in the image (sm12x's kernels run on torch and triton)")
+        elif len(names) > 2:
+            add("info", "patch-skipped", f"will not apply ({len(names)}): {reason}: {', '.join(names)}")
+        else:
+            for name in names:
+                add("info", "patch-skipped", f"will not apply: {name} ({reason})")
     if absent:
         add("info", "patch-not-installed", "not in this image, so their patches skip: "
             + ", ".join(f"{lib} ({n})" for lib, n in sorted(absent.items())))
@@ -303,7 +320,7 @@ def analyse(image_config: dict, report: dict | None, mount: str = MOUNT,
     if not installed:
         add("info", "no-framework", "neither vllm nor sglang is installed in this image")
     if patches and not any(p.get("state") in ("would-apply", "applied") for p in patches):
-        add("warn", "nothing-applies", "no sm12x patch will apply in this image")
+        add("warn", "nothing-applies", "no sm12x patch will apply in this image (reasons above)")
 
     # 4. Toolchain and caches the kernels need at run time.
     if not report.get("nvcc"):
@@ -347,10 +364,16 @@ def byte_code_finding(status: dict, report: dict, tags: list, bundle: str) -> Fi
 
 
 def verdict(findings: list[Finding]) -> str:
-    """The last line of doctor's report."""
+    """The last line of doctor's report: whether the bootstrap loads, and what it will change."""
     if exit_code(findings):
         return "the mount would NOT take effect"
-    return "the mount takes effect"
+    applies = sum(1 for f in findings if f.code == "patch-applies")
+    if applies:
+        return f"the mount takes effect: {applies} patch(es) will apply"
+    missing = sorted({f.text.split(": ", 1)[1].split(" in the image")[0] for f in findings
+                      if f.code == "dependency-missing"})
+    return ("the bootstrap loads, but no sm12x patch will apply in this image"
+            + (f" ({'; '.join(missing)})" if missing else ""))
 
 
 def exit_code(findings: list[Finding]) -> int:

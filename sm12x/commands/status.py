@@ -40,6 +40,7 @@ def status_data(apply: bool = False) -> dict:
         "python": {"version": _python.python_version(), "executable": sys.executable,
                    "cache_tag": sys.implementation.cache_tag},
         "versions": platform.versions(),
+        "torch_build": platform.torch_build(),
         "patches": rows,
         "shims": {name: shims.shim_state(name) for name in shims.SHIMS},
         "skip": {"items": applier.skip_items(), "unmatched": applier.unmatched_skips()},
@@ -61,9 +62,10 @@ def skip_category(reason: str, arch_why: str) -> str:
         return "turned off by SM12X_SKIP"
     if " outside " in reason:
         return "version outside the checked range"
-    if " not found" in reason:
+    if " not found" in reason or "does not exist in the installed" in reason \
+            or " of the installed version has no " in reason:
         return "target not in the installed version"
-    return reason
+    return reason  # e.g. "needs torch, which is not installed"
 
 
 def summary(data: dict) -> dict:

@@ -19,6 +19,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TAG = f"sm12x-test:pytest-{os.getpid()}"
 ISOLATED_TAG = f"sm12x-test:pytest-{os.getpid()}-isolated"
 VLLM_TAG = f"sm12x-test:pytest-{os.getpid()}-vllm"
+VLLM_GPU_TAG = f"sm12x-test:pytest-{os.getpid()}-vllm-gpu"
 USER = "1000:1000"
 # Debian's sitecustomize does `import apport_python_hook; apport_python_hook.install()`. A fake module on
 # the image's PYTHONPATH entry records that call, which proves the chained file really ran.
@@ -59,9 +60,9 @@ def images(engine):
     spec = importlib.util.spec_from_file_location("sm12x_build_test_image", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    info = mod.build(engine, tag=TAG, isolated_tag=ISOLATED_TAG, vllm_tag=VLLM_TAG)
+    info = mod.build(engine, tag=TAG, isolated_tag=ISOLATED_TAG, vllm_tag=VLLM_TAG, vllm_gpu_tag=VLLM_GPU_TAG)
     yield info
-    for tag in (TAG, ISOLATED_TAG, VLLM_TAG):
+    for tag in (TAG, ISOLATED_TAG, VLLM_TAG, VLLM_GPU_TAG):
         try:
             engine.images.remove(tag, force=True)
         except Exception:
@@ -160,12 +161,14 @@ def test_doctor_on_test_image(engine, images, bundle):
     assert "PYTHONPATH=/sm12x:/opt/image-lib" in r.stdout
     assert "uid 1000" in r.stdout  # the image's USER, not root
     assert "plugin entry points registered: vllm.general_plugins, sglang.srt.plugins" in r.stdout
-    assert "verdict: the mount takes effect" in r.stdout
+    # a plain Python image: the bootstrap loads, and there is nothing for it to patch
+    assert r.stdout.splitlines()[-1] == "verdict: the bootstrap loads, but no sm12x patch will apply in this image"
 
 
 def test_doctor_on_vllm_look_alike(engine, images, bundle):
     """ENTRYPOINT ["vllm", "serve"] with a console script, as vllm/vllm-openai: the probe finds the
-    interpreter in its #! line, sees vllm's version, plans the vllm patches and wants nvcc."""
+    interpreter in its #! line and sees vllm's version. The image has no torch, so no patch will
+    apply, and doctor says so and why instead of "will apply"."""
     r = _cli("doctor", "--image", VLLM_TAG, "--bundle", bundle, "--json")
     data = json.loads(r.stdout)
     assert r.returncode == 0 and data["exit_code"] == 0, r.stdout + r.stderr
@@ -175,8 +178,32 @@ def test_doctor_on_vllm_look_alike(engine, images, bundle):
     assert report["status"]["versions"]["vllm"] == "0.25.1"
     findings = data["findings"]
     assert any(f["code"] == "versions" and "vllm 0.25.1" in f["text"] for f in findings)
-    assert any(f["code"] == "patch-applies" and f["text"].startswith("will apply: vllm.") for f in findings)
+    assert not any(f["code"] == "patch-applies" for f in findings)
+    assert any(f["code"] == "dependency-missing" and "needs torch, which is not installed in the image" in f["text"]
+               for f in findings)
     assert any(f["code"] == "nvcc-missing" and f["level"] == "warn" for f in findings)
+    text = _cli("doctor", "--image", VLLM_TAG, "--bundle", bundle)
+    assert text.stdout.splitlines()[-1] == ("verdict: the bootstrap loads, but no sm12x patch will apply in this "
+                                            "image (needs torch, which is not installed)")
+
+
+def test_doctor_counts_only_what_exists_in_the_image(engine, images, bundle):
+    """The look-alike with a CUDA torch, triton and vLLM's FlashMLA ops module, but none of the
+    vendored vllm.third_party copies: only the three patches of that module will apply."""
+    r = _cli("doctor", "--image", VLLM_GPU_TAG, "--bundle", bundle, "--json")
+    data = json.loads(r.stdout)
+    assert r.returncode == 0, r.stdout + r.stderr
+    applies = sorted(f["text"] for f in data["findings"] if f["code"] == "patch-applies")
+    assert applies == [f"will apply: vllm.ops.flashmla.{n} -> vllm.v1.attention.ops.flashmla:{t}" for n, t in
+                       (("decode", "flash_mla_with_kvcache"), ("metadata", "get_mla_metadata"),
+                        ("sparse_fwd", "flash_mla_sparse_fwd"))]
+    plan = {p["name"]: p for p in data["report"]["status"]["patches"]}
+    vendored = [p for n, p in plan.items() if n.startswith("vllm.third_party.")]
+    assert vendored and all(p["state"] == "skipped" and "does not exist in the installed version" in p["reason"]
+                            for p in vendored)
+    assert data["report"]["status"]["torch_build"] == "cuda 12.8"
+    text = _cli("doctor", "--image", VLLM_GPU_TAG, "--bundle", bundle)
+    assert text.stdout.splitlines()[-1] == "verdict: the mount takes effect: 3 patch(es) will apply"
 
 
 def test_doctor_json_and_unwritable_triton_cache(engine, images, bundle):
@@ -260,3 +287,25 @@ def test_launch_runs_container_with_mounts_env_and_cleans_up(engine, images, bun
     assert "No module named 'sglang'" in "\n".join(rest)
     assert f"started {name}" in r.stderr
     assert not engine.containers.list(all=True, filters={"name": name})
+
+
+def test_doctor_byte_code_for_the_images_python(engine, images, bundle, tmp_path):
+    """The bundle fixture was compiled by this interpreter; the image runs the host's Debian python3.
+    When their versions match doctor says ok; a bundle compiled for another Python (or none) gets a
+    warning with the exact command that fixes it."""
+    host = f"{sys.version_info.major}.{sys.version_info.minor}"
+    r = _cli("doctor", "--image", TAG, "--bundle", bundle)
+    assert r.returncode == 0, r.stdout + r.stderr
+    if host == images["python"]:
+        assert f"ok     the bundle has byte code for the image's Python {images['python']}" in r.stdout
+    plain = tmp_path / "plain"
+    made = _cli("bundle", str(plain), "--no-compile")
+    assert made.returncode == 0, made.stderr
+    for d, dirs, files in os.walk(plain):
+        os.chmod(d, 0o755)
+    r = _cli("doctor", "--image", TAG, "--bundle", str(plain))
+    assert r.returncode == 0, r.stdout + r.stderr  # slower start-up is a warning, not a failure
+    line = next(x for x in r.stdout.splitlines() if "byte code" in x)
+    assert line.startswith("warn ") and f"runs Python {images['python']}." in line
+    assert line.endswith(f"fix: python3 -m sm12x bundle {plain} --compile-with python{images['python']} "
+                         f"(any Python {images['python']} on this machine)")

@@ -187,6 +187,8 @@ def good_report(**over):
     status = {
         "arch": {"capability": [12, 0], "source": "env", "detail": "SM12X_ARCH=12.0"},
         "versions": {"vllm": "0.25.1", "sglang": None, "torch": "2.9.0"},
+        "torch_build": "cuda 12.8",
+        "python": {"version": "3.12.3", "cache_tag": "cpython-312", "executable": "/usr/bin/python3"},
         "patches": [
             {"name": "vllm.ops.flashmla.decode", "target": "vllm.v1.attention.ops.flashmla:f",
              "state": "would-apply", "reason": ""},
@@ -228,6 +230,28 @@ def test_analyse_good_image():
     assert {"bootstrap", "chained", "patch-applies", "triton-cache"} <= codes(f, "ok")
     assert "patch-not-installed" in codes(f, "info")
     assert not codes(f, "warn") and not codes(f, "error")
+    assert doctor.verdict(f) == "the mount takes effect: 1 patch(es) will apply"
+
+
+def test_analyse_cpu_torch_in_the_image_applies_nothing():
+    """The plan in the image ran without a GPU, so a CPU build of torch did not stop it; the image
+    is meant for a GPU, where the kernels need a CUDA build: nothing will apply."""
+    f = doctor.analyse(VLLM_CFG, good_report(torch_build="cpu"))
+    assert "patch-applies" not in codes(f)
+    (line,) = [x for x in f if x.code == "dependency-missing"]
+    assert line.level == "warn" and "CPU build" in line.text
+    assert doctor.verdict(f) == ("the bootstrap loads, but no sm12x patch will apply in this image (needs a "
+                                 "CUDA build of torch; the installed torch is a CPU build)")
+
+
+def test_analyse_byte_code_mismatch_names_the_fix():
+    report = good_report(python={"version": "3.12.3", "cache_tag": "cpython-312", "executable": "/usr/bin/python3"})
+    f = doctor.analyse(VLLM_CFG, report, bundle_tags=["cpython-311"], bundle="/srv/my bundle")
+    (line,) = [x for x in f if x.code == "byte-code"]
+    assert line.level == "warn" and "is for cpython-311, but the image runs Python 3.12.3" in line.text
+    assert "fix: python3 -m sm12x bundle '/srv/my bundle' --compile-with python3.12 " in line.text
+    f = doctor.analyse(VLLM_CFG, report, bundle_tags=["cpython-311", "cpython-312"])
+    assert [x.level for x in f if x.code == "byte-code"] == ["ok"]
 
 
 @pytest.mark.parametrize("entry, cmd, flag", [
