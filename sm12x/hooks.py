@@ -119,6 +119,12 @@ def _fire(name, module):
     try:
         from sm12x import apply
 
+        if os.environ.get("SM12X_SKIP"):
+            typos = apply.unmatched_skips()
+            if typos:  # logged once per process: a typo would otherwise skip nothing, silently
+                apply.log_once("warning", f"sm12x: SM12X_SKIP names no sm12x patch: {', '.join(typos)} "
+                                          "(a typo skips nothing; `python3 -m sm12x status --verbose` "
+                                          "lists the names)")
         apply.on_module_executed(name, module)
     except Exception as e:
         if os.environ.get("SM12X_STRICT") == "1":

@@ -130,8 +130,8 @@ def print_status(data: dict, stream=None, verbose: bool = False) -> None:
     if skip.get("unmatched"):
         print_(f"WARNING:    SM12X_SKIP names no sm12x patch: {', '.join(skip['unmatched'])} "
                "(a typo skips nothing; `sm12x status --verbose` lists the names)")
-    shims = [f"{k}: {v}" for k, v in (data.get("shims") or {}).items() if not v.startswith("off (")
-             or verbose]
+    shims = [f"{k}: {v.replace(a['why'], 'not on an SM12x GPU')}" for k, v in (data.get("shims") or {}).items()
+             if not v.startswith("off (") or verbose]
     if shims:
         print_("stand-ins:  " + ", ".join(shims))
     rows = [p for p in data["patches"] if verbose or p["state"] not in ("skipped",)]

@@ -249,3 +249,16 @@ def test_help_is_for_users():
         assert "examples:" in proc.stdout, argv
         for internal in ("Contract:", "Pure helpers", "unit-tested", "``"):
             assert internal not in proc.stdout, (argv, internal)
+
+
+def test_skip_typo_is_a_warning_in_every_process(tmp_path):
+    """In the bundle, an SM12X_SKIP entry that names no patch is one warning per process (at the
+    first watched import), so a typo is seen where the framework runs, not only in `status`."""
+    for pkg in ("flash_mla", "sgl_kernel"):
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+    proc = run_py("import flash_mla, sgl_kernel", pythonpath=[REPO, tmp_path],
+                  env={"SM12X_SKIP": "flash_mla.decode,flash_mla.decod"})
+    lines = [x for x in proc.stderr.splitlines() if "SM12X_SKIP" in x]
+    assert len(lines) == 1, proc.stderr
+    assert "SM12X_SKIP names no sm12x patch: flash_mla.decod (a typo skips nothing" in lines[0]
