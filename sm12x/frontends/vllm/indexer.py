@@ -1,0 +1,93 @@
+"""vLLM's indexer top-k calls, done by sm12x's fused logits -> top-k.
+
+Two call shapes, read from vLLM's own sources (``vllm/model_executor/layers/sparse_attn_indexer.py``):
+
+- vLLM 0.34 has its own fused seam, ``fused_mqa_topk_prefill(q, k, scales, weights, starts, ends,
+  output)`` (``vllm/model_executor/kernels/attention/dsa/fused_mqa_topk.py``, an SM100-only CUDA op
+  there): q float8 [rows, H, D], k float8 [keys, D], scales float32 [keys], weights float32
+  [rows, H], starts / ends int32 [rows] (row i sees keys starts[i] <= j < ends[i]), output int32
+  [rows, topk] (a view of vLLM's topk_indices_buffer). ``fused_mqa_topk_prefill`` here fills it.
+- vLLM 0.22.1-0.25.1 prefill chunks call ``fp8_fp4_mqa_logits((q, q_scale), (k, k_scale), weights,
+  ks, ke, clean_logits=False)`` and pass the [rows, keys] logits straight to
+  ``ops.top_k_per_row_prefill(logits, ks, ke, out, rows, stride0, stride1, topk)``.
+  ``deferred_mqa_logits`` returns a placeholder (:mod:`sm12x.frontends.deferred_logits`) and
+  ``top_k_per_row_prefill`` runs the fused top-k for it.
+
+Output convention (both, vLLM's ``top_k_per_row_prefill`` contract as 0.34 documents it for the
+fused op): index j - starts[i] of the key inside the row's range, -1 padded at the end when a row
+sees fewer than topk keys. Order: vLLM's kernels leave a row's indices unordered; ours come sorted
+by descending score, equal scores lower index first. The set is the same except where several keys
+tie at the k-th score: vLLM's radix kernels keep an unspecified subset of those, we keep the lowest
+indices. The sparse attention that consumes the indices is order-independent.
+"""
+from __future__ import annotations
+
+import torch
+
+from sm12x.frontends.deep_gemm.indexer import _packed_q_scale
+from sm12x.frontends.deferred_logits import pending, placeholder
+from sm12x.kernels.common.checks import require, require_dtype, require_shape
+from sm12x.kernels.indexer.fused_topk import mqa_topk_indices
+from sm12x.kernels.indexer.validation import check_mqa
+
+
+def fused_mqa_topk_prefill(q, k, scales, weights, starts, ends, output) -> None:
+    """vLLM 0.34's fused prefill top-k: writes int32 [rows, topk] indices (relative to
+    ``starts``) into ``output``; topk = output.shape[1]."""
+    op = "fused_mqa_topk_prefill"
+    require(isinstance(output, torch.Tensor) and output.dim() == 2, op, "output",
+            lambda: type(output).__name__ if not isinstance(output, torch.Tensor) else f"shape {list(output.shape)}",
+            "an int32 [rows, topk] tensor")
+    mqa_topk_indices(q, (k, scales), weights, starts, ends, output.shape[1], out=output)
+
+
+def fused_mqa_topk_key_scales(scales: torch.Tensor) -> torch.Tensor:
+    """Per-key float32 scales from the gathered indexer cache scales ([keys, 4] uint8). On SM12x
+    vLLM's indexer cache stores each scale as the four bytes of a float32 (vLLM's
+    ``mqa_logits_use_mx_scales()`` is true on the SM100 family only, where the bytes are UE8M0
+    exponents and vLLM's own function decodes them)."""
+    op = "fused_mqa_topk_key_scales"
+    require(isinstance(scales, torch.Tensor), op, "scales", type(scales).__name__, "a uint8 tensor")
+    require_dtype(scales, (torch.uint8,), op, "scales")
+    require_shape(scales, (None, 4), op, "scales")
+    require(scales.stride(1) == 1 and scales.stride(0) == 4, op, "scales", lambda: f"strides {scales.stride()}",
+            "contiguous rows of 4 bytes")
+    return scales.view(torch.float32).reshape(-1)
+
+
+def deferred_mqa_logits(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits=True):
+    """vLLM's ``fp8_fp4_mqa_logits`` as the 0.22.1-0.25.1 prefill calls it, without computing
+    the logits: returns a [rows, keys] placeholder for ``top_k_per_row_prefill``. The inputs are
+    checked here, so a bad call fails where it is made."""
+    op = "fp8_fp4_mqa_logits"
+    require(isinstance(q, (tuple, list)) and len(q) == 2, op, "q", type(q).__name__, "(values, scale or None)")
+    require(isinstance(kv, (tuple, list)) and len(kv) == 2, op, "kv", type(kv).__name__, "(k, k_scale)")
+    qv, qs = q[0], _packed_q_scale(q[1])
+    k, k_sf = kv
+    if qs is not None:
+        k = k.view(torch.int8)
+    check_mqa(op, qv, qs, k, k_sf, weights, cu_seqlen_ks, cu_seqlen_ke)
+
+    def compute(topk, out, starts, ends):
+        require(starts.shape == cu_seqlen_ks.shape and ends.shape == cu_seqlen_ke.shape,
+                "top_k_per_row_prefill", "cu_seqlen_ks", lambda: f"shape {list(starts.shape)}",
+                lambda: f"the logits call's rows [{qv.shape[0]}]")
+        mqa_topk_indices((qv, qs), (k, k_sf), weights, starts, ends, topk, out=out)
+
+    return placeholder(qv.shape[0], k.shape[0], qv.device, compute)
+
+
+def top_k_per_row_prefill(original, logits, cu_seqlen_ks, cu_seqlen_ke, raw_topk_indices, num_rows,
+                          stride0, stride1, topk_tokens) -> None:
+    """``ops.top_k_per_row_prefill``: the fused top-k for a placeholder from
+    ``deferred_mqa_logits``, vLLM's own kernel (``original``) for real logits."""
+    compute = pending(logits)
+    if compute is None:
+        return original(logits, cu_seqlen_ks, cu_seqlen_ke, raw_topk_indices, num_rows, stride0, stride1,
+                        topk_tokens)
+    op = "top_k_per_row_prefill"
+    require(num_rows == logits.shape[0], op, "num_rows", num_rows, lambda: f"the logits rows ({logits.shape[0]})")
+    require(isinstance(topk_tokens, int) and raw_topk_indices.shape[-1] >= topk_tokens, op, "topk_tokens",
+            topk_tokens, lambda: f"an int <= the index buffer's width ({raw_topk_indices.shape[-1]})")
+    compute(topk_tokens, raw_topk_indices[:, :topk_tokens], cu_seqlen_ks, cu_seqlen_ke)
+    return None

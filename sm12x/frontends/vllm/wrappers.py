@@ -1,0 +1,145 @@
+"""The factories the vLLM indexer top-k records install (:mod:`sm12x.patches.indexer_topk`).
+Stdlib only at import; the API module (:mod:`sm12x.frontends.vllm.indexer`) is imported when a
+patch is made.
+
+vLLM 0.34 (``vllm.model_executor.kernels.attention.dsa.fused_mqa_topk``): its planner and indexer
+ask ``use_fused_mqa_topk`` whether a layer may skip the logits, ``fused_mqa_topk_chunk`` whether a
+chunk does, ``fused_mqa_topk_key_scales`` for float32 key scales and ``fused_mqa_topk_prefill`` for
+the indices. vLLM answers no on every GPU outside the SM100 family; the replacements answer yes
+where sm12x's fused top-k serves the layer and do the work.
+
+vLLM 0.22.1-0.25.1 (``vllm.model_executor.layers.sparse_attn_indexer``): that module's copy of
+``fp8_fp4_mqa_logits`` and its ``ops`` (``vllm._custom_ops``) are replaced as a pair: the logits
+come back as a placeholder and ``ops.top_k_per_row_prefill`` computes the fused top-k for it.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+
+
+INDEXER_MODULE = "vllm.model_executor.layers.sparse_attn_indexer"
+
+
+def _api():
+    from sm12x.frontends.vllm import indexer
+
+    return indexer
+
+
+def _env(original, name, default):
+    """A ``vllm.envs`` flag as the original's module reads it (``default`` without one)."""
+    envs = getattr(original, "__globals__", {}).get("envs")
+    try:
+        return getattr(envs, name) if envs is not None else default
+    except Exception:
+        return default
+
+
+def sm12x_serves(query_shape, topk, fp4_cache, full_context, candidate_selection) -> bool:
+    """Whether sm12x's fused prefill top-k serves an indexer layer: FP8 queries of a head count
+    and head dim the kernels take, every rank ranking the whole context (no DCP shard merge,
+    which needs the logits) and no v4.1 candidate-block selection (which reads them too)."""
+    from sm12x.kernels.indexer.validation import FP8_DIMS, HEADS
+
+    shape = tuple(int(s) for s in query_shape)
+    return (not fp4_cache and bool(full_context) and not candidate_selection and len(shape) == 2
+            and shape[0] in HEADS and shape[1] in FP8_DIMS and isinstance(topk, int) and topk >= 1)
+
+
+def make_use_fused_mqa_topk(original):
+    """vLLM 0.34's eligibility rule, answered for sm12x: True where ``sm12x_serves`` the layer,
+    unless the user turned the fused path off (``VLLM_USE_FUSED_MQA_TOPK=0``) or asked for
+    batch invariance (``VLLM_BATCH_INVARIANT``: vLLM then keeps every chunk on one path)."""
+
+    @functools.wraps(original)
+    def use_fused_mqa_topk(*, query_shape, topk, fp4_cache, full_context, candidate_selection=False):
+        if not _env(original, "VLLM_USE_FUSED_MQA_TOPK", True) or _env(original, "VLLM_BATCH_INVARIANT", False):
+            return False
+        return sm12x_serves(query_shape, topk, fp4_cache, full_context, candidate_selection)
+
+    return use_fused_mqa_topk
+
+
+def make_fused_mqa_topk_chunk(original):
+    """Every chunk of an eligible layer takes the fused path: vLLM's rule weighs its SM100
+    kernel's waves against the dense path (and reads the SM count through torch.cuda); sm12x's
+    fused top-k has no key limit, and one path per layer keeps the indices independent of how a
+    batch was chunked."""
+
+    @functools.wraps(original)
+    def fused_mqa_topk_chunk(max_seqlen_k, keys, topk, rows, dense_rows):
+        return True
+
+    return fused_mqa_topk_chunk
+
+
+def make_fused_mqa_topk_key_scales(original):
+    api = _api()
+
+    @functools.wraps(original)
+    def fused_mqa_topk_key_scales(scales):
+        return api.fused_mqa_topk_key_scales(scales)
+
+    return fused_mqa_topk_key_scales
+
+
+def make_fused_mqa_topk_prefill(original):
+    api = _api()
+
+    @functools.wraps(original)
+    def fused_mqa_topk_prefill(q, k, scales, weights, starts, ends, output):
+        return api.fused_mqa_topk_prefill(q, k, scales, weights, starts, ends, output)
+
+    return fused_mqa_topk_prefill
+
+
+def _dcp_world_size() -> int:
+    """vLLM's decode-context-parallel world size (1 when its groups are not set up)."""
+    state = sys.modules.get("vllm.distributed.parallel_state")
+    try:
+        return int(state.get_dcp_group().world_size) if state is not None else 1
+    except Exception:
+        return 1
+
+
+def make_deferred_mqa_logits(original):
+    """``sparse_attn_indexer``'s ``fp8_fp4_mqa_logits`` (vLLM 0.22.1-0.25.1): a placeholder for
+    ``ops.top_k_per_row_prefill``. Under DCP (world size > 1) vLLM 0.25.1 merges the shards'
+    top-k by reading the logits, so those calls go to ``original`` (DeepGEMM's logits, which
+    sm12x's DeepGEMM records serve)."""
+    api = _api()
+
+    @functools.wraps(original)
+    def fp8_fp4_mqa_logits(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits=True):
+        # a placeholder only for the reader that knows it: the indexer's ``ops`` must be ours
+        # (its record applied) and no DCP merge may read the logits
+        indexer = sys.modules.get(INDEXER_MODULE)
+        if not isinstance(getattr(indexer, "ops", None), IndexerOps) or _dcp_world_size() > 1:
+            return original(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits)
+        return api.deferred_mqa_logits(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits)
+
+    return fp8_fp4_mqa_logits
+
+
+class IndexerOps:
+    """``vllm._custom_ops`` as ``sparse_attn_indexer`` sees it: every attribute is the module's
+    own, except ``top_k_per_row_prefill``, which computes the fused top-k for placeholder logits
+    and calls vLLM's kernel for real ones."""
+
+    def __init__(self, ops):
+        self.__sm12x_ops__ = ops
+        self.__name__ = getattr(ops, "__name__", "vllm._custom_ops")
+
+    def __getattr__(self, name):
+        return getattr(self.__sm12x_ops__, name)
+
+    def top_k_per_row_prefill(self, *args, **kwargs):
+        return _api().top_k_per_row_prefill(self.__sm12x_ops__.top_k_per_row_prefill, *args, **kwargs)
+
+    def __repr__(self):
+        return f"<sm12x indexer view of {self.__name__}>"
+
+
+def make_indexer_ops(original):
+    return IndexerOps(original)

@@ -1,0 +1,141 @@
+"""vLLM's indexer top-k calls done by the fused top-k: the same indices as vLLM's own logits +
+``top_k_per_row_prefill`` (its semantics written out below from vLLM 0.25.1 / 0.34.0:
+``_custom_ops.top_k_per_row_prefill`` and the 0.34 ``fused_mqa_topk_prefill`` docstring), on the
+logits sm12x's DeepGEMM front end gives vLLM."""
+import pytest
+import torch
+
+from sm12x.frontends.deep_gemm import indexer as deep_gemm_api
+from sm12x.frontends.deferred_logits import pending
+from sm12x.frontends.vllm import indexer as api
+from sm12x.frontends.vllm import wrappers
+from sm12x.kernels.indexer.cache import quant_fp4_per_token, quant_fp8_per_token
+from sm12x.kernels.indexer.reference import ref_indexer_topk
+
+
+def vllm_top_k_per_row_prefill(logits, ks, ke, out, topk):
+    """vLLM's prefill top-k: per row the topk best columns of [ks, ke) as j - ks, unordered,
+    -1 after the row's keys when it sees fewer than topk."""
+    out.fill_(-1)
+    for r in range(logits.shape[0]):
+        lo, hi = int(ks[r]), int(ke[r])
+        if hi <= lo:
+            continue
+        row = logits[r, lo:hi].float()
+        n = min(topk, hi - lo)
+        out[r, :n] = torch.topk(row, n).indices.int()
+
+
+def as_sets(idx):
+    """Each row's indices, order removed (vLLM's are unordered), -1 padding counted."""
+    return [sorted(r.tolist()) for r in idx.cpu()]
+
+
+def chunk(device, fp4=False, h=8, d=64, seed=3):
+    """A prefill chunk of three requests gathered into one key buffer (vLLM's cu_seqlen_ks/ke:
+    request i's rows see its prefix and their own causal keys)."""
+    new, prefix = [3, 2, 4], [150, 0, 220]
+    ks, ke, start = [], [], 0
+    for n, p in zip(new, prefix):
+        ks += [start] * n
+        ke += [start + p + t + 1 for t in range(n)]
+        start += p + n
+    g = torch.Generator().manual_seed(seed)
+    rows, keys = len(ks), start
+    q, k = torch.randn(rows, h, d, generator=g), torch.randn(keys, d, generator=g)
+    w = torch.rand(rows, h, generator=g)
+    if fp4:
+        (qv, qs), (kv, ksf) = quant_fp4_per_token(q), quant_fp4_per_token(k)
+    else:
+        (qv, qs), (kv, ksf) = (q.to(torch.float8_e4m3fn), None), quant_fp8_per_token(k)
+    to = lambda t: None if t is None else t.to(device)
+    return (to(qv), to(qs)), (to(kv), to(ksf)), w.to(device), torch.tensor(ks, dtype=torch.int32, device=device), \
+        torch.tensor(ke, dtype=torch.int32, device=device)
+
+
+@pytest.mark.parametrize("topk", [4, 64])
+def test_fused_mqa_topk_prefill_matches_vllm_top_k(device, topk):
+    """vLLM 0.34's fused seam: into a view of a wider index buffer, the set vLLM's logits + top-k
+    give, ordered best first (lower index on ties), -1 padded for rows with fewer keys."""
+    (qv, _), (k, ksf), w, ks, ke = chunk(device)
+    buffer = torch.full((qv.shape[0] + 2, topk + 8), 7, dtype=torch.int32, device=device)
+    out = buffer[1:-1, :topk]
+    scale_bytes = ksf.view(torch.uint8).view(-1, 4)  # vLLM gathers the scales as [keys, 4] uint8
+    api.fused_mqa_topk_prefill(qv, k, api.fused_mqa_topk_key_scales(scale_bytes), w, ks, ke, out)
+    logits = deep_gemm_api.fp8_fp4_mqa_logits((qv, None), (k, ksf), w, ks, ke, clean_logits=False)
+    want = torch.empty_like(out)
+    vllm_top_k_per_row_prefill(logits.cpu(), ks.cpu(), ke.cpu(), want, topk)
+    assert as_sets(out) == as_sets(want)
+    assert torch.equal(out.cpu(), ref_indexer_topk(logits.cpu(), topk, ks.cpu(), ke.cpu()))
+    assert bool((buffer[0] == 7).all() and (buffer[-1] == 7).all() and (buffer[:, topk:] == 7).all())
+    if topk == 64:
+        assert int((out[3] >= 0).sum()) == 1 and bool((out[3, 1:] == -1).all())  # the new request's first row
+
+
+def test_key_scales_are_the_float32_bytes(device):
+    scales = torch.rand(37, device=device) + 0.5
+    got = api.fused_mqa_topk_key_scales(scales.view(torch.uint8).view(-1, 4))
+    assert torch.equal(got, scales)
+    with pytest.raises(ValueError, match="fused_mqa_topk_key_scales.*scales"):
+        api.fused_mqa_topk_key_scales(scales)
+
+
+@pytest.mark.parametrize("fp4", [False, True])
+def test_deferred_logits_then_top_k_per_row_prefill(device, fp4):
+    """vLLM 0.22.1-0.25.1: the logits call returns a placeholder of the logits' shape without
+    their memory; ``ops.top_k_per_row_prefill`` gives vLLM's indices for it and passes real
+    logits to vLLM's own kernel."""
+    q, kv, w, ks, ke = chunk(device, fp4=fp4)
+    topk = 32
+    vllm_q = (q[0], None if q[1] is None else q[1].view(torch.uint8).view(*q[1].shape, 4))  # vLLM's MXFP4 scales
+    vllm_kv = (kv[0].view(torch.int8), kv[1]) if fp4 else kv
+    logits = api.deferred_mqa_logits(vllm_q, vllm_kv, w, ks, ke, clean_logits=False)
+    assert logits.shape == (q[0].shape[0], kv[0].shape[0]) and logits.untyped_storage().nbytes() == 4
+    assert pending(logits) is not None
+    out = torch.empty((q[0].shape[0], topk), dtype=torch.int32, device=device)
+    calls = []
+    api.top_k_per_row_prefill(lambda *a: calls.append(a), logits, ks, ke, out, logits.shape[0],
+                              logits.stride(0), logits.stride(1), topk)
+    assert not calls
+    real = deep_gemm_api.fp8_fp4_mqa_logits(q, kv, w, ks, ke, clean_logits=False)
+    want = torch.empty_like(out)
+    vllm_top_k_per_row_prefill(real.cpu(), ks.cpu(), ke.cpu(), want, topk)
+    assert as_sets(out) == as_sets(want)
+    api.top_k_per_row_prefill(lambda *a: calls.append(a), real, ks, ke, out, real.shape[0], real.stride(0),
+                              real.stride(1), topk)
+    assert len(calls) == 1 and calls[0][0] is real
+
+
+def test_deferred_logits_reject_bad_inputs(device):
+    q, kv, w, ks, ke = chunk(device)
+    with pytest.raises(ValueError, match="fp8_fp4_mqa_logits.*cu_seq_len_k_start"):
+        api.deferred_mqa_logits(q, kv, w, ks.long(), ke)
+    logits = api.deferred_mqa_logits(q, kv, w, ks, ke)
+    out = torch.empty((q[0].shape[0], 8), dtype=torch.int64, device=device)
+    with pytest.raises(ValueError, match="mqa_topk_indices.*out"):
+        api.top_k_per_row_prefill(None, logits, ks, ke, out, logits.shape[0], 0, 0, 8)
+    with pytest.raises(ValueError, match="top_k_per_row_prefill.*num_rows"):
+        api.top_k_per_row_prefill(None, logits, ks, ke, out.int(), 3, 0, 0, 8)
+
+
+def test_eligibility_rule():
+    """Layers sm12x serves: FP8, whole context, no candidate selection, supported heads / dim;
+    vLLM's own switches off still mean off."""
+    import types
+
+    def original(*, query_shape, topk, fp4_cache, full_context, candidate_selection=False):
+        return False
+
+    original.__globals__["envs"] = types.SimpleNamespace(VLLM_USE_FUSED_MQA_TOPK=True, VLLM_BATCH_INVARIANT=False)
+    try:
+        use = wrappers.make_use_fused_mqa_topk(original)
+        ok = dict(query_shape=torch.Size([64, 128]), topk=512, fp4_cache=False, full_context=True)
+        assert use(**ok) and use(**{**ok, "query_shape": (32, 128), "topk": 2048})
+        assert not use(**{**ok, "fp4_cache": True}) and not use(**{**ok, "full_context": False})
+        assert not use(**ok, candidate_selection=True) and not use(**{**ok, "query_shape": (64, 576)})
+        original.__globals__["envs"].VLLM_BATCH_INVARIANT = True
+        assert not use(**ok)
+    finally:
+        del original.__globals__["envs"]
+    chunk_rule = wrappers.make_fused_mqa_topk_chunk(lambda *a: False)
+    assert chunk_rule(300000, 1 << 21, 512, 8192, 16)
