@@ -20,7 +20,8 @@ def test_modes(monkeypatch, mode, fp4, swap):
 
 
 def run_masked_cfg(monkeypatch, cfg, *args, **kwargs):
-    monkeypatch.setitem(gm.CONFIGS, "sm_120", {"fp8": cfg, "fp4": cfg})
+    table = {bm: cfg for bm in gm.BLOCK_MS}
+    monkeypatch.setitem(gm.CONFIGS, "sm_120", {"fp8": table, "fp4": table})
     return run_masked(api, *args, **kwargs)
 
 
