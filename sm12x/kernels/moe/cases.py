@@ -102,3 +102,133 @@ def compare(out, ref, defined) -> tuple:
 # DeepGEMM's tests pass FP8 at calc_diff < 0.001 against unquantised data; against the reference on
 # the same quantised inputs only the bf16 output rounding and float32 summation order remain.
 MAX_DIFF = 1e-4
+
+
+# ----------------------------------------------------------------------------------------------
+# self-test
+
+# DeepSeek-V4-Flash routed experts: hidden 4096, moe_intermediate_size 2048 (gate+up: N = 4096),
+# 256 experts, top-6 (config.json); the self-test uses a slice of the experts so that the float32
+# reference fits the GPU.
+HIDDEN, INTERMEDIATE, EXPERTS, TOP_K = 4096, 2048, 256, 6
+
+
+def _segments(tokens: int, experts: int, seed: int = 3):
+    """Rows per expert when ``tokens`` rows are routed at random (some experts empty)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, experts, (tokens,), generator=g)
+    counts = torch.bincount(ids, minlength=experts)
+    counts[0] = 0
+    return counts.tolist()
+
+
+def _row(op, case, out, ref, defined, us, flops=0.0, nbytes=0.0):
+    diff, err = compare(out, ref, defined)
+    tput = f"{flops / us / 1e6:.0f} TFLOPS" if flops else f"{nbytes / us / 1e3:.0f} GB/s"
+    return dict(op=op, case=case, ok=diff < MAX_DIFF, max_abs=err, max_rel=diff,
+                detail="" if diff < MAX_DIFF else f"calc_diff {diff:.3g} >= {MAX_DIFF}", us=us, throughput=tput)
+
+
+def check_contiguous(device, full):
+
+    import torch
+
+    from sm12x.frontends.deep_gemm import moe as api
+    from sm12x.kernels.common.timing import time_us
+    from sm12x.kernels.gemm.scales import read_scales
+    from sm12x.kernels.moe.reference import ref_grouped_contiguous
+
+    if device == "cuda":
+        shapes = [(32, 4096, HIDDEN, INTERMEDIATE * 2, 128, True), (32, 4096, INTERMEDIATE, HIDDEN, 128, True),
+                  (32, 4096, HIDDEN, INTERMEDIATE * 2, 128, False), (32, 256, HIDDEN, INTERMEDIATE * 2, 16, True)]
+        if full:
+            shapes.append((32, 16384, HIDDEN, INTERMEDIATE * 2, 128, True))
+    else:
+        shapes = [(4, 40, 256, 64, 16, True), (4, 40, 256, 64, 32, False)]
+    for groups, tokens, k, n, alignment, fp4 in shapes:
+        segs = _segments(tokens, groups)
+        a, sa, layout, m = make_contiguous(segs, k, alignment=alignment, fmt="packed", device=device)
+        b, sb = make_weights(groups, n, k, fp4=fp4, fmt="packed", device=device, block_scaled_fp8=False)
+        d = torch.empty(m, n, dtype=torch.bfloat16, device=device)
+        recipe = dict(recipe_a=(1, 128), recipe_b=(1, 32 if fp4 else 128))
+
+        def run():
+            api.set_mk_alignment_for_contiguous_layout(alignment)
+            try:
+                api.m_grouped_fp8_fp4_gemm_nt_contiguous((a, sa), (b.view(torch.int8) if fp4 else b, sb), d, layout,
+                                                         **recipe)
+            finally:
+                api.set_mk_alignment_for_contiguous_layout(128)
+
+        run()
+        sfa = read_scales("t", "a", sa, m, k)
+        sfb = read_scales("t", "b", sb, n, k, groups=groups)
+        ref, defined = ref_grouped_contiguous(a, sfa, b, sfb, layout, fp4=fp4)
+        us = time_us(run, device)
+        flops = 2.0 * sum(segs) * n * k
+        yield _row("m_grouped_fp8_fp4_gemm_nt_contiguous",
+                   f"{'fp4' if fp4 else 'fp8'} G={groups} rows={sum(segs)} N={n} K={k} align={alignment}",
+                   d, ref, defined, us, flops=flops)
+        del ref, defined
+
+
+def check_masked(device, full):
+    import torch
+
+    from sm12x.frontends.deep_gemm import moe as api
+    from sm12x.kernels.common.timing import time_us
+    from sm12x.kernels.gemm.scales import read_scales
+    from sm12x.kernels.moe.reference import ref_grouped_masked
+
+    if device == "cuda":
+        shapes = [(32, 64, HIDDEN, INTERMEDIATE * 2, 8, True), (32, 64, INTERMEDIATE, HIDDEN, 24, True),
+                  (32, 64, HIDDEN, INTERMEDIATE * 2, 16, False)]
+    else:
+        shapes = [(4, 24, 256, 64, 8, True), (4, 24, 256, 64, 8, False)]
+    for groups, m_max, k, n, expected_m, fp4 in shapes:
+        g = torch.Generator().manual_seed(4)
+        masked = torch.randint(0, 2 * expected_m + 1, (groups,), generator=g).clamp(max=m_max).tolist()
+        masked[0], masked[-1] = 0, m_max
+        a, sa, masked_m = make_masked(groups, m_max, k, masked, fmt="packed", device=device)
+        b, sb = make_weights(groups, n, k, fp4=fp4, fmt="packed", device=device, block_scaled_fp8=False)
+        d = torch.zeros(groups, m_max, n, dtype=torch.bfloat16, device=device)
+        run = lambda: api.m_grouped_fp8_fp4_gemm_nt_masked((a, sa), (b, sb), d, masked_m, expected_m)  # noqa: E731
+        run()
+        sfa = read_scales("t", "a", sa, m_max, k, groups=groups)
+        sfb = read_scales("t", "b", sb, n, k, groups=groups)
+        ref, defined = ref_grouped_masked(a, sfa, b, sfb, masked_m, fp4=fp4)
+        us = time_us(run, device)
+        active = sum(1 for x in masked if x)
+        nbytes = active * (b[0].numel() * b.element_size() + sb[0].numel() * sb.element_size())
+        yield _row("m_grouped_fp8_fp4_gemm_nt_masked",
+                   f"{'fp4' if fp4 else 'fp8'} G={groups} M_max={m_max} N={n} K={k} expected_m={expected_m}",
+                   d, ref, defined, us, nbytes=nbytes)
+
+
+def _compile(module_name):
+    def compile_reports(targets):
+        import importlib
+
+        mod = importlib.import_module(f"sm12x.kernels.moe.{module_name}")
+        return mod.compile_reports(targets=targets, **({"psum": (False,)} if module_name == "grouped_contiguous" else {}))
+
+    return compile_reports
+
+
+def _reference(name):
+    def reference(*args, **kwargs):
+        from sm12x.kernels.moe import reference
+
+        return getattr(reference, name)(*args, **kwargs)
+
+    return reference
+
+
+OPS = (
+    Op(name="m_grouped_fp8_fp4_gemm_nt_contiguous", family="moe", reference=_reference("ref_grouped_contiguous"),
+       selftest=check_contiguous, compile_reports=_compile("grouped_contiguous"), benchmark="scripts/bench_moe.py"),
+    Op(name="m_grouped_fp8_fp4_gemm_nt_masked", family="moe", reference=_reference("ref_grouped_masked"),
+       selftest=check_masked, compile_reports=_compile("grouped_masked"), benchmark="scripts/bench_moe.py"),
+)
