@@ -56,7 +56,7 @@ def cmd_bundle(args) -> int:
     from sm12x.commands import bundle
 
     info = bundle.write_bundle(args.dir, compile_with=[] if args.no_compile else args.compile_with)
-    how = "replaced the previous bundle" if info["replaced"] else "wrote"
+    how = "replaced the previous bundle with" if info["replaced"] else "wrote"
     kept = f"; {info['kept']} other file(s) in it left as they were" if info["kept"] else ""
     code = ", ".join(info["byte_code"]) or "none (every process compiles the bootstrap: a few ms more)"
     print(f"bundle: {how} {info['files']} files in {info['path']}{kept}")

@@ -283,11 +283,16 @@ def connect():
 def local_image(client, image: str):
     """The image if present locally (never pulls), else LaunchError."""
     docker = docker_sdk()
+    if not image.strip():
+        raise LaunchError("--image '': give an image name, e.g. vllm/vllm-openai:TAG")
     try:
         return client.images.get(image)
     except docker.errors.ImageNotFound:
         raise LaunchError(f"image {image} is not present locally (sm12x never pulls): "
                           f"docker pull {image}") from None
+    except docker.errors.APIError as e:  # e.g. "invalid reference format": the name itself
+        raise LaunchError(f"--image {image!r}: the Docker engine refused it "
+                          f"({e.explanation or e}); give a name such as vllm/vllm-openai:TAG") from None
 
 
 # ---------------------------------------------------------------------------------------------------

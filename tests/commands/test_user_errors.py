@@ -67,7 +67,7 @@ def test_rebundle_replaces_only_its_own_files(tmp_path):
         fh.write("sm12x/old_module.py,,\n")
     second = cli("bundle", str(dest))
     assert second.returncode == 0, second.stderr
-    assert "replaced the previous bundle" in second.stdout and "2 other file(s)" in second.stdout
+    assert "replaced the previous bundle with" in second.stdout and "2 other file(s)" in second.stdout
     assert (dest / "sm12x" / "notes.txt").read_text() == "mine"
     assert (dest / "extra.py").read_text() == "x = 1\n"
     assert not stale.exists()  # listed in the old RECORD, not shipped any more: it was ours

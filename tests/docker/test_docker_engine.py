@@ -251,6 +251,17 @@ def test_doctor_missing_image_exit_2(engine, bundle):
     assert r.returncode == 2 and "not present locally" in r.stderr
 
 
+@pytest.mark.parametrize("command", ["doctor", "launch"])
+def test_image_name_the_engine_refuses_is_one_line(engine, bundle, tmp_path, command):
+    args = ["--image", "Not A:Name", "--bundle", bundle]
+    r = _cli(*(["doctor", *args] if command == "doctor" else
+               ["launch", "vllm", "--model", str(tmp_path), "--dry-run", *args]))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith(f"sm12x {command}: --image 'Not A:Name': the Docker engine refused it (")
+    assert "invalid reference format" in line and line.endswith("give a name such as vllm/vllm-openai:TAG")
+
+
 def test_launch_dry_run_reads_image_pythonpath(engine, images, bundle, tmp_path):
     r = _cli("launch", "sglang", "--model", str(tmp_path), "--image", TAG, "--bundle", bundle, "--dry-run")
     assert r.returncode == 0, r.stderr
