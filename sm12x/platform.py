@@ -13,6 +13,9 @@ through package metadata (nothing is imported).
 - ``versions()``: installed versions of the libraries we patch, ``None`` when absent.
 - ``parse_release`` / ``in_range``: compare release numbers only, so NVIDIA builds such as
   ``2.9.0a0+git1234`` count as 2.9.0.
+- ``plan_blocker(module, qualname)``: for the plan, what in the installed files stops a patch (a
+  missing sub-module or attribute, no torch or triton), found without importing anything
+  (``installed_spec``, ``find_module_file``, ``defines_name``, ``torch_build``).
 """
 from __future__ import annotations
 

@@ -75,7 +75,8 @@ def fake_gpu_stack_files(ver: str) -> dict[str, tuple[str, int]]:
     stub = '"""Stand-in for the sm12x tests."""\n'
     files = {
         f"{site}/torch/__init__.py": (stub + '__version__ = "2.9.0"\n', 0o644),
-        f"{site}/torch/version.py": (stub + "from typing import Optional\n__version__ = '2.9.0+cu128'\ncuda: Optional[str] = '12.8'\n", 0o644),
+        f"{site}/torch/version.py": (stub + "from typing import Optional\n__version__ = '2.9.0+cu128'\n"
+                                            "cuda: Optional[str] = '12.8'\n", 0o644),
         f"{site}/triton/__init__.py": (stub + '__version__ = "3.5.0"\n', 0o644),
         f"{site}/vllm/v1/__init__.py": (stub, 0o644),
         f"{site}/vllm/v1/attention/__init__.py": (stub, 0o644),
