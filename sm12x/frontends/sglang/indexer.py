@@ -1,0 +1,79 @@
+"""SGLang's DeepSeek-V4 C4 indexer, non-paged prefill, done by sm12x's fused logits -> top-k.
+
+Read from SGLang 0.5.23 ``srt/layers/attention/dsv4/indexer.py``: for an extend batch of one
+request (``C4IndexerBackendMixin._get_nonpaged_indexer_plan``: the long-prompt case, on by default
+through ``SGLANG_OPT_DSV4_NONPAGED_INDEXER``), ``forward_c4_indexer`` gathers the request's
+compressed index keys once and, per row chunk, calls ``_nonpaged_mqa_logits(q_indexer=, weights=,
+kv=(k fp8 [N, 128], scale fp32 [N]), plan=, rows=)`` -> DeepGEMM's ``fp8_mqa_logits`` ([rows,
+max_seqlen_k] float32; the chunk has no row cap when the plan has no logits budget, e.g. 8,192 rows
+x 262,144 keys = 8 GiB at a 1M-token prompt) and passes the logits straight to one top-k transform
+(``topk_transform_paged`` / ``_v2`` / the torch or FlashInfer ones), all with the arguments
+``(scores, seq_lens, page_tables, out_page_indices, page_size[, plan], out_raw_indices)``.
+
+``deferred_nonpaged_mqa_logits`` returns a placeholder (:mod:`sm12x.frontends.deferred_logits`);
+``topk_transform`` computes, for it, what SGLang's transforms write (from the vectorised torch
+fallback ``_topk_transform_vectorized``): per row with seq_len > topk the topk best positions p <
+seq_len; rows with seq_len <= topk take positions 0..seq_len-1 in order; -1 after them. Positions go
+to ``out_raw_indices`` when given, and as page slots (page_tables[row, p // page_size] * page_size +
+p % page_size, -1 kept) to ``out_page_indices`` (positions when ``page_tables`` is None, as the v2
+kernel does). Order: SGLang's transforms are unordered (``sorted=False``); ours come best first,
+equal scores lower position first; the set differs only among keys tied at the k-th score.
+"""
+from __future__ import annotations
+
+import torch
+
+from sm12x.frontends.deferred_logits import pending, placeholder
+from sm12x.kernels.common.checks import require, require_dtype
+from sm12x.kernels.indexer.fused_topk import mqa_topk_indices
+from sm12x.kernels.indexer.validation import check_mqa
+
+
+def deferred_nonpaged_mqa_logits(*, q_indexer, weights, kv, plan, rows):
+    """``C4IndexerBackendMixin._nonpaged_mqa_logits`` without the logits: a [rows, max_seqlen_k]
+    placeholder for the top-k transform that follows. Inputs are checked here."""
+    op = "_nonpaged_mqa_logits"
+    require(isinstance(kv, (tuple, list)) and len(kv) == 2, op, "kv", type(kv).__name__, "(k, k_scale)")
+    q, w = q_indexer[rows], weights[rows]
+    k, k_sf = kv
+    check_mqa(op, q, None, k, k_sf, w, plan.ks[rows], plan.ke[rows])
+
+    def compute(topk, seq_lens):
+        ends = seq_lens.reshape(-1)
+        require(ends.shape[0] == q.shape[0], "topk_transform", "seq_lens", lambda: f"{ends.shape[0]} rows",
+                lambda: f"the logits call's rows ({q.shape[0]})")
+        ends = ends.to(torch.int32).clamp(0, k.shape[0]).contiguous()
+        starts = torch.zeros_like(ends)
+        return mqa_topk_indices(q, (k, k_sf), w, starts, ends, topk)
+
+    return placeholder(q.shape[0], plan.max_seqlen_k, q.device, compute)
+
+
+def write_page_indices(positions, seq_lens, page_tables, out_page_indices, page_size, out_raw_indices=None):
+    """SGLang's transform output from the top-k positions (int32 [rows, topk], -1 padded)."""
+    op = "topk_transform"
+    require_dtype(out_page_indices, (torch.int32, torch.int64), op, "out_page_indices")
+    require(isinstance(page_size, int) and page_size >= 1, op, "page_size", page_size, "an int >= 1")
+    topk = positions.shape[1]
+    lens = seq_lens.reshape(-1, 1).to(torch.int32)
+    seq = torch.arange(topk, dtype=torch.int32, device=positions.device)[None, :]
+    positions = torch.where(lens <= topk, torch.where(seq < lens, seq, -1), positions)
+    if out_raw_indices is not None:
+        out_raw_indices.copy_(positions)
+    if page_tables is None:
+        out_page_indices.copy_(positions)
+        return
+    p = positions.clamp(min=0).long()
+    slots = page_tables.gather(1, p // page_size).long() * page_size + p % page_size
+    out_page_indices.copy_(torch.where(positions >= 0, slots, -1))
+
+
+def topk_transform(scores, seq_lens, page_tables, out_page_indices, page_size, out_raw_indices=None) -> bool:
+    """One of SGLang's DeepSeek-V4 top-k transforms for placeholder ``scores``: the fused top-k and
+    ``write_page_indices``; returns False (nothing done) for real logits."""
+    compute = pending(scores)
+    if compute is None:
+        return False
+    positions = compute(out_page_indices.shape[1], seq_lens)
+    write_page_indices(positions, seq_lens, page_tables, out_page_indices, page_size, out_raw_indices)
+    return True

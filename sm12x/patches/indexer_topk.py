@@ -1,0 +1,107 @@
+"""Route the frameworks' indexer logits -> top-k to sm12x's fused top-k, so that a 1M-token
+request does not need its [rows, S_kv] logits.
+
+The DeepGEMM records (``sm12x.patches.deep_gemm``) already compute the logits on SM12x, with
+64-bit offsets (stock DeepGEMM's 32-bit offsets fail past 256K with CUDA error 719, seed 002); but
+the frameworks still materialise the logits and run their own top-k. These records replace the
+pair where the release's source shows it:
+
+- vLLM 0.34.0 has a fused seam of its own (``fused_mqa_topk``: one CUDA op, SM100 family only;
+  vLLM answers "not eligible" on SM12x). Its eligibility rule, chunk rule, key-scale decoder and
+  the op are replaced, in the module and in the copies its indexer, its chunk planner and GLM-5
+  Next's indexer hold. Its planner then packs prefill chunks up to 16,384 rows x 2**20 keys with
+  no logits budget.
+- vLLM 0.22.1-0.25.1 prefill chunks call ``fp8_fp4_mqa_logits`` and pass the logits straight to
+  ``ops.top_k_per_row_prefill``; both names are globals of ``sparse_attn_indexer``, replaced as a
+  pair (``sm12x.frontends.deferred_logits``).
+
+Not covered (see the frontends' docstrings): vLLM's decode top-k (0.25.1 calls
+``torch.ops._C.persistent_topk`` directly on the paged logits, [decode rows, max_model_len]);
+vLLM 0.26-0.33, whose prefill logits also feed v4.1 candidate selection and an FP32 upcast.
+"""
+from __future__ import annotations
+
+from sm12x.frontends.sglang import wrappers as sglang_wrappers
+from sm12x.frontends.vllm import wrappers as vllm_wrappers
+from sm12x.patches import Patch
+
+_VLLM_FUSED = "vllm.model_executor.kernels.attention.dsa.fused_mqa_topk"
+_VLLM_INDEXER = "vllm.model_executor.layers.sparse_attn_indexer"
+# modules of vLLM 0.34.0 that hold `from ...fused_mqa_topk import <name>` copies
+_FUSED_USERS = (_VLLM_INDEXER, "vllm.models.glm5next.nvidia.sparse_indexer")
+_UPSTREAM_034 = ("vllm 0.34.0 model_executor/kernels/attention/dsa/fused_mqa_topk.py; "
+                 "layers/sparse_attn_indexer.py (prefill chunks)")
+_UPSTREAM_025 = "vllm 0.25.1 model_executor/layers/sparse_attn_indexer.py (prefill chunks)"
+
+
+def _vllm_fused(name, make, why, consumers=_FUSED_USERS):
+    return Patch(name=f"vllm.fused_mqa_topk.{name}", target=f"{_VLLM_FUSED}:{name}", make=make, why=why,
+                 upstream=_UPSTREAM_034, library="vllm", versions=">=0.34.0,<0.35", consumers=consumers)
+
+
+VLLM_PATCHES = (
+    _vllm_fused("use_fused_mqa_topk", vllm_wrappers.make_use_fused_mqa_topk,
+                "vLLM's fused MQA+top-k prefill is eligible on the SM100 family only, so on SM12x every "
+                "prefill chunk materialises [rows, keys] logits under a 512 MB budget (query "
+                "sub-chunks at long context) and runs top_k_per_row_prefill; sm12x's fused top-k "
+                "serves FP8 layers of 8-64 heads",
+                consumers=_FUSED_USERS + ("vllm.v1.attention.backends.mla.indexer",)),
+    _vllm_fused("fused_mqa_topk_chunk", vllm_wrappers.make_fused_mqa_topk_chunk,
+                "vLLM's per-chunk rule weighs its SM100 kernel's SM waves against the dense path; with "
+                "sm12x's fused top-k every chunk of an eligible layer skips the logits"),
+    _vllm_fused("fused_mqa_topk_key_scales", vllm_wrappers.make_fused_mqa_topk_key_scales,
+                "vLLM decodes the gathered key scales as four UE8M0 bytes (the SM100 cache format); the "
+                "SM12x indexer cache stores a float32 per key"),
+    _vllm_fused("fused_mqa_topk_prefill", vllm_wrappers.make_fused_mqa_topk_prefill,
+                "vLLM's fused op (torch.ops._C.fused_mqa_topk_prefill) is an SM100-family CUDA kernel; "
+                "sm12x's fused top-k writes the same indices (relative to the row start, -1 padded)"),
+    Patch(name="vllm.sparse_attn_indexer.fp8_fp4_mqa_logits",
+          target=f"{_VLLM_INDEXER}:fp8_fp4_mqa_logits", make=vllm_wrappers.make_deferred_mqa_logits,
+          why="each prefill chunk materialises [rows, keys] float32 logits (up to the 512 MB "
+              "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB budget, query sub-chunks at long context) only to "
+              "pass them to top_k_per_row_prefill; the logits come back as a placeholder for the "
+              "fused top-k (real logits under DCP, whose merge reads them)",
+          upstream=_UPSTREAM_025, library="vllm", versions=">=0.22.1,<0.26"),
+    Patch(name="vllm.sparse_attn_indexer.ops", target=f"{_VLLM_INDEXER}:ops",
+          make=vllm_wrappers.make_indexer_ops,
+          why="the indexer's ops.top_k_per_row_prefill runs the fused top-k for the placeholder "
+              "logits of its fp8_fp4_mqa_logits record (vLLM's kernel for real logits; every other "
+              "op is vllm._custom_ops' own)",
+          upstream=_UPSTREAM_025, library="vllm", versions=">=0.22.1,<0.26"),
+)
+
+_SGLANG_UPSTREAM = ("sglang 0.5.23 srt/layers/attention/dsv4/indexer.py (forward_c4_indexer, "
+                    "_get_nonpaged_indexer_plan)")
+_SGLANG_WHY = ("SGLang's DeepSeek-V4 non-paged prefill indexer (one request's extend, on by default) "
+               "materialises [rows, max_seqlen_k] float32 logits per row chunk, with no row cap when the "
+               "plan has no logits budget (8 GiB for an 8K-token chunk at a 1M-token prompt)")
+
+
+def _sglang(name, target, make, why):
+    return Patch(name=f"sglang.dsv4.indexer.{name}", target=f"{sglang_wrappers.DSV4_INDEXER}:{target}",
+                 make=make, why=why, upstream=_SGLANG_UPSTREAM, library="sglang", versions=">=0.5.23,<0.5.24")
+
+
+SGLANG_PATCHES = (
+    _sglang("nonpaged_mqa_logits", "C4IndexerBackendMixin._nonpaged_mqa_logits",
+            sglang_wrappers.make_nonpaged_mqa_logits,
+            f"{_SGLANG_WHY}; the logits come back as a placeholder for the fused top-k (the "
+            f"original's logits unless every transform below is applied)"),
+) + tuple(
+    _sglang(name, name, make,
+            f"{when} receives the non-paged indexer's logits; for the placeholder it writes the fused "
+            f"top-k as page slots, as SGLang's transforms do ({_SGLANG_WHY})")
+    for name, make, when in (
+        ("topk_transform_paged", sglang_wrappers.make_topk_transform,
+         "the sgl-kernel transform (dsa_topk_backend sgl-kernel, SGLANG_OPT_USE_TOPK_V2 off)"),
+        ("topk_transform_paged_v2", sglang_wrappers.make_topk_transform_v2,
+         "the sgl-kernel v2 transform (dsa_topk_backend sgl-kernel with SGLANG_OPT_USE_TOPK_V2)"),
+        ("topk_transform_pytorch_vectorized", sglang_wrappers.make_topk_transform,
+         "the torch transform (dsa_topk_backend torch)"),
+        ("topk_transform_flashinfer_fused", sglang_wrappers.make_topk_transform,
+         "FlashInfer's fused page-table transform (dsa_topk_backend flashinfer, fused)"),
+        ("topk_transform_flashinfer_unfused", sglang_wrappers.make_topk_transform,
+         "FlashInfer's top-k with SGLang's page mapping (dsa_topk_backend flashinfer, unfused)"))
+)
+
+PATCHES = VLLM_PATCHES + SGLANG_PATCHES

@@ -1,0 +1,99 @@
+"""SGLang's DeepSeek-V4 non-paged prefill indexer done by the fused top-k: the same page slots and
+positions as SGLang's logits + top-k transform (its semantics written out below from SGLang 0.5.23
+``dsv4/indexer.py::_topk_transform_vectorized``), on the logits sm12x's DeepGEMM front end gives."""
+import types
+
+import pytest
+import torch
+
+from sm12x.frontends.deep_gemm import indexer as deep_gemm_api
+from sm12x.frontends.sglang import indexer as api
+from sm12x.frontends.sglang import wrappers
+from sm12x.kernels.indexer.cache import quant_fp8_per_token
+
+
+def sglang_transform(scores, seq_lens, page_table, page_size, topk):
+    """Rows with seq_len <= topk: positions 0..seq_len-1 in order, then -1; others: the topk best
+    positions < seq_len (unordered). Slots: page_table[p // page_size] * page_size + p % page_size."""
+    rows = scores.shape[0]
+    raw = torch.full((rows, topk), -1, dtype=torch.int32)
+    for r in range(rows):
+        n = int(seq_lens[r])
+        if n <= topk:
+            raw[r, :n] = torch.arange(n, dtype=torch.int32)
+        else:
+            raw[r] = torch.topk(scores[r, :n].float(), topk).indices.int()
+    p = raw.clamp(min=0).long()
+    slots = page_table.gather(1, p // page_size).long() * page_size + p % page_size
+    return torch.where(raw >= 0, slots, -1).int(), raw
+
+
+def as_sets(idx):
+    return [sorted(r.tolist()) for r in idx.cpu()]
+
+
+def nonpaged_call(device, rows=7, keys=300, h=8, d=64, page_size=16, seed=5):
+    """One request's extend: query rows r see the first seq_lens[r] compressed keys (causal),
+    SGLang's plan with ks = 0 and ke = seq_lens (trivial rows emptied, as its sgl-kernel
+    backend does)."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(rows, h, d, generator=g).to(torch.float8_e4m3fn)
+    k, ksf = quant_fp8_per_token(torch.randn(keys, d, generator=g))
+    w = torch.rand(rows, h, generator=g)
+    seq_lens = torch.tensor([3, 20, 21, 150, 151, 299, 300][:rows], dtype=torch.int32)
+    pages = -(-keys // page_size)
+    page_table = torch.randperm(4 * pages, generator=g)[:pages].int()[None, :].expand(rows, -1).contiguous()
+    topk = 20
+    ke = torch.where(seq_lens > topk, seq_lens, torch.zeros_like(seq_lens))
+    plan = types.SimpleNamespace(ks=torch.zeros_like(ke).to(device), ke=ke.to(device), max_seqlen_k=pages * page_size)
+    to = lambda t: t.to(device)
+    return dict(q_indexer=to(q), weights=to(w), kv=(to(k), to(ksf)), plan=plan), to(seq_lens), to(page_table), \
+        page_size, topk
+
+
+def test_placeholder_then_transform_matches_sglang(device):
+    call, seq_lens, page_table, page_size, topk = nonpaged_call(device)
+    rows = slice(1, 7)
+    logits = api.deferred_nonpaged_mqa_logits(**call, rows=rows)
+    assert logits.shape == (6, call["plan"].max_seqlen_k) and logits.untyped_storage().nbytes() == 4
+    out = torch.full((6, topk), 9, dtype=torch.int32, device=device)
+    raw = torch.full((6, topk), 9, dtype=torch.int32, device=device)
+    assert api.topk_transform(logits, seq_lens[rows], page_table[rows], out, page_size, raw)
+    q, kv, w, plan = call["q_indexer"], call["kv"], call["weights"], call["plan"]
+    real = deep_gemm_api.fp8_mqa_logits(q[rows], kv, w[rows], plan.ks[rows], seq_lens[rows].contiguous(),
+                                        clean_logits=False)
+    want_slots, want_raw = sglang_transform(real.cpu(), seq_lens[rows].cpu(), page_table[rows].cpu(), page_size, topk)
+    assert as_sets(out) == as_sets(want_slots) and as_sets(raw) == as_sets(want_raw)
+    # rows that see no more than topk keys: positions in order, exactly as SGLang writes them
+    assert torch.equal(raw[:1].cpu(), want_raw[:1]) and torch.equal(out[:1].cpu(), want_slots[:1])
+    assert not api.topk_transform(real, seq_lens[rows], page_table[rows], out, page_size, raw)
+
+
+def test_wrappers_send_real_logits_to_sglang():
+    calls = []
+    v1 = wrappers.make_topk_transform(lambda *a: calls.append(("v1", a)))
+    v2 = wrappers.make_topk_transform_v2(lambda *a: calls.append(("v2", a)))
+    scores = torch.zeros(2, 8)
+    v1(scores, None, None, None, 64)
+    v2(scores, None, None, None, 64, "plan")
+    assert [c[0] for c in calls] == ["v1", "v2"] and calls[1][1][5] == "plan" and calls[1][1][6] is None
+
+
+def test_v2_without_page_table_writes_positions(device):
+    call, seq_lens, _, page_size, topk = nonpaged_call(device, rows=4)
+    logits = api.deferred_nonpaged_mqa_logits(**call, rows=slice(0, 4))
+    out = torch.empty((4, topk), dtype=torch.int32, device=device)
+    v2 = wrappers.make_topk_transform_v2(lambda *a: pytest.fail("real logits expected only"))
+    v2(logits, seq_lens[:4], None, out, page_size, torch.empty(1))
+    assert out[0].tolist() == [0, 1, 2] + [-1] * (topk - 3)
+    assert sorted(out[3].tolist()) != list(range(topk)) and bool((out[3] >= 0).all() and (out[3] < 150).all())
+
+
+def test_bad_inputs_name_the_op(device):
+    call, seq_lens, page_table, page_size, topk = nonpaged_call(device)
+    bad = dict(call, weights=call["weights"].double())
+    with pytest.raises(ValueError, match="_nonpaged_mqa_logits.*weights"):
+        api.deferred_nonpaged_mqa_logits(**bad, rows=slice(0, 7))
+    logits = api.deferred_nonpaged_mqa_logits(**call, rows=slice(0, 7))
+    with pytest.raises(ValueError, match="topk_transform.*seq_lens"):
+        api.topk_transform(logits, seq_lens[:3], page_table, torch.empty((7, topk), dtype=torch.int32), page_size)

@@ -1,0 +1,289 @@
+"""The indexer top-k records on stand-in frameworks shaped like the releases they were checked on
+(vLLM 0.34.0's fused_mqa_topk seam and the copies its indexer, planner and GLM-5 Next hold; vLLM
+0.25.1's sparse_attn_indexer prefill pair; SGLang 0.5.23's DeepSeek-V4 non-paged indexer): each
+route gives the indices the framework's own logits + top-k give, without the logits."""
+import textwrap
+
+import pytest
+
+from tests_support import REPO, dist_infos, last_json, run_py, write_tree
+
+PKG = "__init__.py"
+
+
+def packages(*paths):
+    return {f"{p}/{PKG}": "" for p in paths}
+
+
+# what the frameworks' own top-k computes, shared by the stand-ins (written out from their sources)
+SEMANTICS = textwrap.dedent("""
+    import torch
+    from sm12x.kernels.indexer.reference import ref_mqa_logits
+
+    def logits(q, k, k_scale, w, ks, ke):  # what DeepGEMM returns (uncleaned = cleaned here)
+        return ref_mqa_logits(q.float(), k.float(), k_scale, w, ks, ke)
+
+    def top_k_per_row_prefill(logits, ks, ke, out, rows, s0, s1, topk):  # vLLM's, unordered
+        out.fill_(-1)
+        for r in range(rows):
+            lo, hi = int(ks[r]), int(ke[r])
+            n = min(topk, max(hi - lo, 0))
+            if n:
+                out[r, :n] = torch.topk(logits[r, lo:hi], n).indices.int()
+""")
+
+VLLM_034 = {
+    **packages("vllm", "vllm/model_executor", "vllm/model_executor/kernels",
+               "vllm/model_executor/kernels/attention", "vllm/model_executor/kernels/attention/dsa",
+               "vllm/model_executor/layers", "vllm/v1", "vllm/v1/attention", "vllm/v1/attention/backends",
+               "vllm/v1/attention/backends/mla", "vllm/models", "vllm/models/glm5next",
+               "vllm/models/glm5next/nvidia"),
+    "vllm/envs.py": "VLLM_USE_FUSED_MQA_TOPK = True\nVLLM_BATCH_INVARIANT = False\n",
+    "vllm/model_executor/kernels/attention/dsa/fused_mqa_topk.py": """
+        import vllm.envs as envs
+        def use_fused_mqa_topk(*, query_shape, topk, fp4_cache, full_context, candidate_selection=False):
+            return False  # SM100 family only
+        def fused_mqa_topk_chunk(max_seqlen_k, keys, topk, rows, dense_rows):
+            raise RuntimeError("original chunk rule: torch.cuda SM count")
+        def fused_mqa_topk_key_scales(scales):
+            return ((scales.view(__import__("torch").int32).squeeze(-1) & 0xFF) << 23).view(__import__("torch").float32)
+        def fused_mqa_topk_prefill(q, k, scales, weights, starts, ends, output):
+            raise RuntimeError("original fused_mqa_topk_prefill: no kernel image for this GPU")
+    """,
+    # the 0.34 prefill chunk: the fused seam when eligible, dense logits + top-k otherwise
+    "vllm/model_executor/layers/sparse_attn_indexer.py": SEMANTICS + """
+from vllm.model_executor.kernels.attention.dsa.fused_mqa_topk import (
+    fused_mqa_topk_chunk, fused_mqa_topk_key_scales, fused_mqa_topk_prefill, use_fused_mqa_topk)
+
+def prefill_chunk(q, k_quant, k_scale, weights, ks, ke, topk_indices):
+    fused = use_fused_mqa_topk(query_shape=q.shape[1:], topk=topk_indices.shape[1], fp4_cache=False,
+                               full_context=True)
+    if fused and fused_mqa_topk_chunk(int((ke - ks).max()), k_quant.shape[0], topk_indices.shape[1],
+                                      q.shape[0], 16):
+        fused_mqa_topk_prefill(q, k_quant, fused_mqa_topk_key_scales(k_scale), weights, ks, ke, topk_indices)
+        return "fused"
+    top_k_per_row_prefill(logits(q, k_quant, k_scale.view(torch.float32).squeeze(-1), weights, ks, ke), ks, ke,
+                          topk_indices, q.shape[0], 0, 0, topk_indices.shape[1])
+    return "dense"
+""",
+    "vllm/v1/attention/backends/mla/indexer.py":
+        "from vllm.model_executor.kernels.attention.dsa.fused_mqa_topk import use_fused_mqa_topk\n",
+    "vllm/models/glm5next/nvidia/sparse_indexer.py":
+        "from vllm.model_executor.kernels.attention.dsa.fused_mqa_topk import fused_mqa_topk_prefill\n",
+}
+
+VLLM_025 = {
+    **packages("vllm", "vllm/utils", "vllm/distributed", "vllm/model_executor", "vllm/model_executor/layers"),
+    "vllm/_custom_ops.py": SEMANTICS + """
+CALLS = []
+def indexer_k_quant_and_cache(*args):
+    return "original indexer_k_quant_and_cache"
+_real = top_k_per_row_prefill
+def top_k_per_row_prefill(*args):
+    CALLS.append("top_k_per_row_prefill")
+    return _real(*args)
+""",
+    "vllm/utils/deep_gemm.py": SEMANTICS + """
+def fp8_fp4_mqa_logits(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits):
+    return logits(q[0], kv[0], kv[1], weights, cu_seqlen_ks, cu_seqlen_ke)
+""",
+    "vllm/distributed/parallel_state.py": """
+        import os, types
+        def get_dcp_group():
+            return types.SimpleNamespace(world_size=int(os.environ.get("DCP", "1")))
+    """,
+    # the 0.25.1 prefill chunk: logits, then top_k_per_row_prefill on them, then the DCP merge
+    "vllm/model_executor/layers/sparse_attn_indexer.py": """
+        from vllm import _custom_ops as ops
+        from vllm.distributed.parallel_state import get_dcp_group
+        from vllm.utils.deep_gemm import fp8_fp4_mqa_logits
+        def prefill_chunk(q, k, k_scale, weights, ks, ke, topk_indices):
+            logits = fp8_fp4_mqa_logits((q, None), (k, k_scale), weights, ks, ke, clean_logits=False)
+            ops.top_k_per_row_prefill(logits, ks, ke, topk_indices, logits.shape[0], logits.stride(0),
+                                      logits.stride(1), topk_indices.shape[1])
+            return logits
+    """,
+}
+
+INPUTS = SEMANTICS + """
+import json, sys
+from sm12x.kernels.indexer.cache import quant_fp8_per_token
+g = torch.Generator().manual_seed(0)
+rows, keys, h, d, topk = 6, 260, 8, 64, 16
+q = torch.randn(rows, h, d, generator=g).to(torch.float8_e4m3fn)
+k, k_scale = quant_fp8_per_token(torch.randn(keys, d, generator=g))
+w = torch.rand(rows, h, generator=g)
+ks = torch.tensor([0, 0, 0, 120, 120, 120], dtype=torch.int32)
+ke = torch.tensor([10, 100, 120, 121, 200, 260], dtype=torch.int32)
+def want_sets():
+    out = torch.empty(rows, topk, dtype=torch.int32)
+    top_k_per_row_prefill(logits(q, k, k_scale, w, ks, ke), ks, ke, out, rows, 0, 0, topk)
+    return sets(out)
+def sets(idx):
+    return [sorted(r.tolist()) for r in idx]
+from sm12x import apply
+"""
+
+CALLS_034 = INPUTS + """
+# the plugin route: vLLM imported (copies taken) before sm12x registered
+from vllm.model_executor.layers import sparse_attn_indexer as s
+import vllm.v1.attention.backends.mla.indexer as planner, vllm.models.glm5next.nvidia.sparse_indexer as glm
+import sm12x.plugin; sm12x.plugin.register()
+buffer = torch.full((rows, topk + 4), 7, dtype=torch.int32)
+route = s.prefill_chunk(q, k, k_scale.view(torch.uint8).view(-1, 4), w, ks, ke, buffer[:, :topk])
+res = {"route": route, "sets": sets(buffer[:, :topk]) == want_sets(), "tail": bool((buffer[:, topk:] == 7).all()),
+       "copies": [getattr(f, "__sm12x_patch__", None) for f in (planner.use_fused_mqa_topk,
+                                                                glm.fused_mqa_topk_prefill)],
+       "outcomes": {k: v[0] for k, v in apply.OUTCOMES.items() if "topk" in k or "sparse_attn" in k}}
+print(json.dumps(res))
+"""
+
+CALLS_025 = INPUTS + """
+import vllm  # the watcher route: sm12x's sitecustomize is on the path
+from vllm.model_executor.layers import sparse_attn_indexer as s
+from vllm import _custom_ops
+out = torch.empty(rows, topk, dtype=torch.int32)
+got = s.prefill_chunk(q, k, k_scale, w, ks, ke, out)
+res = {"sets": sets(out) == want_sets(), "logits_bytes": got.untyped_storage().nbytes(),
+       "shape": list(got.shape), "vllm_topk_calls": len(_custom_ops.CALLS),
+       "other_ops": s.ops.indexer_k_quant_and_cache(),
+       "outcomes": {k: v for k, v in apply.OUTCOMES.items() if "topk" in k or "sparse_attn" in k}}
+print(json.dumps(res))
+"""
+
+
+def _run(tmp_path, tree, code, releases, env=None):
+    pytest.importorskip("triton")
+    root = write_tree(tmp_path, {**tree, **dist_infos(releases)})
+    return last_json(run_py(code, pythonpath=[REPO, root], env={"TRITON_INTERPRET": "1", **(env or {})}))
+
+
+def test_vllm_034_fused_seam(tmp_path):
+    out = _run(tmp_path, VLLM_034, CALLS_034, {"vllm": "0.34.0"})
+    assert out["route"] == "fused" and out["sets"] and out["tail"]
+    assert out["copies"] == ["vllm.fused_mqa_topk.use_fused_mqa_topk", "vllm.fused_mqa_topk.fused_mqa_topk_prefill"]
+    fused = {k: v for k, v in out["outcomes"].items() if k.startswith("vllm.fused_mqa_topk")}
+    assert len(fused) == 4 and set(fused.values()) == {"applied"}, out["outcomes"]
+
+
+def test_vllm_025_logits_never_materialised(tmp_path):
+    out = _run(tmp_path, VLLM_025, CALLS_025, {"vllm": "0.25.1"})
+    assert out["sets"] and out["logits_bytes"] == 4 and out["shape"] == [6, 260]
+    assert out["vllm_topk_calls"] == 0 and out["other_ops"] == "original indexer_k_quant_and_cache"
+    assert {out["outcomes"][n][0] for n in ("vllm.sparse_attn_indexer.fp8_fp4_mqa_logits",
+                                            "vllm.sparse_attn_indexer.ops")} == {"applied"}
+
+
+def test_vllm_025_under_dcp_keeps_real_logits(tmp_path):
+    """vLLM 0.25.1 merges DCP shards' top-k from the logits: real logits and vLLM's top-k."""
+    out = _run(tmp_path, VLLM_025, CALLS_025, {"vllm": "0.25.1"}, env={"DCP": "2"})
+    assert out["sets"] and out["logits_bytes"] == 6 * 260 * 4 and out["vllm_topk_calls"] == 1
+
+
+def test_out_of_range_releases_are_skipped_with_the_range(tmp_path):
+    """vLLM 0.33.0's prefill feeds the logits to more readers (v4.1 candidates, an FP32 upcast):
+    the pair is skipped there, naming the range, and vLLM's own path runs."""
+    out = _run(tmp_path, VLLM_025, CALLS_025, {"vllm": "0.33.0"})
+    state, reason = out["outcomes"]["vllm.sparse_attn_indexer.fp8_fp4_mqa_logits"]
+    assert state == "skipped" and ">=0.22.1,<0.26" in reason
+    assert out["sets"] and out["vllm_topk_calls"] == 1
+
+
+SGLANG_0523 = {
+    **packages("sglang", "sglang/kernels", "sglang/kernels/ops", "sglang/kernels/ops/attention", "sglang/srt",
+               "sglang/srt/layers", "sglang/srt/layers/attention", "sglang/srt/layers/attention/dsv4"),
+    # SGLang's transform (its vectorised torch fallback's semantics), shared by every backend here
+    "sglang/kernels/ops/attention/dsv4/__init__.py": """
+        import torch
+        CALLS = []
+        def _transform(scores, seq_lens, page_tables, out, page_size, out_raw=None):
+            CALLS.append(scores.untyped_storage().nbytes())
+            topk = out.shape[1]
+            raw = torch.full_like(out, -1)
+            for r in range(scores.shape[0]):
+                n = int(seq_lens[r])
+                if n <= topk:
+                    raw[r, :n] = torch.arange(n, dtype=raw.dtype)
+                else:
+                    raw[r] = torch.topk(scores[r, :n], topk, sorted=False).indices.to(raw.dtype)
+            p = raw.clamp(min=0).long()
+            out.copy_(torch.where(raw >= 0, page_tables.gather(1, p // page_size).long() * page_size
+                                  + p % page_size, -1))
+            if out_raw is not None:
+                out_raw.copy_(raw)
+        def topk_transform_paged(scores, seq_lens, page_tables, out_page_indices, page_size, out_raw_indices=None):
+            _transform(scores, seq_lens, page_tables, out_page_indices, page_size, out_raw_indices)
+        def topk_transform_paged_v2(scores, seq_lens, page_tables, out_page_indices, page_size, metadata,
+                                    out_raw_indices=None):
+            _transform(scores, seq_lens, page_tables, out_page_indices, page_size, out_raw_indices)
+    """,
+    "sglang/srt/layers/attention/dsv4/indexer.py": """
+        import torch
+        from sglang.kernels.ops.attention.dsv4 import _transform, topk_transform_paged, topk_transform_paged_v2
+        from sm12x.kernels.indexer.reference import ref_mqa_logits
+        def topk_transform_pytorch_vectorized(scores, seq_lens, page_tables, out_page_indices, page_size,
+                                              out_raw_indices=None):
+            _transform(scores, seq_lens, page_tables, out_page_indices, page_size, out_raw_indices)
+        def topk_transform_flashinfer_fused(*args):
+            raise RuntimeError("flashinfer not installed")
+        def topk_transform_flashinfer_unfused(*args):
+            raise RuntimeError("flashinfer not installed")
+        class C4IndexerBackendMixin:
+            @staticmethod
+            def _nonpaged_mqa_logits(*, q_indexer, weights, kv, plan, rows):  # DeepGEMM's fp8_mqa_logits
+                k, s = kv
+                full = ref_mqa_logits(q_indexer[rows].float(), k.float(), s, weights[rows], plan.ks[rows],
+                                      plan.ke[rows])
+                return torch.nn.functional.pad(full, (0, plan.max_seqlen_k - full.shape[1]))
+            def nonpaged(self, v2, q, w, kv, plan, c4_seq_lens, page_table, out, raw, rows_per_chunk):
+                # forward_c4_indexer's non-paged loop: logits per row chunk, then the transform
+                for r0 in range(0, q.shape[0], rows_per_chunk):
+                    rows = slice(r0, min(q.shape[0], r0 + rows_per_chunk))
+                    logits = self._nonpaged_mqa_logits(q_indexer=q, weights=w, kv=kv, plan=plan, rows=rows)
+                    if v2:
+                        topk_transform_paged_v2(logits, c4_seq_lens[rows], page_table[rows], out[rows], 64,
+                                                torch.zeros(1), raw[rows])
+                    else:
+                        topk_transform_paged(logits, c4_seq_lens[rows], page_table[rows], out[rows], 64, raw[rows])
+    """,
+}
+
+CALLS_SGLANG = """
+import json, types, torch
+import sglang  # the watcher route
+from sglang.srt.layers.attention.dsv4 import indexer
+from sglang.kernels.ops.attention import dsv4 as ops
+from sm12x.kernels.indexer.cache import quant_fp8_per_token
+from sm12x import apply
+g = torch.Generator().manual_seed(1)
+rows, keys, h, d, topk = 5, 200, 16, 64, 24
+q = torch.randn(rows, h, d, generator=g).to(torch.float8_e4m3fn)
+k, s = quant_fp8_per_token(torch.randn(keys, d, generator=g))
+w = torch.rand(rows, h, generator=g)
+c4 = torch.tensor([10, 24, 25, 120, 200], dtype=torch.int32)
+plan = types.SimpleNamespace(ks=torch.zeros(rows, dtype=torch.int32), ke=c4.clone(), max_seqlen_k=256)
+page_table = torch.randperm(12, generator=g)[:4].int()[None].expand(rows, -1).contiguous()
+res = {}
+for v2 in (False, True):
+    out, raw = (torch.full((rows, topk), 9, dtype=torch.int32) for _ in range(2))
+    indexer.C4IndexerBackendMixin().nonpaged(v2, q, w, (k, s), plan, c4, page_table, out, raw, 2)
+    want_out, want_raw = (torch.empty_like(out) for _ in range(2))
+    full = indexer.C4IndexerBackendMixin._nonpaged_mqa_logits.__sm12x_original__(
+        q_indexer=q, weights=w, kv=(k, s), plan=plan, rows=slice(0, rows))
+    ops._transform(full, c4, page_table, want_out, 64, want_raw)
+    srt = lambda t: [sorted(r.tolist()) for r in t]
+    res[f"v2={v2}"] = [srt(out) == srt(want_out), srt(raw) == srt(want_raw), torch.equal(raw[:2], want_raw[:2])]
+res["sglang_transform_logits_bytes"] = ops.CALLS[-1]
+res["module_transform_untouched"] = not hasattr(ops.topk_transform_paged, "__sm12x_patch__")
+res["outcomes"] = {k: v[0] for k, v in apply.OUTCOMES.items() if k.startswith("sglang.dsv4.indexer.")}
+print(json.dumps(res))
+"""
+
+
+def test_sglang_0523_nonpaged_indexer(tmp_path):
+    out = _run(tmp_path, SGLANG_0523, CALLS_SGLANG, {"sglang": "0.5.23"})
+    assert out["v2=False"] == [True, True, True] and out["v2=True"] == [True, True, True]
+    assert out["module_transform_untouched"]
+    assert out["sglang_transform_logits_bytes"] == 5 * 256 * 4  # only the reference call saw real logits
+    mine = {k: v for k, v in out["outcomes"].items() if "paged_logits_torch" not in k}
+    assert len(mine) == 6 and set(mine.values()) == {"applied"}, out["outcomes"]
