@@ -80,3 +80,16 @@ def per_block_cast_to_fp8(x: torch.Tensor, use_ue8m0: bool = False, gran: int = 
         sf = ceil_to_ue8m0(sf)
     q = (v / sf[:, None, :, None]).to(torch.float8_e4m3fn).view(n + pn, k + pk)[:n, :k].contiguous()
     return q, sf
+
+
+def ref_fp8_einsum_bhd_hdr(a, sfa, b, sfb, c=None, dtype=torch.float32) -> torch.Tensor:
+    """d[b, h, r] = c + sum_d A[b, h, d] B[h, d, r]: A [B, H, D] with per-token scales
+    [B, H, D/128]; B [H, D, R] with per-block scales [H, D/128, R/128] (as stored)."""
+    h = a.shape[1]
+    af = dequant(a.transpose(0, 1), sfa.transpose(0, 1), groups=h).to(dtype)  # [H, B, D]
+    bt = b.permute(0, 2, 1)  # [H, R, D]
+    bf = dequant(bt, sfb.permute(0, 2, 1), groups=h).to(dtype)
+    d = torch.bmm(af, bf.transpose(1, 2)).transpose(0, 1)  # [B, H, R]
+    if c is not None:
+        d = d + c.to(dtype)
+    return d

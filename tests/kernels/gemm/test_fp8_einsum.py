@@ -59,3 +59,21 @@ def test_einsum_v4_flash_wo_a(nb, device):
     d = torch.empty(nb, 8, 1024, dtype=torch.bfloat16, device=device)
     fp8_einsum_bhr_hdr(a, sa, b, sb, d)
     _check(d, ref_fp8_einsum_bhr_hdr(a, sa, b, sb))
+
+
+@pytest.mark.cpu_only
+def test_einsum_bhd_hdr_bhr(device):
+    """The transpose-side expression: K = D, the weight read as [H, R, D]."""
+    from sm12x.kernels.gemm.fp8_einsum import fp8_einsum
+    from sm12x.kernels.gemm.reference import per_block_cast_to_fp8, per_token_cast_to_fp8, ref_fp8_einsum_bhd_hdr
+
+    nb, h, nd, r = 3, 2, 256, 384
+    g = torch.Generator().manual_seed(11)
+    a, sa = per_token_cast_to_fp8(torch.randn(nb * h, nd, generator=g))
+    a, sa = a.view(nb, h, nd).to(device), sa.view(nb, h, -1).to(device)
+    blocks = [per_block_cast_to_fp8(torch.randn(nd, r, generator=g)) for _ in range(h)]
+    b = torch.stack([x for x, _ in blocks]).to(device)
+    sb = torch.stack([s for _, s in blocks]).to(device)
+    d = torch.empty(nb, h, r, device=device)
+    fp8_einsum("bhd,hdr->bhr", a, sa, b, sb, d)
+    _check(d, ref_fp8_einsum_bhd_hdr(a, sa, b, sb))
