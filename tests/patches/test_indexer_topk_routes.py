@@ -273,7 +273,7 @@ for v2 in (False, True):
     ops._transform(full, c4, page_table, want_out, 64, want_raw)
     srt = lambda t: [sorted(r.tolist()) for r in t]
     res[f"v2={v2}"] = [srt(out) == srt(want_out), srt(raw) == srt(want_raw), torch.equal(raw[:2], want_raw[:2])]
-res["sglang_transform_logits_bytes"] = ops.CALLS[-1]
+res["sglang_transform_calls"] = ops.CALLS  # logits bytes of each call SGLang's own transform got
 res["module_transform_untouched"] = not hasattr(ops.topk_transform_paged, "__sm12x_patch__")
 res["outcomes"] = {k: v[0] for k, v in apply.OUTCOMES.items() if k.startswith("sglang.dsv4.indexer.")}
 print(json.dumps(res))
@@ -284,6 +284,24 @@ def test_sglang_0523_nonpaged_indexer(tmp_path):
     out = _run(tmp_path, SGLANG_0523, CALLS_SGLANG, {"sglang": "0.5.23"})
     assert out["v2=False"] == [True, True, True] and out["v2=True"] == [True, True, True]
     assert out["module_transform_untouched"]
-    assert out["sglang_transform_logits_bytes"] == 5 * 256 * 4  # only the reference call saw real logits
+    assert out["sglang_transform_calls"] == [5 * 256 * 4] * 2  # the reference calls only
     mine = {k: v for k, v in out["outcomes"].items() if "paged_logits_torch" not in k}
     assert len(mine) == 6 and set(mine.values()) == {"applied"}, out["outcomes"]
+
+
+def test_vllm_025_pair_half_skipped_keeps_real_logits(tmp_path):
+    """With the ``ops`` record skipped, vLLM's own top-k would read the placeholder: the logits
+    record then returns real logits."""
+    out = _run(tmp_path, VLLM_025, CALLS_025, {"vllm": "0.25.1"}, env={"SM12X_SKIP": "vllm.sparse_attn_indexer.ops"})
+    assert out["sets"] and out["logits_bytes"] == 6 * 260 * 4 and out["vllm_topk_calls"] == 1
+
+
+def test_sglang_one_transform_skipped_keeps_real_logits(tmp_path):
+    """A transform left as SGLang's would read the placeholder: with any one skipped, the
+    non-paged logits are real and every transform gets them."""
+    out = _run(tmp_path, SGLANG_0523, CALLS_SGLANG, {"sglang": "0.5.23"},
+               env={"SM12X_SKIP": "sglang.dsv4.indexer.topk_transform_flashinfer_unfused"})
+    assert out["v2=False"] == [True, True, True] and out["v2=True"] == [True, True, True]
+    # per loop: three row chunks (2, 2, 1 rows) of real logits, then the reference call
+    assert out["sglang_transform_calls"] == [2 * 256 * 4, 2 * 256 * 4, 256 * 4, 5 * 256 * 4] * 2
+    assert out["outcomes"]["sglang.dsv4.indexer.nonpaged_mqa_logits"] == "applied"
