@@ -168,6 +168,27 @@ TILES = {
 }
 
 
+def _triton_release() -> tuple:
+    parts = []
+    for p in triton.__version__.split("+")[0].split(".")[:2]:
+        parts.append(int("".join(ch for ch in p if ch.isdigit()) or 0))
+    return tuple(parts)
+
+
+# sm_121 (GB10): Triton >= 3.8 emits the native FP8 and block-scaled MMAs there (triton #10010),
+# so it takes the sm_120 tiles. Older Tritons upcast FP8 dots to f16 and emulate tl.dot_scaled
+# with bf16 on sm_121: no block-scaled MMA (no gain, and the emulation's staging overflows
+# 101,376 B), 64-wide K steps for 128x128 tiles (with 128 the f16 operands spill 8-16 B).
+if _triton_release() >= (3, 8):
+    TILES["sm_121"] = TILES["sm_120"]
+else:
+    TILES["sm_121"] = {
+        "small": Tile(128, 16, 128, 4, 4, swap_ab=True),
+        "medium": Tile(64, 128, 128, 8, 4),
+        "large": Tile(128, 128, 64, 8, 4),
+    }
+
+
 def m_class(m: int) -> str:
     return "small" if m <= 64 else ("medium" if m <= 256 else "large")
 
@@ -176,7 +197,7 @@ def pick_tile(m: int, device=None, tiles: dict = TILES, arch: str | None = None)
     """The tile for an M-row problem on ``device`` (``SM12X_KERNEL_CONFIGS`` forces an arch), or
     for ``arch`` when given. A small-M tile's column block is M rounded up to a power of two (16
     at least); 64 columns take 8 warps (with 4 the fp32-promotion path spills on sm_120)."""
-    tile = (tiles["sm_120" if arch == "sm_121" else arch] if arch else configs.pick(tiles, device))[m_class(m)]
+    tile = (tiles[arch] if arch else configs.pick(tiles, device))[m_class(m)]
     if tile.swap_ab:
         block_c = max(16, min(64, triton.next_power_of_2(max(m, 1))))
         tile = dataclasses.replace(tile, block_c=block_c,
