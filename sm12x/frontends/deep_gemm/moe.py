@@ -17,6 +17,8 @@ Differences from DeepGEMM (supersets only):
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from sm12x.kernels.common.checks import require, require_dtype
@@ -45,6 +47,17 @@ def get_mk_alignment_for_contiguous_layout() -> int:
 
 def set_mk_alignment_for_contiguous_layout(new_value: int) -> None:
     _operands.set_mk_alignment(new_value)
+
+
+@contextlib.contextmanager
+def mk_alignment(value: int):
+    """Run with the M alignment ``value`` (a caller that set it on its own DeepGEMM module)."""
+    previous = _operands.get_mk_alignment()
+    _operands.set_mk_alignment(int(value), "m_grouped_fp8_fp4_gemm_nt_contiguous")
+    try:
+        yield
+    finally:
+        _operands.set_mk_alignment(previous)
 
 
 def get_theoretical_mk_alignment_for_contiguous_layout(expected_m=None, num_groups=None) -> int:
