@@ -11,13 +11,23 @@ pair where the release's source shows it:
   the op are replaced, in the module and in the copies its indexer, its chunk planner and GLM-5
   Next's indexer hold. Its planner then packs prefill chunks up to 16,384 rows x 2**20 keys with
   no logits budget.
+- vLLM 0.33.0-0.34.0 decode passes the paged logits to ``get_indexer_topk(backend)(...)``; the
+  indexer module's copies of ``fp8_fp4_paged_mqa_logits`` and ``get_indexer_topk`` are replaced
+  as a pair (placeholder logits, ``sm12x.frontends.deferred_logits``).
 - vLLM 0.22.1-0.25.1 prefill chunks call ``fp8_fp4_mqa_logits`` and pass the logits straight to
   ``ops.top_k_per_row_prefill``; both names are globals of ``sparse_attn_indexer``, replaced as a
-  pair (``sm12x.frontends.deferred_logits``).
+  pair.
+- SGLang 0.5.23's DeepSeek-V4 non-paged prefill indexer (one request's extend): its
+  ``_nonpaged_mqa_logits`` and the top-k transforms its indexer module binds.
 
-Not covered (see the frontends' docstrings): vLLM's decode top-k (0.25.1 calls
-``torch.ops._C.persistent_topk`` directly on the paged logits, [decode rows, max_model_len]);
-vLLM 0.26-0.33, whose prefill logits also feed v4.1 candidate selection and an FP32 upcast.
+Not covered (see the front ends' docstrings): vLLM 0.22.1-0.25.1 decode (the paged logits go to
+``torch.ops._C.persistent_topk``, looked up through ``torch.ops``, which no module-level name
+reaches); vLLM 0.26-0.33 prefill (the logits also feed v4.1 candidate selection and an FP32
+upcast); SGLang's paged indexer (decode and multi-request prefill: the logits function is
+``deep_gemm``'s own, shared with the DSA indexers) and its DSA (V3.2 / GLM) indexers. No
+``max_model_len`` / context gate whose only reason is the indexer's memory or DeepGEMM's 32-bit
+offsets exists in vLLM 0.25.1 / 0.34.0 or SGLang 0.5.23: past 256K stock crashes (CUDA error
+719) rather than refusing.
 """
 from __future__ import annotations
 
@@ -31,6 +41,8 @@ _VLLM_INDEXER = "vllm.model_executor.layers.sparse_attn_indexer"
 _FUSED_USERS = (_VLLM_INDEXER, "vllm.models.glm5next.nvidia.sparse_indexer")
 _UPSTREAM_034 = ("vllm 0.34.0 model_executor/kernels/attention/dsa/fused_mqa_topk.py; "
                  "layers/sparse_attn_indexer.py (prefill chunks)")
+_UPSTREAM_DECODE = ("vllm 0.33.0 / 0.34.0 model_executor/layers/sparse_attn_indexer.py (decode); "
+                    "layers/indexer_topk.py (SparseIndexerTopk)")
 _UPSTREAM_025 = "vllm 0.25.1 model_executor/layers/sparse_attn_indexer.py (prefill chunks)"
 
 
@@ -55,6 +67,18 @@ VLLM_PATCHES = (
     _vllm_fused("fused_mqa_topk_prefill", vllm_wrappers.make_fused_mqa_topk_prefill,
                 "vLLM's fused op (torch.ops._C.fused_mqa_topk_prefill) is an SM100-family CUDA kernel; "
                 "sm12x's fused top-k writes the same indices (relative to the row start, -1 padded)"),
+    Patch(name="vllm.sparse_attn_indexer.fp8_fp4_paged_mqa_logits",
+          target=f"{_VLLM_INDEXER}:fp8_fp4_paged_mqa_logits", make=vllm_wrappers.make_deferred_paged_mqa_logits,
+          why="each decode step materialises [decode rows, max_model_len] float32 logits (1 MiB a row at "
+              "a 1M-token DeepSeek-V4 limit) for the top-k selector, whose SM12x choice is persistent_topk; "
+              "the logits come back as a placeholder for the fused paged top-k (real logits for v4.1 "
+              "candidate blocks, DCP or BF16 logits, which other readers need)",
+          upstream=_UPSTREAM_DECODE, library="vllm", versions=">=0.33.0,<0.35"),
+    Patch(name="vllm.sparse_attn_indexer.get_indexer_topk",
+          target=f"{_VLLM_INDEXER}:get_indexer_topk", make=vllm_wrappers.make_get_indexer_topk,
+          why="the indexer's decode top-k selector runs the fused paged top-k for the placeholder logits "
+              "of its fp8_fp4_paged_mqa_logits record (vLLM's selector for real logits)",
+          upstream=_UPSTREAM_DECODE, library="vllm", versions=">=0.33.0,<0.35"),
     Patch(name="vllm.sparse_attn_indexer.fp8_fp4_mqa_logits",
           target=f"{_VLLM_INDEXER}:fp8_fp4_mqa_logits", make=vllm_wrappers.make_deferred_mqa_logits,
           why="each prefill chunk materialises [rows, keys] float32 logits (up to the 512 MB "

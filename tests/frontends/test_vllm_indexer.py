@@ -139,3 +139,44 @@ def test_eligibility_rule():
         del original.__globals__["envs"]
     chunk_rule = wrappers.make_fused_mqa_topk_chunk(lambda *a: False)
     assert chunk_rule(300000, 1 << 21, 512, 8192, 16)
+
+
+def vllm_decode_top_k(logits, seq_lens, next_n, topk):
+    """vLLM's decode top-k (``SparseIndexerTopk``, its torch reference backend): row ends from
+    seq_lens [B, next_n] (per row) or [B, 1] (len - next_n + 1 + t), the topk best positions
+    below the end, -1 where t >= the row's end."""
+    rows = logits.shape[0]
+    if seq_lens.numel() == rows:
+        ends = seq_lens.reshape(-1)
+    else:
+        ends = (seq_lens.reshape(-1, 1) - next_n + 1 + torch.arange(next_n)).clamp(min=0).reshape(-1)
+    cols = torch.arange(logits.shape[1])
+    masked = logits.masked_fill(cols[None, :] >= ends[:, None], float("-inf"))
+    idx = masked.topk(topk, dim=-1).indices
+    return torch.where(torch.arange(topk)[None, :] < ends[:, None], idx, -1).int()
+
+
+@pytest.mark.parametrize("next_n,lens_form", [(1, "2d"), (2, "2d"), (3, "b1")])
+def test_deferred_decode_logits_then_selector(device, next_n, lens_form):
+    """vLLM 0.33-0.34 decode: the placeholder of [B*next_n, max_model_len] and the selector give
+    vLLM's decode top-k; real logits go to vLLM's selector."""
+    from tests.kernels.indexer.test_paged_mqa_logits import make_paged
+
+    b, h, d, bkv, topk = 3, 8, 64, 32, 24
+    inp = make_paged(b, next_n, h, d, bkv, [20, 100, 150], False, device, ctx2d=lens_form == "2d", seed=4)
+    q, cache, w, bt = inp["q"], inp["cache"], inp["weights"], inp["block_table"]
+    lens = inp["context_lens"] if lens_form == "2d" else inp["context_lens"][:, None].contiguous()
+    max_model_len = bt.shape[1] * bkv
+    logits = api.deferred_paged_mqa_logits(q, cache, w, lens, bt, None, max_model_len)
+    assert logits.shape == (b * next_n, max_model_len) and logits.untyped_storage().nbytes() == 4
+    calls = []
+    selector = api.IndexerTopkSelector(lambda *a: calls.append(a))
+    buffer = torch.full((b * next_n + 1, topk + 3), 5, dtype=torch.int32, device=device)
+    selector(logits, lens, next_n, buffer[:-1, :topk], topk, 150)
+    assert not calls and bool((buffer[-1] == 5).all() and (buffer[:, topk:] == 5).all())
+    real = deep_gemm_api.fp8_fp4_paged_mqa_logits(q, cache, w, lens if lens_form == "2d" else lens[:, 0].contiguous(),
+                                                  bt, None, max_model_len, clean_logits=False)
+    want = vllm_decode_top_k(real.cpu().float(), lens.cpu(), next_n, topk)
+    assert as_sets(buffer[:-1, :topk]) == as_sets(want)
+    selector(real, lens, next_n, buffer[:-1, :topk], topk, 150)
+    assert len(calls) == 1 and calls[0][0] is real

@@ -65,7 +65,42 @@ def prefill_chunk(q, k_quant, k_scale, weights, ks, ke, topk_indices):
     top_k_per_row_prefill(logits(q, k_quant, k_scale.view(torch.float32).squeeze(-1), weights, ks, ke), ks, ke,
                           topk_indices, q.shape[0], 0, 0, topk_indices.shape[1])
     return "dense"
+
+# the 0.33-0.34 decode: paged logits, then the layer's top-k selector (v4.1 candidates read them)
+from vllm.utils.deep_gemm import fp8_fp4_paged_mqa_logits
+from vllm.model_executor.layers.indexer_topk import get_indexer_topk
+
+def sparse_attn_indexer(q, kv_cache, weights, seq_lens, block_table, max_model_len, topk_indices_buffer, topk,
+                        candidate_blocks=None, dcp_world_size=1):
+    logits = fp8_fp4_paged_mqa_logits((q, None), kv_cache, weights, seq_lens, block_table, None,
+                                      max_model_len=max_model_len, logits_dtype=torch.float32, indices=None)
+    if candidate_blocks is not None:
+        candidate_blocks.copy_(logits[:, :candidate_blocks.shape[1]])
+    get_indexer_topk("auto")(logits, seq_lens, q.shape[1], topk_indices_buffer[:logits.shape[0], :topk], topk, 0)
+    return logits
 """,
+    "vllm/utils/__init__.py": "",
+    "vllm/utils/deep_gemm.py": """
+        import torch
+        from sm12x.kernels.indexer.reference import ref_paged_mqa_logits
+        def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, schedule_metadata,
+                                     max_model_len, logits_dtype=torch.float32, indices=None):
+            return ref_paged_mqa_logits(q[0], kv_cache, weights, context_lens, block_tables, max_model_len)
+    """,
+    "vllm/model_executor/layers/indexer_topk.py": """
+        import torch
+        CALLS = []
+        class SparseIndexerTopk:  # vLLM's decode top-k semantics (its torch backend)
+            def __call__(self, logits, seq_lens, next_n, topk_indices, topk_tokens, max_seq_len):
+                CALLS.append(logits.untyped_storage().nbytes())
+                ends = seq_lens.reshape(-1)
+                cols = torch.arange(logits.shape[1])
+                masked = logits.masked_fill(cols[None, :] >= ends[:, None], float("-inf"))
+                idx = masked.topk(topk_tokens, dim=-1).indices
+                topk_indices.copy_(torch.where(torch.arange(topk_tokens)[None, :] < ends[:, None], idx, -1))
+        def get_indexer_topk(backend):
+            return SparseIndexerTopk()
+    """,
     "vllm/v1/attention/backends/mla/indexer.py":
         "from vllm.model_executor.kernels.attention.dsa.fused_mqa_topk import use_fused_mqa_topk\n",
     "vllm/models/glm5next/nvidia/sparse_indexer.py":
@@ -138,6 +173,34 @@ res = {"route": route, "sets": sets(buffer[:, :topk]) == want_sets(), "tail": bo
 print(json.dumps(res))
 """
 
+CALLS_DECODE = """
+import json, torch
+import vllm  # the watcher route
+from vllm.model_executor.layers import sparse_attn_indexer as decode, indexer_topk
+from sm12x.kernels.indexer.cache import quant_fp8_paged_cache
+from sm12x import apply
+g = torch.Generator().manual_seed(2)
+b, next_n, h, d, bkv, topk = 2, 2, 16, 64, 32, 20
+cache = quant_fp8_paged_cache(torch.randn(8, bkv, d, generator=g))
+q = torch.randn(b, next_n, h, d, generator=g).to(torch.float8_e4m3fn)
+w = torch.rand(b * next_n, h, generator=g)
+lens = torch.tensor([[10, 11], [90, 91]], dtype=torch.int32)
+bt = torch.randperm(8, generator=g)[:6].int().view(b, 3)
+res = {}
+for candidates in (None, torch.empty(b * next_n, 4)):
+    out = torch.full((b * next_n + 1, topk), 7, dtype=torch.int32)
+    got = decode.sparse_attn_indexer(q, cache, w, lens, bt, 96, out, topk, candidate_blocks=candidates)
+    want = torch.empty(b * next_n, topk, dtype=torch.int32)
+    indexer_topk.CALLS.clear()
+    orig = decode.fp8_fp4_paged_mqa_logits.__sm12x_original__
+    indexer_topk.SparseIndexerTopk()(orig((q, None), cache, w, lens, bt, None, 96), lens, next_n, want, topk, 0)
+    res[str(candidates is None)] = {"sets": [sorted(r) for r in out[:-1].tolist()] == [sorted(r) for r in want.tolist()],
+                                    "untouched": out[-1].tolist() == [7] * topk,
+                                    "logits_bytes": got.untyped_storage().nbytes()}
+res["outcomes"] = {k: v[0] for k, v in apply.OUTCOMES.items() if "paged_mqa" in k or "get_indexer" in k}
+print(json.dumps(res))
+"""
+
 CALLS_025 = INPUTS + """
 import vllm  # the watcher route: sm12x's sitecustomize is on the path
 from vllm.model_executor.layers import sparse_attn_indexer as s
@@ -164,6 +227,14 @@ def test_vllm_034_fused_seam(tmp_path):
     assert out["copies"] == ["vllm.fused_mqa_topk.use_fused_mqa_topk", "vllm.fused_mqa_topk.fused_mqa_topk_prefill"]
     fused = {k: v for k, v in out["outcomes"].items() if k.startswith("vllm.fused_mqa_topk")}
     assert len(fused) == 4 and set(fused.values()) == {"applied"}, out["outcomes"]
+
+
+def test_vllm_034_decode_logits_never_materialised(tmp_path):
+    """The decode pair, and real logits where v4.1 candidate blocks read them."""
+    out = _run(tmp_path, VLLM_034, CALLS_DECODE, {"vllm": "0.34.0"})
+    assert out["True"] == {"sets": True, "untouched": True, "logits_bytes": 4}
+    assert out["False"] == {"sets": True, "untouched": True, "logits_bytes": 4 * 96 * 4}
+    assert set(out["outcomes"].values()) == {"applied"} and len(out["outcomes"]) == 2, out["outcomes"]
 
 
 def test_vllm_025_logits_never_materialised(tmp_path):

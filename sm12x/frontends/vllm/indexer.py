@@ -7,6 +7,14 @@ Two call shapes, read from vLLM's own sources (``vllm/model_executor/layers/spar
   there): q float8 [rows, H, D], k float8 [keys, D], scales float32 [keys], weights float32
   [rows, H], starts / ends int32 [rows] (row i sees keys starts[i] <= j < ends[i]), output int32
   [rows, topk] (a view of vLLM's topk_indices_buffer). ``fused_mqa_topk_prefill`` here fills it.
+- vLLM 0.33.0-0.34.0 decode: ``fp8_fp4_paged_mqa_logits((q [B, next_n, H, D], q_scale),
+  kv_cache, weights [B*next_n, H], seq_lens, block_table, schedule_metadata, max_model_len=,
+  [logits_dtype=,] indices=)`` -> [B*next_n, max_model_len] logits, passed (through
+  ``as_fp32_logits``, the identity on float32) to ``get_indexer_topk(backend)(logits, seq_lens,
+  next_n, topk_indices, topk, max_seq_len)``. ``deferred_paged_mqa_logits`` returns a placeholder
+  and ``IndexerTopkSelector`` runs the fused paged top-k for it. Row (b, t) sees positions p <
+  seq_lens[b, t] for seq_lens [B, next_n], p < seq_lens[b] - next_n + 1 + t for [B, 1] (vLLM's
+  ``SparseIndexerTopk._row_ends``); indices are those positions, -1 padded.
 - vLLM 0.22.1-0.25.1 prefill chunks call ``fp8_fp4_mqa_logits((q, q_scale), (k, k_scale), weights,
   ks, ke, clean_logits=False)`` and pass the [rows, keys] logits straight to
   ``ops.top_k_per_row_prefill(logits, ks, ke, out, rows, stride0, stride1, topk)``.
@@ -27,8 +35,8 @@ import torch
 from sm12x.frontends.deep_gemm.indexer import _packed_q_scale
 from sm12x.frontends.deferred_logits import pending, placeholder
 from sm12x.kernels.common.checks import require, require_dtype, require_shape
-from sm12x.kernels.indexer.fused_topk import mqa_topk_indices
-from sm12x.kernels.indexer.validation import check_mqa
+from sm12x.kernels.indexer.fused_topk import mqa_topk_indices, paged_mqa_topk_indices
+from sm12x.kernels.indexer.validation import check_mqa, check_paged
 
 
 def fused_mqa_topk_prefill(q, k, scales, weights, starts, ends, output) -> None:
@@ -91,3 +99,46 @@ def top_k_per_row_prefill(original, logits, cu_seqlen_ks, cu_seqlen_ke, raw_topk
             topk_tokens, lambda: f"an int <= the index buffer's width ({raw_topk_indices.shape[-1]})")
     compute(topk_tokens, raw_topk_indices[:, :topk_tokens], cu_seqlen_ks, cu_seqlen_ke)
     return None
+
+
+def deferred_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, schedule_metadata, max_model_len,
+                              indices=None):
+    """vLLM's decode ``fp8_fp4_paged_mqa_logits`` (0.33.0-0.34.0) without computing the logits: a
+    [B*next_n, max_model_len] placeholder for ``IndexerTopkSelector``. ``indices`` (SM100 varlen
+    rows) only shapes DeepGEMM's schedule; the rows carry their own lengths."""
+    op = "fp8_fp4_paged_mqa_logits"
+    require(isinstance(q, (tuple, list)) and len(q) == 2, op, "q", type(q).__name__, "(values, scale or None)")
+    qv, qs = q[0], _packed_q_scale(q[1])
+    require(isinstance(context_lens, torch.Tensor), op, "context_lens", type(context_lens).__name__, "an int32 tensor")
+    if qv.dim() == 4 and context_lens.dim() == 2 and context_lens.shape[1] == 1 and qv.shape[1] > 1:
+        # [B, 1] with next_n > 1: each request's length, rows (b, t) ending at len - next_n + 1 + t
+        context_lens = context_lens[:, 0].contiguous()
+    check_paged(op, qv, qs, kv_cache, weights, context_lens, block_tables, None, max_model_len)
+    rows = qv.shape[0] * qv.shape[1]
+
+    def compute(topk, out):
+        paged_mqa_topk_indices((qv, qs), kv_cache, weights, context_lens, block_tables, max_model_len, topk, out=out)
+
+    return placeholder(rows, max_model_len, qv.device, compute)
+
+
+class IndexerTopkSelector:
+    """vLLM's decode top-k selector (``get_indexer_topk(backend)``) as the indexer sees it:
+    placeholder logits get the fused paged top-k, real ones vLLM's selector; every other
+    attribute is the selector's own."""
+
+    def __init__(self, selector):
+        self.__sm12x_selector__ = selector
+
+    def __getattr__(self, name):
+        return getattr(self.__sm12x_selector__, name)
+
+    def __call__(self, logits, seq_lens, next_n, topk_indices, topk_tokens, max_seq_len):
+        compute = pending(logits)
+        if compute is None:
+            return self.__sm12x_selector__(logits, seq_lens, next_n, topk_indices, topk_tokens, max_seq_len)
+        op = "indexer_topk"
+        require(isinstance(topk_tokens, int) and topk_indices.shape[-1] >= topk_tokens, op, "topk_tokens",
+                topk_tokens, lambda: f"an int <= the index buffer's width ({topk_indices.shape[-1]})")
+        compute(topk_tokens, topk_indices[:, :topk_tokens])
+        return None

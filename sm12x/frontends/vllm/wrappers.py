@@ -8,6 +8,10 @@ chunk does, ``fused_mqa_topk_key_scales`` for float32 key scales and ``fused_mqa
 the indices. vLLM answers no on every GPU outside the SM100 family; the replacements answer yes
 where sm12x's fused top-k serves the layer and do the work.
 
+vLLM 0.33.0-0.34.0 decode (``vllm.model_executor.layers.sparse_attn_indexer``): that module's
+copies of ``fp8_fp4_paged_mqa_logits`` and ``get_indexer_topk`` are replaced as a pair: the decode
+logits come back as a placeholder and the selector computes the fused paged top-k for it.
+
 vLLM 0.22.1-0.25.1 (``vllm.model_executor.layers.sparse_attn_indexer``): that module's copy of
 ``fp8_fp4_mqa_logits`` and its ``ops`` (``vllm._custom_ops``) are replaced as a pair: the logits
 come back as a placeholder and ``ops.top_k_per_row_prefill`` computes the fused top-k for it.
@@ -143,3 +147,56 @@ class IndexerOps:
 
 def make_indexer_ops(original):
     return IndexerOps(original)
+
+
+def _decode_caller_reads_only_topk(frame) -> bool:
+    """Whether the decode logits call comes from ``sparse_attn_indexer`` itself with nothing but
+    the top-k selector to read the logits: no v4.1 candidate blocks (``_select_candidate_blocks``
+    and ``_apply_candidate_mask`` read them) and no DCP (its merge reads them). Those are the
+    function's own arguments; the logits call cannot see them otherwise."""
+    if frame is None or frame.f_code.co_name != "sparse_attn_indexer":
+        return False
+    names = frame.f_locals
+    return names.get("candidate_blocks") is None and names.get("dcp_world_size", 1) == 1
+
+
+def make_deferred_paged_mqa_logits(original):
+    """``sparse_attn_indexer``'s ``fp8_fp4_paged_mqa_logits`` (vLLM 0.33.0-0.34.0): a placeholder
+    for the decode top-k selector when the selector is ours, the logits are float32 (so vLLM's
+    ``as_fp32_logits`` passes them through) and ``_decode_caller_reads_only_topk``; ``original``
+    (DeepGEMM's logits, which sm12x's DeepGEMM records serve) otherwise."""
+    api = _api()
+
+    @functools.wraps(original)
+    def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, schedule_metadata,
+                                 max_model_len, *rest, **kwargs):
+        indexer = sys.modules.get(INDEXER_MODULE)
+        dtype = kwargs.get("logits_dtype")
+        if (rest or (dtype is not None and str(dtype) != "torch.float32") or set(kwargs) - {"logits_dtype", "indices"}
+                or not isinstance(getattr(indexer, "get_indexer_topk", None), CachedSelectors)
+                or not _decode_caller_reads_only_topk(sys._getframe(1))):
+            return original(q, kv_cache, weights, context_lens, block_tables, schedule_metadata, max_model_len,
+                            *rest, **kwargs)
+        return api.deferred_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, schedule_metadata,
+                                             max_model_len, indices=kwargs.get("indices"))
+
+    return fp8_fp4_paged_mqa_logits
+
+
+class CachedSelectors:
+    """``get_indexer_topk`` as ``sparse_attn_indexer`` sees it: vLLM's selector for a backend,
+    wrapped once in the API module's ``IndexerTopkSelector``."""
+
+    def __init__(self, original):
+        self.__sm12x_original_get__ = original
+        self.__name__ = getattr(original, "__name__", "get_indexer_topk")
+        self._wrapped = {}
+
+    def __call__(self, backend):
+        if backend not in self._wrapped:
+            self._wrapped[backend] = _api().IndexerTopkSelector(self.__sm12x_original_get__(backend))
+        return self._wrapped[backend]
+
+
+def make_get_indexer_topk(original):
+    return CachedSelectors(original)
