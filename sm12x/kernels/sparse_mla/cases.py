@@ -73,6 +73,12 @@ def _compile_decode(targets):
     return decode.compile_reports(targets=targets)
 
 
+def _compile_prefill(targets):
+    from sm12x.kernels.sparse_mla import prefill
+
+    return prefill.compile_reports(targets=targets)
+
+
 def _reference_decode(**case):
     from sm12x.kernels.sparse_mla.reference import ref_sparse_mla_decode
 
@@ -89,7 +95,9 @@ OPS = (
     Op(name="sparse_mla_decode", family="sparse_mla", reference=_reference_decode,
        selftest=check_sparse_mla_decode, compile_reports=_compile_decode,
        benchmark="scripts/bench_sparse_mla_decode.py"),
-    # the prefill runs the decode's kernel on bf16 rows: its configurations are the decode's
+    # the prefill's split path runs the decode's kernel on bf16 rows (its configurations are
+    # the decode's); these reports are its pipelined path's
     Op(name="sparse_mla_prefill", family="sparse_mla", reference=_reference_prefill,
-       selftest=check_sparse_mla_prefill, benchmark="scripts/bench_sparse_mla_prefill.py"),
+       selftest=check_sparse_mla_prefill, compile_reports=_compile_prefill,
+       benchmark="scripts/bench_sparse_mla_prefill.py"),
 )

@@ -13,17 +13,165 @@ With P = (q . k) * sm_scale over the valid candidates:
 
 A row with no valid candidate gets out 0, max_logits -inf, lse +inf. Any h_q is accepted (FlashMLA
 takes 64 and 128 only; callers pad to those, with uninitialised heads that stay in their rows).
-Rows are split across programs as in decode when there are too few to fill the GPU (a few query
-tokens); the plan and workspace depend on shapes only (CUDA-graph safe).
+Two paths, chosen by shape (``use_pipelined``):
+
+- split (the decode kernel): rows are split across programs when there are too few to fill the
+  GPU (a few query tokens); the plan and workspace depend on shapes only (CUDA-graph safe).
+- pipelined (``_sparse_prefill_kernel``): one program per (query token, head block), whole rows,
+  no workspace. The bf16 rows feed both dots straight from the loads, so Triton's software
+  pipeliner (``tl.range(num_stages=...)``) copies the next tiles' rows into a ring of shared
+  buffers (``cp.async``) while the current tile computes, and the dots read them from there.
 """
 from __future__ import annotations
 
-import torch
+import os
 
-from sm12x.kernels.common import checks
-from sm12x.kernels.sparse_mla.decode import D_V, _rows_aligned, launch, plan
+import torch
+import triton
+import triton.language as tl
+
+from sm12x.kernels.common import checks, configs
+from sm12x.kernels.sparse_mla.decode import (D_V, LOG2E, _dot, _interpret, _rows_aligned,
+                                             _to_bf16, launch, plan)
 
 OP = "flash_mla_sparse_fwd"
+
+
+# Pipelined path: launch configs by d_qk. The fp32 accumulator is BLOCK_H x 512; the pipeliner
+# holds the next tile's BLOCK_N rows (d_qk bf16 each) in shared memory while the current one
+# computes. sm_120 / sm_121 (101,376 B per block, no spills under triton 3.6-3.9; compile_reports):
+# 32 x 32 (68 / 76 KB at d_qk 512 / 576, 180-186 registers); 64 x 16 spills 24 B under 3.7.1 at
+# d_qk 512 and under all of them at 576, and 64 x 32 exceeds the shared memory. sm_90: 64 x 64 (197-221 KB) spills 264-368 B (triton 3.9), as the split path's
+# 64 x 64 tile does there; on Hopper the QK dot here runs on both warpgroups (Triton lays out a dot
+# whose result feeds another dot with all warps on the head axis), which the split path avoids.
+# SM12X_SPARSE_MLA_PREFILL_CONFIG="BLOCK_H=64,BLOCK_N=32,num_warps=8,num_stages=3" overrides it.
+PIPELINED_CONFIGS = {
+    "sm_120": {512: {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2},
+               576: {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2}},
+    "sm_90": {512: {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2},
+              576: {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}},
+}
+# The pipelined path needs this many whole-row programs per SM: calls with fewer query tokens take
+# the split path, which cuts rows to fill the GPU.
+PIPELINED_MIN_WAVES = 2
+# Per arch: the d_qk whose calls take the pipelined path by default (``use_pipelined``). H200,
+# s_q 4096, side by side in one run (docs/performance.md): at d_qk 576 (V3.2, h_q 128, top-2048)
+# pipelined 10.2-11.0 ms against split 11.5-12.8 ms; with the sm_120 configs 26.0-29.1 against
+# 38.4-38.6 ms (a proxy: not measured on an SM12x GPU). At d_qk 512 (MODEL1 h_q 64 / 128) it
+# was 1-8% slower than the split path with the sm_90 configs.
+PIPELINED_PATH = {"sm_90": (576,), "sm_120": (576,), "sm_121": (576,)}
+
+
+def pipelined_config(d_qk, device):
+    """The pipelined path's launch config for ``d_qk`` on ``device`` (env override applied)."""
+    cfg = configs.pick(PIPELINED_CONFIGS, device)[d_qk]
+    text = os.environ.get("SM12X_SPARSE_MLA_PREFILL_CONFIG", "").strip()
+    if not text:
+        return cfg
+    cfg = dict(cfg)
+    for item in text.split(","):
+        key, _, value = item.partition("=")
+        if key.strip() not in ("BLOCK_H", "BLOCK_N", "num_warps", "num_stages"):
+            raise ValueError(f"SM12X_SPARSE_MLA_PREFILL_CONFIG={text!r}: unknown key "
+                             f"{key.strip()!r}")
+        cfg[key.strip()] = int(value)
+    return cfg
+
+
+def use_pipelined(s_q, h_q, d_qk, device):
+    """The pipelined path where the arch enables it (PIPELINED_PATH) and its whole-row programs
+    fill the GPU PIPELINED_MIN_WAVES times; SM12X_SPARSE_MLA_PREFILL=pipelined|split forces a
+    path."""
+    forced = os.environ.get("SM12X_SPARSE_MLA_PREFILL", "").strip()
+    if forced:
+        if forced not in ("pipelined", "split"):
+            raise ValueError(f"SM12X_SPARSE_MLA_PREFILL={forced!r}: supported pipelined, split")
+        return forced == "pipelined"
+    if d_qk not in PIPELINED_PATH.get(configs.arch_key(device), ()):
+        return False
+    programs = s_q * triton.cdiv(h_q, pipelined_config(d_qk, device)["BLOCK_H"])
+    return programs >= PIPELINED_MIN_WAVES * configs.sm_count(device)
+
+
+@triton.jit(do_not_specialize=["stride_qs", "stride_qh", "stride_kv", "S_KV", "stride_is",
+                               "stride_os", "stride_oh", "H", "TOPK"])
+def _sparse_prefill_kernel(q_ptr, stride_qs, stride_qh, kv_ptr, stride_kv, S_KV, idx_ptr,
+                           stride_is, len_ptr, sink_ptr, out_ptr, stride_os, stride_oh, lse_ptr,
+                           max_ptr, H, TOPK, qk_scale, HAS_ROPE: tl.constexpr,
+                           HAS_LEN: tl.constexpr, HAS_SINK: tl.constexpr,
+                           BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+                           NUM_STAGES: tl.constexpr, INTERPRET: tl.constexpr):
+    """Heads [hb * BLOCK_H, ...) of query token s (grid (head blocks, s_q)) over its whole
+    candidate list: out, lse and max_logits as in the module docstring. ``qk_scale`` is
+    sm_scale * log2(e) (base-2 online softmax). HAS_ROPE: d_qk 576 (dims 512..575 in a second
+    QK dot), else 512. Pointers and row strides are 16-byte aligned (the launcher checks)."""
+    hb = tl.program_id(0)
+    s = tl.program_id(1)
+    heads = hb * BLOCK_H + tl.arange(0, BLOCK_H)
+    hmask = heads < H
+    dv = tl.arange(0, 512)
+    dr = tl.arange(0, 64)
+    q_row = tl.multiple_of(q_ptr + s.to(tl.int64) * stride_qs + heads * stride_qh, 16)
+    q = tl.load(q_row[:, None] + dv[None, :], mask=hmask[:, None], other=0.0)
+    if HAS_ROPE:
+        q_rope = tl.load(q_row[:, None] + 512 + dr[None, :], mask=hmask[:, None], other=0.0)
+    length = TOPK
+    if HAS_LEN:
+        length = tl.maximum(tl.minimum(tl.load(len_ptr + s), TOPK), 0)
+    idx_row = idx_ptr + s.to(tl.int64) * stride_is
+    ar = tl.arange(0, BLOCK_N)
+
+    acc = tl.zeros((BLOCK_H, 512), dtype=tl.float32)
+    m_i = tl.full((BLOCK_H,), float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros((BLOCK_H,), dtype=tl.float32)
+    for t in tl.range(0, tl.cdiv(length, BLOCK_N), num_stages=NUM_STAGES):
+        pos = t * BLOCK_N + ar
+        idx = tl.load(idx_row + pos, mask=pos < length, other=-1)
+        valid = (idx >= 0) & (idx < S_KV)
+        row = tl.multiple_of(kv_ptr + tl.where(valid, idx, 0).to(tl.int64) * stride_kv, 16)
+        k = tl.load(row[:, None] + dv[None, :], mask=valid[:, None], other=0.0)
+        qk = _dot(q, tl.trans(k), tl.zeros((BLOCK_H, BLOCK_N), dtype=tl.float32), INTERPRET)
+        if HAS_ROPE:
+            k_rope = tl.load(row[:, None] + 512 + dr[None, :], mask=valid[:, None], other=0.0)
+            qk = _dot(q_rope, tl.trans(k_rope), qk, INTERPRET)
+        qk = tl.where(valid[None, :], qk * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no (-inf) - (-inf) on empty tiles
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(qk - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = _dot(_to_bf16(p, INTERPRET), k, acc * alpha[:, None], INTERPRET)
+        m_i = m_new
+
+    has_any = l_i > 0.0
+    lse2 = tl.where(has_any, m_i + tl.log2(tl.where(has_any, l_i, 1.0)), float("-inf"))
+    lse = tl.where(has_any, lse2 * 0.6931471805599453, float("inf"))
+    factor = tl.where(has_any, 1.0 / tl.where(has_any, l_i, 1.0), 0.0)
+    if HAS_SINK:
+        sink = tl.load(sink_ptr + heads, mask=hmask, other=float("-inf"))
+        factor = tl.where(has_any, factor / (1.0 + tl.exp(sink - lse)), 0.0)  # +inf - +inf
+    o_row = tl.multiple_of(out_ptr + s.to(tl.int64) * stride_os + heads * stride_oh, 16)
+    tl.store(o_row[:, None] + dv[None, :], _to_bf16(acc * factor[:, None], INTERPRET),
+             mask=hmask[:, None])
+    tl.store(lse_ptr + s.to(tl.int64) * H + heads, lse, mask=hmask)
+    tl.store(max_ptr + s.to(tl.int64) * H + heads, m_i * 0.6931471805599453, mask=hmask)
+
+
+def _launch_pipelined(q, kv, indices, topk_length, attn_sink, sm_scale, out, max_logits, lse,
+                      cfg):
+    """The pipelined path on checked inputs (q with 16-byte aligned rows; max_logits and lse
+    contiguous [s_q, h_q])."""
+    s_q, h_q, d_qk = q.shape
+    sink = attn_sink.contiguous() if attn_sink is not None else lse
+    length = topk_length.contiguous() if topk_length is not None else indices
+    grid = (triton.cdiv(h_q, cfg["BLOCK_H"]), s_q)
+    _sparse_prefill_kernel[grid](
+        q, q.stride(0), q.stride(1), kv, kv.stride(0), kv.shape[0], indices, indices.stride(0),
+        length, sink, out, out.stride(0), out.stride(1), lse, max_logits, h_q,
+        indices.shape[-1], float(sm_scale) * LOG2E, HAS_ROPE=d_qk == 576,
+        HAS_LEN=topk_length is not None, HAS_SINK=attn_sink is not None,
+        BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"], NUM_STAGES=cfg["num_stages"],
+        INTERPRET=_interpret(), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
 
 def validate(op, q, kv, indices, topk_length, attn_sink, d_v):
@@ -79,9 +227,67 @@ def sparse_mla_prefill(q, kv, indices, sm_scale, d_v=D_V, attn_sink=None, topk_l
     lse = torch.empty((s_q, h_q), dtype=torch.float32, device=q.device)
     if not _rows_aligned(q):
         q = q.clone(memory_format=torch.contiguous_format)
+    if num_splits is None and use_pipelined(s_q, h_q, d_qk, q.device):
+        _launch_pipelined(q, kv, indices, topk_length, attn_sink, sm_scale, out, max_logits, lse,
+                          pipelined_config(d_qk, q.device))
+        return out, max_logits, lse
     # each query token is a request of one token: [s_q, 1, ...] views of the same memory
     pl = plan(s_q, 1, h_q, indices.shape[-1], 0, q.device, num_splits, fmt=f"bf16_{d_qk}",
               ragged=topk_length is not None)
     launch(q.unsqueeze(1), kv, indices, topk_length, attn_sink, None, None, None, sm_scale, pl,
            out.unsqueeze(1), lse.unsqueeze(1), max_logits=max_logits.unsqueeze(1), kv_bf16=True)
     return out, max_logits, lse
+
+
+# ----------------------------------------------------------------------------------------------
+# Compile checks of the pipelined path (no GPU needed); the split path is the decode kernel's
+# (``decode.compile_reports``).
+
+def _pipelined_signature(cfg, d_qk, has_len):
+    sig = {"q_ptr": "*bf16", "kv_ptr": "*bf16", "idx_ptr": "*i32", "len_ptr": "*i32",
+           "sink_ptr": "*fp32", "out_ptr": "*bf16", "lse_ptr": "*fp32", "max_ptr": "*fp32",
+           "qk_scale": "fp32"}
+    for n in ("stride_qs", "stride_qh", "stride_kv", "S_KV", "stride_is", "stride_os",
+              "stride_oh", "H", "TOPK"):
+        sig[n] = "i32"
+    const = dict(HAS_ROPE=d_qk == 576, HAS_LEN=has_len, HAS_SINK=True, BLOCK_H=cfg["BLOCK_H"],
+                 BLOCK_N=cfg["BLOCK_N"], NUM_STAGES=cfg["num_stages"], INTERPRET=False)
+    for k in const:
+        sig[k] = "constexpr"
+    return {n: sig[n] for n in _sparse_prefill_kernel.arg_names}, const
+
+
+def compile_reports(targets=("sm_120", "sm_121"), cfgs=None):
+    """Compile the pipelined path's configs (``cfgs``: {d_qk: cfg}, default the targets' own)
+    for ``targets``, with and without per-query lengths -> list of CompileReport. Under the
+    Triton interpreter this re-runs itself in a subprocess without TRITON_INTERPRET."""
+    from sm12x.kernels.common.compile_check import CompileReport, compile_kernel
+
+    if _interpret():
+        import dataclasses  # noqa: F401  (used by the child)
+        import json
+        import subprocess
+        import sys
+
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__)))))  # the repository root
+        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        code = ("import dataclasses, json; from sm12x.kernels.sparse_mla.prefill import "
+                f"compile_reports as c; print(json.dumps([dataclasses.asdict(r) for r in "
+                f"c({tuple(targets)!r}, {cfgs!r})]))")
+        res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, check=True)
+        return [CompileReport(**d) for d in json.loads(res.stdout.strip().splitlines()[-1])]
+    reports = []
+    for target in targets:
+        key = target if target in PIPELINED_CONFIGS else "sm_120"
+        for d_qk, cfg in (cfgs or PIPELINED_CONFIGS[key]).items():
+            for has_len in (True, False):
+                sig, const = _pipelined_signature(cfg, d_qk, has_len)
+                name = (f"pipelined d{d_qk} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} "
+                        f"w{cfg['num_warps']} s{cfg['num_stages']}{' L' if has_len else ''}")
+                reports.append(compile_kernel(_sparse_prefill_kernel, sig, const, target=target,
+                                              num_warps=cfg["num_warps"],
+                                              num_stages=cfg["num_stages"], config_name=name))
+    return reports

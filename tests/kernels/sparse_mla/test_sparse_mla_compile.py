@@ -1,4 +1,4 @@
-"""Every sm_120 / sm_121 configuration of the sparse MLA decode kernels compiles within the SM12x
+"""Every sm_120 / sm_121 configuration of the sparse MLA decode and prefill kernels compiles within the SM12x
 limits (101,376 B shared memory, no register spills). Needs no GPU. The ``slow`` test adds the
 HCA page sizes and the calls without lengths or without the extra list (SM12X_SLOW_TESTS=1)."""
 import os
@@ -7,6 +7,7 @@ import pytest
 
 from sm12x.kernels.common.compile_check import SM12X_SHARED_LIMIT, format_reports
 from sm12x.kernels.sparse_mla.decode import compile_reports
+from sm12x.kernels.sparse_mla import prefill
 
 
 @pytest.fixture(scope="module")
@@ -31,3 +32,12 @@ def test_sm12x_all_variants_compile_within_limits():
     print("\n" + format_reports(reports))
     bad = [r for r in reports if not r.ok]
     assert not bad, format_reports(bad)
+
+
+def test_sm12x_pipelined_prefill_configs_compile_within_limits():
+    reports = prefill.compile_reports(("sm_120", "sm_121"))
+    print("\n" + format_reports(reports))
+    assert len(reports) == 2 * 2 * 2  # targets x d_qk x with / without lengths
+    for r in reports:
+        assert r.ok, f"{r.kernel} {r.config} {r.target}: {r.problem}"
+        assert r.shared_bytes <= SM12X_SHARED_LIMIT and r.spill_bytes == 0

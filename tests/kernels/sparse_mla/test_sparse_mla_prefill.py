@@ -8,6 +8,14 @@ from sm12x.kernels.sparse_mla.prefill import sparse_mla_prefill
 from sm12x.kernels.common.tolerance import flashmla_prefill_close
 
 pytestmark = pytest.mark.cpu_only  # inputs on the CPU; GPU cases are marked gpu
+PATHS = ["split", "pipelined"]  # the two kernels (prefill.use_pipelined picks one by shape)
+
+
+@pytest.fixture(params=PATHS)
+def path(request, monkeypatch):
+    """Run the test through each kernel path."""
+    monkeypatch.setenv("SM12X_SPARSE_MLA_PREFILL", request.param)
+    return request.param
 
 
 def check(case, **kw):
@@ -24,7 +32,7 @@ def check(case, **kw):
     (5, 2, 96, 40, False, True),      # odd heads; fewer keys than topk (indices >= s_kv)
     (64, 2, 48, 128, True, False),    # topk not a multiple of the tile
 ])
-def test_matches_reference(d_qk, h_q, s_q, topk, s_kv, topk_length, sink):
+def test_matches_reference(d_qk, h_q, s_q, topk, s_kv, topk_length, sink, path):
     check(make_prefill_case(d_qk, s_q, h_q, topk, s_kv, topk_length, sink, seed=h_q))
 
 
@@ -62,7 +70,7 @@ def test_reference_chunks_agree():
         assert torch.equal(a, b)
 
 
-def test_strided_kv_and_out_buffer():
+def test_strided_kv_and_out_buffer(path):
     case = make_prefill_case(512, 3, 16, 64, 100, row_pad=64, seed=1)
     assert not case["kv"].is_contiguous()
     out = torch.full((3, 16, 512), 7.0, dtype=torch.bfloat16)
@@ -70,7 +78,7 @@ def test_strided_kv_and_out_buffer():
     assert got.data_ptr() == out.data_ptr()
 
 
-def test_empty_rows_and_sinks():
+def test_empty_rows_and_sinks(path):
     case = make_prefill_case(512, 3, 8, 64, 100, topk_length=True, seed=2)
     case["indices"][0] = -1                       # no valid candidate
     case["topk_length"][1] = 0                    # none within the length
@@ -83,11 +91,46 @@ def test_empty_rows_and_sinks():
     assert bool((out[2, 0] == 0).all()) and bool(out[2, 1].abs().sum() > 0)  # +inf / -inf sink
 
 
-def test_nan_in_unread_rows_does_not_leak():
+def test_nan_in_unread_rows_does_not_leak(path):
     case = make_prefill_case(576, 2, 16, 64, 300, topk_length=True, seed=3)
     assert bool(case["kv"].isnan().any())
     out, max_logits, lse = sparse_mla_prefill(**case)
     assert not bool(out.isnan().any() or max_logits.isnan().any() or lse.isnan().any())
+
+
+@pytest.mark.parametrize("block", [(16, 16, 4, 1), (32, 16, 4, 3), (16, 32, 8, 2)])
+def test_pipelined_tiles(monkeypatch, block):
+    """The pipelined kernel with other head/key tiles and stage counts: heads and candidates
+    that do not fill the last tile, a query with no candidate within its length."""
+    h, n, w, st = block
+    monkeypatch.setenv("SM12X_SPARSE_MLA_PREFILL", "pipelined")
+    monkeypatch.setenv("SM12X_SPARSE_MLA_PREFILL_CONFIG",
+                       f"BLOCK_H={h},BLOCK_N={n},num_warps={w},num_stages={st}")
+    for d_qk in (512, 576):
+        case = make_prefill_case(d_qk, 3, 20, 40, 90, topk_length=True, seed=11)
+        case["topk_length"][2] = 0
+        check(case)
+
+
+def test_path_choice(monkeypatch):
+    """The pipelined path takes calls whose whole-row programs fill the GPU twice, where the arch
+    enables it; the environment forces either path."""
+    from sm12x.kernels.sparse_mla import prefill as pf
+
+    cpu = torch.device("cpu")
+    monkeypatch.setenv("SM12X_NUM_SMS", "10")
+    block_h = pf.pipelined_config(512, cpu)["BLOCK_H"]
+    monkeypatch.setitem(pf.PIPELINED_PATH, "sm_120", (512,))
+    assert pf.use_pipelined(20 * block_h // 64, 64, 512, cpu)
+    assert not pf.use_pipelined(20 * block_h // 64 - 1, 64, 512, cpu)
+    assert not pf.use_pipelined(4096, 128, 576, cpu)
+    monkeypatch.setitem(pf.PIPELINED_PATH, "sm_120", ())
+    assert not pf.use_pipelined(4096, 128, 512, cpu)
+    monkeypatch.setenv("SM12X_SPARSE_MLA_PREFILL", "pipelined")
+    assert pf.use_pipelined(1, 1, 512, cpu)
+    monkeypatch.setenv("SM12X_SPARSE_MLA_PREFILL", "fast")
+    with pytest.raises(ValueError, match="SM12X_SPARSE_MLA_PREFILL"):
+        pf.use_pipelined(1, 1, 512, cpu)
 
 
 @pytest.mark.parametrize("change, arg", [
@@ -118,18 +161,23 @@ PROD = [  # (d_qk, h_q, topk, s_kv, topk_length)
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["default", "pipelined"])
 @pytest.mark.parametrize("arch", ["default", "sm_120"])
 @pytest.mark.parametrize("shape", PROD)
 @pytest.mark.parametrize("s_q", [3, 1024])
-def test_gpu_production(shape, s_q, arch, monkeypatch):
+def test_gpu_production(shape, s_q, arch, kernel, monkeypatch):
     if arch != "default":
         monkeypatch.setenv("SM12X_KERNEL_CONFIGS", arch)
+    if kernel != "default":
+        monkeypatch.setenv("SM12X_SPARSE_MLA_PREFILL", kernel)
     d_qk, h_q, topk, s_kv, topk_length = shape
     check(make_prefill_case(d_qk, s_q, h_q, topk, s_kv, topk_length, device="cuda", seed=s_q))
 
 
 @pytest.mark.gpu
-def test_gpu_cuda_graph_replay_equals_eager():
+@pytest.mark.parametrize("kernel", ["split", "pipelined"])
+def test_gpu_cuda_graph_replay_equals_eager(kernel, monkeypatch):
+    monkeypatch.setenv("SM12X_SPARSE_MLA_PREFILL", kernel)
     case = make_prefill_case(512, 256, 64, 640, 16384, topk_length=True, device="cuda", seed=5)
     out = torch.empty((256, 64, 512), dtype=torch.bfloat16, device="cuda")
     eager = [t.clone() for t in sparse_mla_prefill(**case)]
