@@ -67,6 +67,11 @@ _H32_N64 = {"BLOCK_H": 32, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}
 # 64.7 / 240.0 us (seventeenth session). At BLOCK_H 64 it spills ~2 KB and takes 3.5x as long.
 _H32_N64_PF2 = {**_H32_N64, "PREFETCH": 2}
 _H64_N64 = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}
+# sm_90 v32: h_q 128 takes BLOCK_H 64 x BLOCK_N 64, the tile the sparse prefill's 576-dim rows
+# use there (same kernel, same RoPE dot): two head blocks gather each row instead of four, in
+# 64-token tiles instead of 16. H200, V3.2 h_q 128 top-2048 s_q 2, b 2 / 64 / 128: 30.6 / 423 /
+# 828 us; BLOCK_H 32 x 16 (PREFETCH 2) 52 / 1274 / 2542; 64 x 32 33 / 505 / 997 (PREFETCH 1),
+# 34 / 602 / 1195 (PREFETCH 2). It spills ~460 B there (triton 3.9), like model1's 64 x 64.
 # bf16_512 / bf16_576: the sparse prefill's bf16 rows (``sparse_mla_prefill``), d_qk 512 / 576.
 # sm_90, H200 (2026-12-03, scripts/RESULTS.md): s_q 4096, h_q 128, top-2048 at d_qk 576 takes
 # 12.8 ms with BLOCK_H 64 x BLOCK_N 64, 38.4 ms with the FP8 V3.2 config (BLOCK_N 16). sm_120
@@ -75,7 +80,7 @@ _H64_N64 = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}
 CONFIGS = {
     "sm_120": {"model1": (_H16, _H32_PF2, _H64_PF2), "v32": (_H16, _H32_PF2),
                "bf16_512": (_H16, _H32, _H64), "bf16_576": (_H16, _H32_PF2)},
-    "sm_90": {"model1": (_H16_N64, _H32_N64_PF2, _H64_N64), "v32": (_H16, _H32_PF2),
+    "sm_90": {"model1": (_H16_N64, _H32_N64_PF2, _H64_N64), "v32": (_H16, _H32_PF2, _H64_N64),
               "bf16_512": (_H16_N64, _H32_N64, _H64_N64), "bf16_576": (_H32_N64, _H64_N64)},
 }
 DECODE_FORMATS = ("model1", "v32")
@@ -994,7 +999,8 @@ def compile_reports(targets=("sm_120", "sm_121"), full=False):
         import sys
 
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__)))))  # the repository root
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         code = ("import dataclasses, json; from sm12x.kernels.sparse_mla.decode import "
                 f"compile_reports as c; print(json.dumps([dataclasses.asdict(r) for r in "
