@@ -59,5 +59,5 @@ def all_patches() -> list:
     """Every registered patch, in application order."""
     from sm12x.patches import deep_gemm, deep_gemm_dense, deep_gemm_moe, flash_mla, indexer_topk
 
-    return (list(flash_mla.PATCHES) + list(deep_gemm.PATCHES) + list(deep_gemm_dense.PATCHES)
-            + list(deep_gemm_moe.PATCHES) + list(indexer_topk.PATCHES))
+    return (list(indexer_topk.PATCHES) + list(flash_mla.PATCHES) + list(deep_gemm.PATCHES)
+            + list(deep_gemm_dense.PATCHES) + list(deep_gemm_moe.PATCHES))

@@ -17,14 +17,17 @@ pair where the release's source shows it:
 - vLLM 0.22.1-0.25.1 prefill chunks call ``fp8_fp4_mqa_logits`` and pass the logits straight to
   ``ops.top_k_per_row_prefill``; both names are globals of ``sparse_attn_indexer``, replaced as a
   pair.
-- SGLang 0.5.23's DeepSeek-V4 non-paged prefill indexer (one request's extend): its
-  ``_nonpaged_mqa_logits`` and the top-k transforms its indexer module binds.
+- SGLang 0.5.23's DeepSeek-V4 indexer: the paged logits functions SM120 uses by default (TileLang,
+  torch; these records take the DeepGEMM records' targets and must be applied before them, so this
+  table comes first in ``all_patches()``), the non-paged prefill's ``_nonpaged_mqa_logits``, and
+  the top-k transforms the indexer module binds.
 
 Not covered (see the front ends' docstrings): vLLM 0.22.1-0.25.1 decode (the paged logits go to
 ``torch.ops._C.persistent_topk``, looked up through ``torch.ops``, which no module-level name
 reaches); vLLM 0.26-0.33 prefill (the logits also feed v4.1 candidate selection and an FP32
-upcast); SGLang's paged indexer (decode and multi-request prefill: the logits function is
-``deep_gemm``'s own, shared with the DSA indexers) and its DSA (V3.2 / GLM) indexers. No
+upcast); SGLang's paged indexer when its logits come from ``deep_gemm`` itself (SGLANG_OPT_USE_
+TILELANG_INDEXER=0 and SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=0: the function is shared with the DSA
+indexers, and SGLang then chunks the rows by a logits budget) and its DSA (V3.2 / GLM) indexers. No
 ``max_model_len`` / context gate whose only reason is the indexer's memory or DeepGEMM's 32-bit
 offsets exists in vLLM 0.25.1 / 0.34.0 or SGLang 0.5.23: past 256K stock crashes (CUDA error
 719) rather than refusing.
@@ -106,7 +109,26 @@ def _sglang(name, target, make, why):
                  make=make, why=why, upstream=_SGLANG_UPSTREAM, library="sglang", versions=">=0.5.23,<0.5.24")
 
 
-SGLANG_PATCHES = (
+_PAGED_WHY = ("SGLang 0.5.23 on SM120 runs the DeepSeek-V4 paged indexer through {what} by default (its model "
+              "hook sets SGLANG_OPT_USE_TILELANG_INDEXER and SGLANG_FP8_PAGED_MQA_LOGITS_TORCH, which also "
+              "drops the logits budget's row chunking): [rows, max_compressed_seq_len] float32 logits for "
+              "every query row of a batch at once (8 GiB for an 8K-token chunk at a 1M-token prompt); called "
+              "from forward_c4_indexer the logits come back as a placeholder for the fused top-k, elsewhere "
+              "as the DeepGEMM record's real logits (this record takes that record's target, applied first)")
+SGLANG_PAGED_PATCHES = tuple(
+    Patch(name=f"sglang.dsv4.paged_indexer.{name}", target=target, make=sglang_wrappers.make_paged_logits,
+          why=_PAGED_WHY.format(what=what), upstream=_SGLANG_UPSTREAM + "; arg_groups/model_hook.py (SM120)",
+          library="sglang", versions=">=0.5.23,<0.5.24")
+    for name, target, what in (
+        ("tilelang", "sglang.kernels.ops.attention.dsa.tilelang_kernel:tilelang_fp8_paged_mqa_logits",
+         "the TileLang kernel"),
+        ("torch_sm120", f"{sglang_wrappers.DSV4_INDEXER}:fp8_paged_mqa_logits_torch_sm120",
+         "the torch SM120 logits when TileLang is turned off"),
+        ("torch", f"{sglang_wrappers.DSV4_INDEXER}:fp8_paged_mqa_logits_torch",
+         "the generic torch logits (SM120 detection off)"))
+)
+
+SGLANG_PATCHES = SGLANG_PAGED_PATCHES + (
     _sglang("nonpaged_mqa_logits", "C4IndexerBackendMixin._nonpaged_mqa_logits",
             sglang_wrappers.make_nonpaged_mqa_logits,
             f"{_SGLANG_WHY}; the logits come back as a placeholder for the fused top-k (the "

@@ -288,6 +288,12 @@ SGLANG_0523 = {
                                     out_raw_indices=None):
             _transform(scores, seq_lens, page_tables, out_page_indices, page_size, out_raw_indices)
     """,
+    **packages("sglang/kernels/ops/attention/dsa"),
+    "sglang/kernels/ops/attention/dsa/tilelang_kernel.py": """
+        def tilelang_fp8_paged_mqa_logits(q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_metadata,
+                                          max_seq_len, clean_logits=True):
+            raise RuntimeError("original tilelang_fp8_paged_mqa_logits: asserts head_dim 128")
+    """,
     "sglang/srt/layers/attention/dsv4/indexer.py": """
         import torch
         from sglang.kernels.ops.attention.dsv4 import _transform, topk_transform_paged, topk_transform_paged_v2
@@ -299,7 +305,21 @@ SGLANG_0523 = {
             raise RuntimeError("flashinfer not installed")
         def topk_transform_flashinfer_unfused(*args):
             raise RuntimeError("flashinfer not installed")
+        def fp8_paged_mqa_logits_torch(q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_metadata,
+                                       max_seq_len, clean_logits=True):
+            raise RuntimeError("original fp8_paged_mqa_logits_torch")
+        def fp8_paged_mqa_logits_torch_sm120(q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_metadata,
+                                             max_seq_len, clean_logits=True):
+            raise RuntimeError("original fp8_paged_mqa_logits_torch_sm120")
         class C4IndexerBackendMixin:
+            def paged(self, q, cache, w, c4_seq_lens, page_table, max_len, out, raw, rows_per_chunk):
+                # forward_c4_indexer's paged path as SM120 runs it (TileLang, 1-D lengths)
+                from sglang.kernels.ops.attention.dsa.tilelang_kernel import tilelang_fp8_paged_mqa_logits as fn
+                def run_paged_indexer(rows, metadata):
+                    logits = fn(q[rows], cache, w[rows], c4_seq_lens[rows], page_table[rows], metadata, max_len, False)
+                    topk_transform_paged(logits, c4_seq_lens[rows], page_table[rows], out[rows], 64, raw[rows])
+                for r0 in range(0, q.shape[0], rows_per_chunk):
+                    run_paged_indexer(slice(r0, min(q.shape[0], r0 + rows_per_chunk)), None)
             @staticmethod
             def _nonpaged_mqa_logits(*, q_indexer, weights, kv, plan, rows):  # DeepGEMM's fp8_mqa_logits
                 k, s = kv
@@ -376,3 +396,48 @@ def test_sglang_one_transform_skipped_keeps_real_logits(tmp_path):
     # per loop: three row chunks (2, 2, 1 rows) of real logits, then the reference call
     assert out["sglang_transform_calls"] == [2 * 256 * 4, 2 * 256 * 4, 256 * 4, 5 * 256 * 4] * 2
     assert out["outcomes"]["sglang.dsv4.indexer.nonpaged_mqa_logits"] == "applied"
+
+
+CALLS_SGLANG_PAGED = """
+import json, torch
+import sglang  # the watcher route
+from sglang.srt.layers.attention.dsv4 import indexer
+from sglang.kernels.ops.attention import dsv4 as ops
+from sglang.kernels.ops.attention.dsa import tilelang_kernel
+from sm12x.kernels.indexer.cache import quant_fp8_paged_cache
+from sm12x.kernels.indexer.reference import ref_paged_mqa_logits
+from sm12x import apply
+g = torch.Generator().manual_seed(3)
+rows, h, d, pages, topk = 5, 16, 64, 4, 24
+cache = quant_fp8_paged_cache(torch.randn(2 * pages, 64, d, generator=g))
+q = torch.randn(rows, 1, h, d, generator=g).to(torch.float8_e4m3fn)
+w = torch.rand(rows, h, generator=g)
+c4 = torch.tensor([10, 24, 25, 130, 256], dtype=torch.int32)
+page_table = torch.randperm(2 * pages, generator=g)[:pages].int()[None].expand(rows, -1).contiguous()
+out, raw = (torch.full((rows, topk), 9, dtype=torch.int32) for _ in range(2))
+indexer.C4IndexerBackendMixin().paged(q, cache, w, c4, page_table, 256, out, raw, 2)
+ref = ref_paged_mqa_logits(q, cache, w, c4, page_table, 256)
+want_out, want_raw = (torch.empty_like(out) for _ in range(2))
+ops._transform(ref, c4, page_table, want_out, 64, want_raw)
+srt = lambda t: [sorted(r) for r in t.tolist()]
+direct = tilelang_kernel.tilelang_fp8_paged_mqa_logits(q, cache, w, c4, page_table, None, 256, False)
+vis = ref > float("-inf")
+res = {"sets": [srt(out) == srt(want_out), srt(raw) == srt(want_raw), torch.equal(raw[:2], want_raw[:2])],
+       "sglang_transform_calls": ops.CALLS,
+       "direct_call_real": [direct.untyped_storage().nbytes(), float((direct[vis] - ref[vis]).abs().max())],
+       "outcomes": {k: v for k, v in apply.OUTCOMES.items() if "paged" in k}}
+print(json.dumps(res))
+"""
+
+
+def test_sglang_0523_paged_indexer_sm120_default(tmp_path):
+    """SM120's default DeepSeek-V4 indexer (TileLang paged logits for every row): the placeholder
+    from ``run_paged_indexer``, real logits (sm12x's kernel, through the DeepGEMM record's
+    replacement) for a direct call; the DeepGEMM records' same targets report this route."""
+    out = _run(tmp_path, SGLANG_0523, CALLS_SGLANG_PAGED, {"sglang": "0.5.23"})
+    assert out["sets"] == [True, True, True] and out["sglang_transform_calls"] == [5 * 256 * 4]
+    assert out["direct_call_real"][0] == 5 * 256 * 4 and out["direct_call_real"][1] < 1e-2
+    states = out["outcomes"]
+    assert states["sglang.dsv4.paged_indexer.tilelang"] == ["applied", ""], states
+    assert states["sglang.dsa.tilelang_paged_logits"][0] == "applied", states
+    assert "via sglang.dsv4.paged_indexer.tilelang" in states["sglang.dsa.tilelang_paged_logits"][1], states

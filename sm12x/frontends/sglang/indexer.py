@@ -1,6 +1,15 @@
-"""SGLang's DeepSeek-V4 C4 indexer, non-paged prefill, done by sm12x's fused logits -> top-k.
+"""SGLang's DeepSeek-V4 C4 indexer done by sm12x's fused logits -> top-k.
 
-Read from SGLang 0.5.23 ``srt/layers/attention/dsv4/indexer.py``: for an extend batch of one
+Paged route (every batch on SM120 by default: SGLang 0.5.23's model hook sets
+``SGLANG_OPT_USE_TILELANG_INDEXER`` and ``SGLANG_FP8_PAGED_MQA_LOGITS_TORCH`` there, which also turns
+off the logits budget's row chunking): ``forward_c4_indexer``'s ``run_paged_indexer`` calls the
+TileLang or torch paged logits, ``fn(q [rows, 1, H, 128], cache [pages, 64, 1, 132], weights
+[rows, H], seq_lens, page_table [rows, pages], metadata, max_compressed_seq_len, False)`` ->
+[rows, max_compressed_seq_len] float32 for every query row of the batch at once (8 GiB for an
+8K-token prefill chunk at a 1M-token prompt), then one top-k transform. Each row is one query
+seeing positions p < seq_lens[row]. ``deferred_paged_logits`` returns a placeholder for it.
+
+Non-paged route. Read from SGLang 0.5.23 ``srt/layers/attention/dsv4/indexer.py``: for an extend batch of one
 request (``C4IndexerBackendMixin._get_nonpaged_indexer_plan``: the long-prompt case, on by default
 through ``SGLANG_OPT_DSV4_NONPAGED_INDEXER``), ``forward_c4_indexer`` gathers the request's
 compressed index keys once and, per row chunk, calls ``_nonpaged_mqa_logits(q_indexer=, weights=,
@@ -25,8 +34,8 @@ import torch
 
 from sm12x.frontends.deferred_logits import pending, placeholder
 from sm12x.kernels.common.checks import require, require_dtype
-from sm12x.kernels.indexer.fused_topk import mqa_topk_indices
-from sm12x.kernels.indexer.validation import check_mqa
+from sm12x.kernels.indexer.fused_topk import mqa_topk_indices, paged_mqa_topk_indices
+from sm12x.kernels.indexer.validation import check_mqa, check_paged
 
 
 def deferred_nonpaged_mqa_logits(*, q_indexer, weights, kv, plan, rows):
@@ -47,6 +56,26 @@ def deferred_nonpaged_mqa_logits(*, q_indexer, weights, kv, plan, rows):
         return mqa_topk_indices(q, (k, k_sf), w, starts, ends, topk)
 
     return placeholder(q.shape[0], plan.max_seqlen_k, q.device, compute)
+
+
+def deferred_paged_logits(q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_metadata, max_seq_len,
+                          clean_logits=True):
+    """SGLang's paged-logits functions (TileLang, torch, torch SM120: one signature) without the
+    logits: a [rows, max_seq_len] placeholder for the top-k transform that follows."""
+    op = "paged_mqa_logits"
+    require(isinstance(q_fp8, torch.Tensor) and q_fp8.dim() == 4 and q_fp8.shape[1] == 1, op, "q_fp8",
+            lambda: f"shape {list(getattr(q_fp8, 'shape', []))}", "[rows, 1, heads, head_dim] (one query per row)")
+    lens = seq_lens.reshape(-1).to(torch.int32).contiguous()
+    cache = check_paged(op, q_fp8, None, kvcache_fp8, weight, lens, page_table, None, max_seq_len)
+
+    def compute(topk, ends):
+        ends = ends.reshape(-1)
+        require(ends.shape[0] == q_fp8.shape[0], "topk_transform", "seq_lens", lambda: f"{ends.shape[0]} rows",
+                lambda: f"the logits call's rows ({q_fp8.shape[0]})")
+        ends = ends.to(torch.int32).clamp(0, max_seq_len).contiguous()
+        return paged_mqa_topk_indices(q_fp8, cache, weight, ends, page_table, max_seq_len, topk)
+
+    return placeholder(q_fp8.shape[0], max_seq_len, q_fp8.device, compute)
 
 
 def write_page_indices(positions, seq_lens, page_tables, out_page_indices, page_size, out_raw_indices=None):

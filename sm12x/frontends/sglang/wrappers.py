@@ -2,6 +2,12 @@
 Stdlib only at import; the API module (:mod:`sm12x.frontends.sglang.indexer`) is imported when a
 patch is made.
 
+SGLang 0.5.23's DeepSeek-V4 paged indexer: the TileLang / torch paged-logits functions return a
+placeholder when ``forward_c4_indexer``'s ``run_paged_indexer`` calls them and the transforms that
+read it are ours; every other call (SGLang's DSA indexers, tests, a transform left as SGLang's) gets
+the real logits of sm12x's DeepGEMM-route replacement (``make_sglang_paged_logits_torch``), which
+these records build on: they take the same targets and are applied first.
+
 SGLang 0.5.23's DeepSeek-V4 non-paged prefill indexer: ``C4IndexerBackendMixin._nonpaged_mqa_logits``
 returns a placeholder, and the top-k transforms that ``forward_c4_indexer`` may call next (the
 ``sglang.srt.layers.attention.dsv4.indexer`` module's own functions and its copies of
@@ -34,6 +40,35 @@ def transforms_are_ours() -> bool:
         return False
     bound = [getattr(module, name) for name in TRANSFORMS if hasattr(module, name)]
     return all(getattr(f, "__sm12x_patch__", None) for f in bound)
+
+
+def _called_from_paged_indexer(frame) -> bool:
+    """Whether a paged-logits call comes from ``forward_c4_indexer``'s ``run_paged_indexer``, whose
+    logits go to one top-k transform and nowhere else."""
+    return (frame is not None and frame.f_code.co_name == "run_paged_indexer"
+            and frame.f_globals.get("__name__") == DSV4_INDEXER)
+
+
+def make_paged_logits(original):
+    """SGLang's paged-logits functions of the torch fallback's signature (TileLang, torch, torch
+    SM120): a placeholder for ``run_paged_indexer`` while the transforms are ours, the DeepGEMM
+    record's replacement (real logits, sm12x's kernel) otherwise."""
+    from sm12x.frontends.deep_gemm.wrappers import make_sglang_paged_logits_torch
+
+    api = _api()
+    dense = make_sglang_paged_logits_torch(original)
+
+    @functools.wraps(original)
+    def paged_mqa_logits(q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_metadata=None,
+                         max_seq_len=None, clean_logits=True):
+        if (max_seq_len is None or not _called_from_paged_indexer(sys._getframe(1))
+                or not transforms_are_ours()):
+            return dense(q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_metadata, max_seq_len,
+                         clean_logits)
+        return api.deferred_paged_logits(q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_metadata,
+                                         max_seq_len, clean_logits)
+
+    return paged_mqa_logits
 
 
 def make_nonpaged_mqa_logits(original):
