@@ -19,9 +19,13 @@ Cases:
   num_splits: our kernel picks its split), against torch: float32 ``a @ b.T`` with TF32 allowed
   plus the square sum.
 
-Times: median of CUDA-event-timed calls with L2 flushed before each (as DeepGEMM's harness times);
-host work (argument checks, launch) is hidden behind the flush. TFLOPS = 2MNK / time. Every case
-of ours is checked against the PyTorch reference (calc_diff, DeepGEMM's metric) in the same run.
+Times: GPU time per call as DeepGEMM's and FlashMLA's harnesses take it: the call replayed from a
+CUDA graph under the profiler, L2 flushed before each, first kernel start to last kernel end
+(``gpu_timing.kernel_span_us``; host work is not counted, as in the frameworks' CUDA-graph decode).
+"eager µs" is one call of ours outside a graph, L2 warm, host work included (argument checks and
+Triton's launch): what a call costs when the host is the limit. TFLOPS = 2MNK / GPU time. Every
+case of ours is checked against the PyTorch reference (calc_diff, DeepGEMM's metric) in the same
+run.
 Prints markdown tables with the date, GPU, torch / triton versions, ratios and geomeans.
 """
 from __future__ import annotations
@@ -55,24 +59,37 @@ def fmt(x, nd=1):
     return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{nd}f}"
 
 
+def gpu_us(fn):
+    """GPU µs per call: CUDA-graph replay under the profiler, L2 flushed before each call."""
+    from gpu_timing import kernel_span_us
+
+    return kernel_span_us(fn, iters=20, flush=True)
+
+
+def eager_us(fn):
+    """µs per call outside a graph, L2 warm, host work included."""
+    from gpu_timing import median_us
+
+    return median_us(fn, 20, flush=False)
+
+
 def torch_block_scaled(a, sa, b, sb):
     """A call of torch's block-scaled FP8 GEMM for these operands, or (None, why)."""
     errors = []
+    sa_t = sa.t().contiguous().t()  # M-major 1x128 scales, as cuBLASLt takes them
     f = getattr(torch.nn.functional, "scaled_mm", None)
     if f is not None:
         try:
             from torch.nn.functional import ScalingType
 
             def run():
-                return f(a, b.t(), sa, ScalingType.BlockWise1x128, sb, ScalingType.BlockWise128x128,
+                return f(a, b.t(), sa_t, ScalingType.BlockWise1x128, sb, ScalingType.BlockWise128x128,
                          output_dtype=torch.bfloat16)
             run()
             return run, "F.scaled_mm blockwise"
         except Exception as e:  # noqa: BLE001 - any refusal means "not offered"
             errors.append(f"F.scaled_mm: {type(e).__name__}: {str(e)[:80]}")
     try:
-        sa_t = sa.t().contiguous().t()  # M-major, as cuBLASLt wants 1x128 scales
-
         def run2():
             return torch._scaled_mm(a, b.t(), scale_a=sa_t, scale_b=sb.t(), out_dtype=torch.bfloat16)
         run2()
@@ -82,7 +99,7 @@ def torch_block_scaled(a, sa, b, sb):
     return None, "; ".join(errors)
 
 
-def bench_gemm(ms, nks, ue8m0, median_us):
+def bench_gemm(ms, nks, ue8m0, gpu_us, eager_us):
     from sm12x.frontends.deep_gemm.gemm import fp8_gemm_nt
     from sm12x.kernels.common.tolerance import calc_diff
     from sm12x.kernels.gemm.cases import gemm_inputs
@@ -97,25 +114,26 @@ def bench_gemm(ms, nks, ue8m0, median_us):
             ours = lambda: fp8_gemm_nt((a, sfa), (b, sfb), d)  # noqa: E731
             ours()
             diff = calc_diff(d.float(), ref_fp8_gemm_nt(a, sa, b, sb))
-            t_ours = median_us(ours, 30)
+            t_ours = gpu_us(ours)
+            t_eager = eager_us(ours)
             blk, why = torch_block_scaled(a, sa, b, sb)
             if blk is None:
                 notes.add(f"torch block-scaled FP8 GEMM not offered: {why}")
-            t_blk = median_us(blk, 30) if blk is not None else None
+            t_blk = gpu_us(blk) if blk is not None else None
             tw = lambda: torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # noqa: E731
-            t_tw = median_us(tw, 30)
+            t_tw = gpu_us(tw)
             from sm12x.kernels.gemm.reference import dequant
 
             ab, bb = dequant(a, sa).bfloat16(), dequant(b, sb).bfloat16()
-            t_bf16 = median_us(lambda: torch.matmul(ab, bb.t()), 30)
+            t_bf16 = gpu_us(lambda: torch.matmul(ab, bb.t()))
             flop = 2.0 * m * n * k
-            rows.append(dict(m=m, n=n, k=k, ours=t_ours, blk=t_blk, tw=t_tw, bf16=t_bf16,
+            rows.append(dict(m=m, n=n, k=k, ours=t_ours, eager=t_eager, blk=t_blk, tw=t_tw, bf16=t_bf16,
                              tflops=flop / t_ours / 1e6, diff=diff))
             del a, b, ab, bb
     return rows, sorted(notes)
 
 
-def bench_einsum(bs, median_us):
+def bench_einsum(bs, gpu_us):
     from sm12x.frontends.deep_gemm.gemm import fp8_einsum
     from sm12x.kernels.common.tolerance import calc_diff
     from sm12x.kernels.gemm.cases import einsum_inputs
@@ -129,16 +147,16 @@ def bench_einsum(bs, median_us):
         ours = lambda: fp8_einsum("bhr,hdr->bhd", (a, sa), (b, sb), d)  # noqa: E731
         ours()
         diff = calc_diff(d.float(), ref_fp8_einsum_bhr_hdr(a, sa, b, sb))
-        t_ours = median_us(ours, 30)
+        t_ours = gpu_us(ours)
         ab = dequant(a.transpose(0, 1), sa.transpose(0, 1), groups=h).bfloat16()  # [H, B, R]
         bb = dequant(b, sb, groups=h).bfloat16()  # [H, D, R]
-        t_bf16 = median_us(lambda: torch.bmm(ab, bb.transpose(1, 2)), 30)
+        t_bf16 = gpu_us(lambda: torch.bmm(ab, bb.transpose(1, 2)))
         rows.append(dict(b=nb, ours=t_ours, bf16=t_bf16, diff=diff,
                          gbs=(h * nd * r + nb * h * r) / t_ours / 1e3))
     return rows
 
 
-def bench_prenorm(ms, median_us):
+def bench_prenorm(ms, gpu_us):
     from sm12x.frontends.deep_gemm.gemm import tf32_hc_prenorm_gemm
     from sm12x.kernels.common.tolerance import calc_diff
     from sm12x.kernels.gemm.reference import ref_tf32_hc_prenorm_gemm
@@ -155,12 +173,12 @@ def bench_prenorm(ms, median_us):
         ours()
         rd, rs = ref_tf32_hc_prenorm_gemm(a, b)
         diff = max(calc_diff(d, rd), calc_diff(sq, rs))
-        t_ours = median_us(ours, 30)
+        t_ours = gpu_us(ours)
 
         def torch_version():
             af = a.float()
             return af @ b.t(), (af * af).sum(-1)
-        t_torch = median_us(torch_version, 30)
+        t_torch = gpu_us(torch_version)
         rows.append(dict(m=m, ours=t_ours, torch=t_torch, diff=diff,
                          gbs=(m * k * 2 + n * k * 4) / t_ours / 1e3))
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -175,8 +193,6 @@ def main():
     args = ap.parse_args()
     if not torch.cuda.is_available():
         fail("needs a CUDA GPU")
-    from gpu_timing import median_us
-
     import triton
 
     ms = [1, 128, 4096] if args.quick else MS
@@ -188,17 +204,17 @@ def main():
           f"(configs {arch}), torch {torch.__version__}, triton {triton.__version__}, "
           f"scales {'packed UE8M0' if args.ue8m0 else 'float32 (SM90 layout)'}")
     print()
-    rows, notes = bench_gemm(ms, nks, args.ue8m0, median_us)
+    rows, notes = bench_gemm(ms, nks, args.ue8m0, gpu_us, eager_us)
     print("## fp8_gemm_nt (bf16 out), µs; ratios = their time / ours (> 1: ours faster)")
     print()
     print("| M | N | K | ours µs | TFLOPS | torch block-scaled µs | tensor-wise _scaled_mm µs | bf16 matmul µs "
-          "| vs block | vs tensor-wise | vs bf16 | calc_diff |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| vs block | vs tensor-wise | vs bf16 | ours eager µs | calc_diff |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         vb = r["blk"] / r["ours"] if r["blk"] else None
         print(f"| {r['m']} | {r['n']} | {r['k']} | {r['ours']:.1f} | {r['tflops']:.0f} | {fmt(r['blk'])} | "
               f"{r['tw']:.1f} | {r['bf16']:.1f} | {fmt(vb, 2)} | {r['tw'] / r['ours']:.2f} | "
-              f"{r['bf16'] / r['ours']:.2f} | {r['diff']:.1e} |")
+              f"{r['bf16'] / r['ours']:.2f} | {r['eager']:.0f} | {r['diff']:.1e} |")
     print()
     for label, sel in (("M <= 16", lambda r: r["m"] <= 16), ("M = 64", lambda r: r["m"] == 64),
                        ("M >= 128", lambda r: r["m"] >= 128), ("all", lambda r: True)):
@@ -213,7 +229,7 @@ def main():
     for note in notes:
         print(f"- {note}")
     print()
-    erows = bench_einsum([1, 8, 64, 128] if args.quick else [1, 8, 64, 128, 2048], median_us)
+    erows = bench_einsum([1, 8, 64, 128] if args.quick else [1, 8, 64, 128, 2048], gpu_us)
     print("## fp8_einsum bhr,hdr->bhd, (H, R, D) = (8, 4096, 1024), bf16 out")
     print()
     print("| B | ours µs | GB/s | bf16 bmm µs | vs bf16 | calc_diff |")
@@ -222,7 +238,7 @@ def main():
         print(f"| {r['b']} | {r['ours']:.1f} | {r['gbs']:.0f} | {r['bf16']:.1f} | {r['bf16'] / r['ours']:.2f} | "
               f"{r['diff']:.1e} |")
     print()
-    prows = bench_prenorm([1, 16, 64, 137, 1024, 4096], median_us)
+    prows = bench_prenorm([1, 16, 64, 137, 1024, 4096], gpu_us)
     print("## tf32_hc_prenorm_gemm, (N, K) = (24, 16384), float32 out + sqr_sum")
     print()
     print("| M | ours µs | GB/s | torch (TF32 matmul + square sum) µs | vs torch | calc_diff |")

@@ -209,12 +209,13 @@ def pick_tile(m: int, device=None, tiles: dict = TILES, arch: str | None = None)
 TILE_MS = (1, 32, 64, 256, 4096)
 
 
-def split_k(out_tiles: int, k_tiles: int, m: int, k: int, device, min_tiles_per_split: int = 2) -> int:
+def split_k(out_tiles: int, k_tiles: int, m: int, k: int, device, min_tiles_per_split: int = 2,
+            sms: int | None = None) -> int:
     """How many K-splits a launch of ``out_tiles`` output tiles uses: enough programs to give
     every SM one when the output alone does not, each split at least ``min_tiles_per_split``
     K-tiles, and the fp32 partials (splits x M x N x 4 B) no larger than the weight (N x K B).
-    Shapes only (CUDA-graph safe)."""
-    sms = configs.sm_count(device)
+    Shapes only (CUDA-graph safe). ``sms`` overrides the device's SM count."""
+    sms = sms or configs.sm_count(device)
     if out_tiles >= sms or k_tiles < 2 * min_tiles_per_split:
         return 1
     splits = min(sms // out_tiles, k_tiles // min_tiles_per_split, max(1, k // (4 * max(m, 1))))

@@ -15,10 +15,13 @@ only) and a second kernel sums the fp32 partials, adds c and writes d.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
 
+from sm12x.kernels.common import configs
 from sm12x.kernels.common.checks import require
 
 from sm12x.kernels.gemm.block_scaled import block_scaled_dot, pick_tile, split_k
@@ -169,16 +172,23 @@ def fp8_gemm(a, sfa, b, sfb, d, c=None, *, gran_a=(None, None), gran_b=(None, No
 
 
 def plan(m: int, n: int, k: int, sa, sb, device, groups: int = 1):
-    """(tile, block_k, scaled_mma, splits, tiles_per_split, grid programs) of a call."""
-    tile = pick_tile(m, device)
-    scaled = tile.scaled_mma and sa.ue8m0 and sb.ue8m0
-    block_k = tile.block_k if scaled else min(tile.block_k, sa.gran_k, sb.gran_k)
+    """(tile, block_k, scaled_mma, splits, tiles_per_split, grid programs) of a call (worked out
+    once per shape, arch and scale kinds: the launcher runs per layer and step)."""
+    return _plan(m, n, k, sa.ue8m0, sb.ue8m0, sa.gran_k, sb.gran_k, groups, configs.arch_key(device),
+                 configs.sm_count(device))
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(m, n, k, ue8m0_a, ue8m0_b, gran_k_a, gran_k_b, groups, arch, sms):
+    tile = pick_tile(m, arch=arch)
+    scaled = tile.scaled_mma and ue8m0_a and ue8m0_b
+    block_k = tile.block_k if scaled else min(tile.block_k, gran_k_a, gran_k_b)
     k_tiles = triton.cdiv(k, block_k)
     if tile.swap_ab:
         out_tiles = triton.cdiv(n, tile.block_r) * triton.cdiv(m, tile.block_c)
     else:
         out_tiles = triton.cdiv(m, tile.block_r) * triton.cdiv(n, tile.block_c)
-    splits = split_k(out_tiles * groups, k_tiles, m, k, device)
+    splits = split_k(out_tiles * groups, k_tiles, m, k, None, sms=sms)
     per = triton.cdiv(k_tiles, splits)
     return tile, block_k, scaled, splits, per, out_tiles
 
