@@ -46,15 +46,16 @@ def make_weights(groups: int, n: int, k: int, *, fp4: bool, fmt: str = "packed",
 
     from sm12x.kernels.moe.fp4 import quantize_e2m1
 
-    g = torch.Generator().manual_seed(seed)
-    w = torch.randn(groups, n, k, generator=g) * 0.05
+    g = torch.Generator(device=device).manual_seed(seed)
+    w = torch.randn(groups, n, k, generator=g, device=device) * 0.05
     if fp4:
         b, sf = quantize_e2m1(w, 32)
     else:
         b, sf = quant_fp8(w, 128, 128 if block_scaled_fp8 else 1)
+    del w
     if fmt == "packed" and not fp4 and block_scaled_fp8:
         fmt = "fp32"  # DeepGEMM packs per-row scales only
-    return b.to(device), scale_format(sf, fmt).to(device)
+    return b, scale_format(sf, fmt)
 
 
 def make_contiguous(segments, k: int, *, alignment: int, psum: bool = False, gran_k: int = 128,
@@ -63,7 +64,7 @@ def make_contiguous(segments, k: int, *, alignment: int, psum: bool = False, gra
     (A e4m3 [M, K], sfa, layout, M). Padding rows of A are zero (as DeepGEMM's generators)."""
     import torch
 
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     ids, ends, start = [], [], 0
     for e, rows in enumerate(segments):
         aligned = -(-rows // alignment) * alignment
@@ -71,12 +72,12 @@ def make_contiguous(segments, k: int, *, alignment: int, psum: bool = False, gra
         ends.append(start + rows)
         start += aligned
     m = len(ids)
-    x = torch.randn(m, k, generator=g)
-    idt = torch.tensor(ids, dtype=torch.int64)
+    x = torch.randn(m, k, generator=g, device=device)
+    idt = torch.tensor(ids, dtype=torch.int64, device=device)
     x[idt < 0] = 0
     a, sa = quant_fp8(x, gran_k)
-    layout = torch.tensor(ends if psum else ids, dtype=torch.int32)
-    return a.to(device), scale_format(sa, fmt).to(device), layout.to(device), m
+    layout = torch.tensor(ends if psum else ids, dtype=torch.int32, device=device)
+    return a, scale_format(sa, fmt), layout, m
 
 
 def make_masked(groups: int, m_max: int, k: int, masked, *, gran_k: int = 128, fmt: str = "fp32",
@@ -84,10 +85,10 @@ def make_masked(groups: int, m_max: int, k: int, masked, *, gran_k: int = 128, f
     """(A e4m3 [G, M_max, K], sfa [G, M_max, K-blocks], masked_m int32 [G])."""
     import torch
 
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(groups, m_max, k, generator=g)
+    g = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn(groups, m_max, k, generator=g, device=device)
     a, sa = quant_fp8(x, gran_k)
-    return a.to(device), scale_format(sa, fmt).to(device), torch.tensor(masked, dtype=torch.int32).to(device)
+    return a, scale_format(sa, fmt), torch.tensor(masked, dtype=torch.int32, device=device)
 
 
 def compare(out, ref, defined) -> tuple:

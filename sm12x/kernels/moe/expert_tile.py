@@ -42,12 +42,28 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def kernel_mode(name: str, sfa, sfb, b_fp4: bool) -> int:
-    """The MODE constexpr for a config's ``mode`` and the operands' scales (OperandScales):
-    32-granular scales cannot go through MODE_FP8 (MODE_BF16 then); e4m3 weights with UE8M0 scales
-    on both sides take the shared base's block-scaled loop; MODE_BF16 runs as
-    MODE_BF16_INTERPRETER under the interpreter."""
+def native_block_scaled(arch: str) -> bool:
+    """Whether Triton lowers ``tl.dot_scaled`` to the hardware block-scaled MMA on ``arch``: sm_121
+    only from Triton 3.8 (3.6 / 3.7 emulate it with bf16 MMAs, staging operands in shared memory:
+    the sm_120 tiles then spill or exceed 99 KB there)."""
+    if arch != "sm_121":
+        return True
+    release = tuple(int(x) for x in triton.__version__.split("+")[0].split(".")[:2])
+    return release >= (3, 8)
+
+
+def kernel_mode(name: str, sfa, sfb, b_fp4: bool, arch: str = "sm_120") -> int:
+    """The MODE constexpr for a config's ``mode``, the operands' scales (OperandScales) and the
+    arch key: 32-granular scales cannot go through MODE_FP8 (MODE_BF16 then); without a native
+    block-scaled MMA (sm_121 under Triton < 3.8) MODE_SCALED becomes MODE_BF16, which is what
+    Triton's emulation would do, with fewer registers; e4m3 weights with UE8M0 scales on both sides
+    take the shared base's block-scaled loop; MODE_BF16 runs as MODE_BF16_INTERPRETER under the
+    interpreter."""
     mode = MODES[name]
+    if mode == MODE_MIXED and not b_fp4:
+        mode = MODE_SCALED
+    if mode == MODE_SCALED and not native_block_scaled(arch):
+        mode = MODE_BF16
     if b_fp4 and mode == MODE_FP8:
         mode = MODE_BF16
     if mode == MODE_FP8 and (sfa.gran_k == 32 or sfb.gran_k == 32):
@@ -59,6 +75,10 @@ def kernel_mode(name: str, sfa, sfb, b_fp4: bool) -> int:
     return mode
 
 MODE_BASE_SCALED = 4  # e4m3 weights, UE8M0 scales on both sides: the base's tl.dot_scaled loop
+# packed e2m1 weights straight into Triton's mixed e4m3 x e2m1 tl.dot_scaled: emulated (bf16 MMAs)
+# on every arch in the Tritons the images ship; on sm_90 Triton's own e2m1 decoding is the fast one
+MODE_MIXED = 5
+MODES["mixed"] = MODE_MIXED
 
 BK = 128  # K per step: one 128-granular scale block
 
@@ -129,7 +149,12 @@ def _tile_loop(a_ptr, a_rows, a_ok, stride_am, b_ptr, b_rows, b_ok, stride_bn, n
         else:
             eb = tl.full((BN, 4), 127, dtype=tl.uint8)
 
-        if MODE == 1:  # MODE_SCALED
+        if MODE == 5:  # MODE_MIXED: Triton's own e4m3 x e2m1 block-scaled dot
+            if SWAP:
+                part = tl.dot_scaled(bq.to(tl.uint8, bitcast=True), eb, "e2m1", tl.trans(a), ea, "e4m3")
+            else:
+                part = tl.dot_scaled(a, ea, "e4m3", tl.trans(bq.to(tl.uint8, bitcast=True)), eb, "e2m1")
+        elif MODE == 1:  # MODE_SCALED
             if B_FP4:
                 bw = widen_e2m1(bq)
             else:
@@ -215,12 +240,15 @@ def expert_tile(a_ptr, a_rows, a_ok, stride_am, b_ptr, b_rows, b_ok, stride_bn, 
     return acc
 
 
-def fit_config(cfg: dict, b_fp4: bool, sfa_kind: int) -> dict:
-    """``cfg`` for one operand variant: with packed e2m1 weights, float32 activation scales and the
-    block-scaled MMA, each step's product and the accumulator are both live next to the widened
-    weights, so the tile is cut to at most 64 x 64 (128 x 64 still spills 8 B on sm_120)."""
-    if b_fp4 and sfa_kind == 0 and cfg.get("mode") == "scaled":
-        return dict(cfg, BN=min(cfg["BN"], 64), BM=min(cfg.get("BM", 64), 64))
+def fit_config(cfg: dict, b_fp4: bool, sfa_kind: int, sfb_kind: int) -> dict:
+    """``cfg`` for one operand variant: with float32 scales next to the block-scaled MMA, each
+    step's product and the accumulator are both live, so the weight tile is cut to 64 rows (128 x
+    128 FP8 spills 88 B under Triton 3.8 on sm_120); with packed e2m1 weights also the activation
+    tile (128 x 64 still spills 8 B)."""
+    if cfg.get("mode") == "scaled" and (sfa_kind == 0 or sfb_kind == 0):
+        cfg = dict(cfg, BN=min(cfg["BN"], 64))
+        if b_fp4:
+            cfg["BM"] = min(cfg.get("BM", 64), 64)
     return cfg
 
 
@@ -231,7 +259,7 @@ def scale_plan(mode: int, sfa_kind: int, sfa_gran_k: int, sfb_kind: int, sfb_gra
     def plan(kind, gran):
         if gran == 32:
             in_mma = True
-        elif mode == MODE_SCALED:
+        elif mode in (MODE_SCALED, MODE_MIXED):
             in_mma = kind != 0
         else:
             in_mma = False

@@ -33,10 +33,10 @@ def quantize_e2m1(x: torch.Tensor, gran_k: int = 32):
     amax = blocks.abs().amax(-1, keepdim=True).clamp(min=1e-4)
     sf = ceil_to_ue8m0(amax / 6.0)
     y = (blocks / sf).reshape(*lead, k)
-    mags = torch.tensor(E2M1_VALUES[:8], dtype=torch.float32, device=x.device)
-    code = (y.abs().unsqueeze(-1) - mags).abs().argmin(-1)
-    code = code | ((y < 0).to(torch.int64) << 3)
-    code = code.where(code != 8, 0)  # -0 -> +0
+    # nearest magnitude code: the midpoints between consecutive e2m1 magnitudes
+    mids = torch.tensor((0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0), dtype=torch.float32, device=x.device)
+    code = torch.bucketize(y.abs(), mids).to(torch.int32)
+    code = code | ((y < 0) & (code > 0)).to(torch.int32) << 3  # no -0
     pair = code.reshape(*lead, k // 2, 2)
     packed = (pair[..., 0] | (pair[..., 1] << 4)).to(torch.uint8).view(torch.int8)
     return packed, sf.reshape(*lead, k // gran_k)

@@ -32,15 +32,26 @@ OP = "m_grouped_fp8_fp4_gemm_nt_contiguous"
 
 # Per arch: "fp8" / "fp4" by the weight type; "large" for segments of >= 64 rows, "small" for the
 # narrow alignments vLLM uses on small batches (BM = the alignment, at most the config's BM).
-# sm_120: block-scaled mxf8f6f4 MMA; 128x128 tiles with 3 stages of A 16 KB + B 16 KB (FP8) fit
-# 99 KB. Small tiles put the weights on the MMA's M side with 8 warps (4 spill). maxnreg: the first
-# budget of ``register_budget.budgets`` that does not spill is launched.
-_SM120_LARGE = dict(BM=128, BN=128, GROUP_M=8, mode="scaled", swap=False, num_warps=8, num_stages=3, maxnreg=255)
-_SM120_SMALL = dict(BM=32, BN=128, GROUP_M=1, mode="scaled", swap=True, num_warps=8, num_stages=4, maxnreg=255)
+# sm_120: block-scaled mxf8f6f4 MMA; 128x128 FP8 tiles with 3 stages of A 16 KB + B 16 KB fit
+# 99 KB. FP4 tiles are 64 x 64 with 8 warps: the e4m3 tile widened in registers makes ptxas'
+# register use erratic across Triton 3.6-3.9 (128 x 128, 128 x 64 and 64 x 128 each spill 8-56 B
+# under one of them; 64 x 64 spills under none). Small tiles put the weights on the MMA's M side.
+# sm_121: 64-wide tiles, 8 warps; under Triton < 3.8 its block-scaled dots are emulated, so the
+# kernels take the bf16 path there (``expert_tile.native_block_scaled``).
+# maxnreg: the first budget of ``register_budget.budgets`` that does not spill is launched.
+_SM12X = dict(GROUP_M=8, mode="scaled", num_warps=8, maxnreg=255)
 CONFIGS = {
     "sm_120": {
-        "fp8": {"large": _SM120_LARGE, "small": _SM120_SMALL},
-        "fp4": {"large": _SM120_LARGE, "small": _SM120_SMALL},
+        "fp8": {"large": dict(_SM12X, BM=128, BN=128, swap=False, num_stages=3),
+                "small": dict(_SM12X, BM=32, BN=128, swap=True, num_stages=4, GROUP_M=1)},
+        "fp4": {"large": dict(_SM12X, BM=64, BN=64, swap=False, num_stages=3),
+                "small": dict(_SM12X, BM=32, BN=64, swap=True, num_stages=4, GROUP_M=1)},
+    },
+    "sm_121": {
+        "fp8": {"large": dict(_SM12X, BM=64, BN=64, swap=False, num_stages=3),
+                "small": dict(_SM12X, BM=32, BN=64, swap=True, num_stages=3, GROUP_M=1)},
+        "fp4": {"large": dict(_SM12X, BM=64, BN=64, swap=False, num_stages=3),
+                "small": dict(_SM12X, BM=32, BN=64, swap=True, num_stages=3, GROUP_M=1)},
     },
     "sm_90": {
         "fp8": {"large": dict(BM=128, BN=128, GROUP_M=8, mode="fp8", swap=False, num_warps=8, num_stages=4),
@@ -136,8 +147,8 @@ def _contiguous_kernel(
              mask=written[:, None] & n_ok[None, :])
 
 
-def constexprs(ops: Operands, cfg: dict, *, psum: bool, zero_pad: bool) -> dict:
-    mode = kernel_mode(cfg["mode"], ops.sfa, ops.sfb, ops.b_fp4)
+def constexprs(ops: Operands, cfg: dict, *, psum: bool, zero_pad: bool, arch: str = "sm_120") -> dict:
+    mode = kernel_mode(cfg["mode"], ops.sfa, ops.sfb, ops.b_fp4, arch)
     return dict(PSUM=psum, ZERO_PAD=zero_pad, LOG2_G=max(ops.groups, 1).bit_length(),
                 SFA_KIND=ops.sfa.kind, SFA_GRAN_K=ops.sfa.gran_k, SFB_KIND=ops.sfb.kind,
                 SFB_GRAN_K=ops.sfb.gran_k, SFB_GRAN_N=ops.sfb.gran_mn,
@@ -154,8 +165,8 @@ def grouped_contiguous(ops: Operands, d, layout, *, psum: bool = False, alignmen
         return d
     cfg = pick_config(ops.a.device, ops.b_fp4, alignment, config)
     if config is None:
-        cfg = fit_config(cfg, ops.b_fp4, ops.sfa.kind)
-    const = constexprs(ops, cfg, psum=psum, zero_pad=ensure_zero_padding)
+        cfg = fit_config(cfg, ops.b_fp4, ops.sfa.kind, ops.sfb.kind)
+    const = constexprs(ops, cfg, psum=psum, zero_pad=ensure_zero_padding, arch=configs.arch_key(d.device))
     grid = (triton.cdiv(m, cfg["BM"]) * triton.cdiv(ops.n, cfg["BN"]),)
     sa, sb = ops.sfa, ops.sfb
     args = (ops.a, ops.b, d, layout, sa.data, sb.data, m, ops.n, ops.k, ops.groups, alignment,
@@ -236,14 +247,14 @@ def compile_reports(targets=("sm_120", "sm_121"), variants=VARIANTS, psum=(False
         return reports_in_subprocess(__name__, targets=tuple(targets), variants=tuple(variants), psum=tuple(psum))
     reports = []
     for target in targets:
-        table = CONFIGS["sm_120" if target == "sm_121" else target]
+        table = CONFIGS[target]
         for name, b_fp4, ka, gka, kb, gnb in variants:
             for size, cfg in table["fp4" if b_fp4 else "fp8"].items():
-                cfg = fit_config(cfg, b_fp4, ka)
+                cfg = fit_config(cfg, b_fp4, ka, kb)
                 for use_psum in psum:
                     ops = types.SimpleNamespace(groups=256, b_fp4=b_fp4, sfa=_Scales(ka, 1, gka),
                                                 sfb=_Scales(kb, gnb, 32 if b_fp4 else 128))
-                    const = constexprs(ops, cfg, psum=use_psum, zero_pad=True)
+                    const = constexprs(ops, cfg, psum=use_psum, zero_pad=True, arch=target)
                     reports.append(compile_kernel(
                         _contiguous_kernel, signature(b_fp4, ka, kb), const, target=target,
                         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],

@@ -28,16 +28,19 @@ from sm12x.kernels.moe.operands import Operands
 OP = "m_grouped_fp8_fp4_gemm_nt_masked"
 
 # BM follows expected_m (16 / 32 / 64 rows); weights on the MMA's M side (swap) for decode tiles.
-# sm_120: 8 warps (with 4, the widened 128-row FP4 tile spills); 64-row tiles take 64 weight rows
-# (128 spill 48 B). maxnreg: the first budget of ``register_budget.budgets`` that does not spill is
-# launched (ptxas left alone keeps some of these at 128 registers and spills).
-_SM120 = dict(mode="scaled", swap=True, num_warps=8, num_stages=4, per_sm=2, maxnreg=255)
+# sm_120: 8 warps; 16-row tiles take 128 weight rows, 32- and 64-row FP4 tiles 64 (128 spill 32-48 B
+# under Triton 3.7 / 3.9: the e4m3 tile widened in registers), 64-row FP8 tiles 64. sm_121: 64
+# weight rows (its block-scaled dots are emulated under Triton < 3.8: the bf16 path there).
+# maxnreg: the first budget of ``register_budget.budgets`` that does not spill is launched (ptxas
+# left alone keeps some of these at 128 registers and spills).
+_SM12X = dict(mode="scaled", swap=True, num_warps=8, num_stages=4, per_sm=2, maxnreg=255)
 _SM90 = dict(swap=True, num_warps=4, num_stages=4, per_sm=2)
 CONFIGS = {
     "sm_120": {
-        "fp8": {16: dict(_SM120, BN=128), 32: dict(_SM120, BN=128), 64: dict(_SM120, BN=64)},
-        "fp4": {16: dict(_SM120, BN=128), 32: dict(_SM120, BN=128), 64: dict(_SM120, BN=64)},
+        "fp8": {16: dict(_SM12X, BN=128), 32: dict(_SM12X, BN=128), 64: dict(_SM12X, BN=64)},
+        "fp4": {16: dict(_SM12X, BN=128), 32: dict(_SM12X, BN=64), 64: dict(_SM12X, BN=64)},
     },
+    "sm_121": {kind: {bm: dict(_SM12X, BN=64, num_stages=3) for bm in (16, 32, 64)} for kind in ("fp8", "fp4")},
     "sm_90": {
         "fp8": {bm: dict(_SM90, BN=128, mode="fp8") for bm in (16, 32, 64)},
         "fp4": {bm: dict(_SM90, BN=128, mode="bf16") for bm in (16, 32, 64)},
@@ -97,8 +100,8 @@ def _masked_kernel(
                      acc.to(tl.bfloat16), mask=ok[:, None] & n_ok[None, :])
 
 
-def constexprs(ops: Operands, cfg: dict) -> dict:
-    mode = kernel_mode(cfg["mode"], ops.sfa, ops.sfb, ops.b_fp4)
+def constexprs(ops: Operands, cfg: dict, arch: str = "sm_120") -> dict:
+    mode = kernel_mode(cfg["mode"], ops.sfa, ops.sfb, ops.b_fp4, arch)
     return dict(SFA_KIND=ops.sfa.kind, SFA_GRAN_K=ops.sfa.gran_k, SFB_KIND=ops.sfb.kind,
                 SFB_GRAN_K=ops.sfb.gran_k, SFB_GRAN_N=ops.sfb.gran_mn,
                 **scale_plan(mode, ops.sfa.kind, ops.sfa.gran_k, ops.sfb.kind, ops.sfb.gran_k),
@@ -112,7 +115,7 @@ def grouped_masked(ops: Operands, d, masked_m, expected_m: int, config=None):
         return d
     cfg = pick_config(ops.a.device, ops.b_fp4, expected_m, config)
     if config is None:
-        cfg = fit_config(cfg, ops.b_fp4, ops.sfa.kind)
+        cfg = fit_config(cfg, ops.b_fp4, ops.sfa.kind, ops.sfb.kind)
     n_tiles = triton.cdiv(ops.n, cfg["BN"])
     units = groups * n_tiles
     grid = (max(1, min(units, cfg.get("per_sm", 2) * configs.sm_count(ops.a.device))),)
@@ -120,7 +123,7 @@ def grouped_masked(ops: Operands, d, masked_m, expected_m: int, config=None):
     args = (ops.a, ops.b, d, masked_m, sa.data, sb.data, groups, m_max, ops.n, ops.k, n_tiles,
             ops.a.stride(0), ops.a.stride(1), ops.b.stride(0), ops.b.stride(1), d.stride(0), d.stride(1),
             sa.stride_g, sa.stride_mn, sa.stride_k, sb.stride_g, sb.stride_mn, sb.stride_k)
-    kwargs = dict(constexprs(ops, cfg), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    kwargs = dict(constexprs(ops, cfg, configs.arch_key(d.device)), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     budget = {} if interpreting() else launch_budget(_masked_kernel, args, kwargs, cfg.get("maxnreg"), d.device)
     _masked_kernel[grid](*args, **kwargs, **budget)
     return d
@@ -159,12 +162,12 @@ def compile_reports(targets=("sm_120", "sm_121"), block_ms=BLOCK_MS, variants=No
                                      variants=tuple(variants))
     reports = []
     for target in targets:
-        table = CONFIGS["sm_120" if target == "sm_121" else target]
+        table = CONFIGS[target]
         for name, b_fp4, ka, gka, kb, gnb in variants:
             for bm in block_ms:
-                cfg = fit_config(dict(table["fp4" if b_fp4 else "fp8"][bm], BM=bm), b_fp4, ka)
+                cfg = fit_config(dict(table["fp4" if b_fp4 else "fp8"][bm], BM=bm), b_fp4, ka, kb)
                 ops = types.SimpleNamespace(b_fp4=b_fp4, sfa=_Scales(ka, 1, gka), sfb=_Scales(kb, gnb, 32 if b_fp4 else 128))
-                const = constexprs(ops, cfg)
+                const = constexprs(ops, cfg, target)
                 reports.append(compile_kernel(
                     _masked_kernel, signature(b_fp4, ka, kb), const, target=target,
                     num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],

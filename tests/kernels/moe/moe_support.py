@@ -23,9 +23,9 @@ def run_contiguous(api, segments, n, k, *, fp4, alignment, psum=False, fmt_a="fp
         api.set_mk_alignment_for_contiguous_layout(128)
     sfa = read_scales("t", "a", sa, m, k)
     sfb = read_scales("t", "b", sb, n, k, groups=len(segments))
-    ref, defined = ref_grouped_contiguous(a.cpu(), _cpu(sfa), b.cpu(), _cpu(sfb), layout.cpu(), fp4=fp4, psum=psum,
-                                          alignment=alignment, ensure_zero_padding=ensure_zero_padding)
-    return d.cpu(), ref, defined
+    ref, defined = ref_grouped_contiguous(a, sfa, b, sfb, layout, fp4=fp4, psum=psum, alignment=alignment,
+                                          ensure_zero_padding=ensure_zero_padding)
+    return d.cpu(), ref.cpu(), defined.cpu()
 
 
 def run_masked(api, groups, m_max, n, k, masked, *, fp4, expected_m, fmt_a="fp32", fmt_b="packed", gran_k_a=128,
@@ -36,14 +36,8 @@ def run_masked(api, groups, m_max, n, k, masked, *, fp4, expected_m, fmt_a="fp32
     api.m_grouped_fp8_fp4_gemm_nt_masked((a, sa), (b, sb), d, masked_m, expected_m)
     sfa = read_scales("t", "a", sa, m_max, k, groups=groups)
     sfb = read_scales("t", "b", sb, n, k, groups=groups)
-    ref, defined = ref_grouped_masked(a.cpu(), _cpu(sfa), b.cpu(), _cpu(sfb), masked_m.cpu(), fp4=fp4)
-    return d.cpu(), ref, defined
-
-
-def _cpu(s):
-    import dataclasses
-
-    return dataclasses.replace(s, data=s.data.cpu())
+    ref, defined = ref_grouped_masked(a, sfa, b, sfb, masked_m, fp4=fp4)
+    return d.cpu(), ref.cpu(), defined.cpu()
 
 
 def check(out, ref, defined):

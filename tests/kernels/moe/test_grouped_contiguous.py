@@ -15,7 +15,7 @@ def _with_config(monkeypatch, mode, swap, bm=16, bn=32):
                         dict(cfg, BM=gc.tile_rows(cfg["BM"], alignment)))
 
 
-@pytest.mark.parametrize("mode", ["scaled", "bf16", "fp8"])
+@pytest.mark.parametrize("mode", ["scaled", "mixed", "bf16", "fp8"])
 @pytest.mark.parametrize("fp4", [True, False])
 @pytest.mark.parametrize("swap", [False, True])
 def test_modes(monkeypatch, mode, fp4, swap):

@@ -9,7 +9,7 @@ from sm12x.kernels.moe import grouped_masked as gm
 pytestmark = pytest.mark.cpu_only
 
 
-@pytest.mark.parametrize("mode", ["scaled", "bf16", "fp8"])
+@pytest.mark.parametrize("mode", ["scaled", "mixed", "bf16", "fp8"])
 @pytest.mark.parametrize("fp4", [True, False])
 @pytest.mark.parametrize("swap", [True, False])
 def test_modes(monkeypatch, mode, fp4, swap):

@@ -47,10 +47,10 @@ def _ptx(target_cap):
 
     from sm12x.kernels.common.compile_check import launch_hints
 
-    cfg = dict(gm.CONFIGS["sm_120"]["fp4"][16], BM=16)
+    cfg = dict(gm.CONFIGS[f"sm_{target_cap}"]["fp4"][16], BM=16)
     ops = types.SimpleNamespace(b_fp4=True, sfa=gc._Scales(1, 1, 128), sfb=gc._Scales(1, 1, 32))
     sig = gm.signature(True, 1, 1)
-    src = ASTSource(fn=gm._masked_kernel, signature=sig, constexprs=gm.constexprs(ops, cfg), attrs=launch_hints(sig))
+    src = ASTSource(fn=gm._masked_kernel, signature=sig, constexprs=gm.constexprs(ops, cfg, f"sm_{target_cap}"), attrs=launch_hints(sig))
     compiled = triton.compile(src, target=GPUTarget("cuda", target_cap, 32),
                               options={"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
     return compiled.asm["ptx"]
