@@ -174,7 +174,7 @@ def sweep(time_us, copy_gbs):
     active = int((counts > 0).sum())
     base = dict(swap=True, num_stages=4, per_sm=2)
     for mode, bn, warps, stages in (("bf16", 128, 4, 4), ("mixed", 128, 4, 4), ("mixed", 64, 4, 4), ("mixed", 128, 8, 4),
-                                    ("scaled", 128, 4, 4), ("scaled", 128, 8, 4), ("bf16", 64, 4, 6)):
+                                    ("bf16", 128, 8, 4), ("scaled", 128, 4, 4), ("scaled", 128, 8, 4), ("bf16", 64, 4, 6)):
         cfg = dict(base, mode=mode, BN=bn, num_warps=warps, num_stages=stages, BM=16)
         call = lambda: gm.grouped_masked(api._operands.read_operands("bench", (a, sa), (b, sb), a_dims=3),  # noqa: E731
                                          d, masked_m, 6, config=cfg)
