@@ -135,7 +135,8 @@ def main():
     from gpu_timing import graphed, median_us
     from sm12x.kernels.common import configs
     from sm12x.kernels.common.tolerance import failures, flashmla_decode_close
-    from sm12x.kernels.sparse_mla.decode import plan, sparse_mla_decode
+    from sm12x.kernels.sparse_mla.decode import sparse_mla_decode
+    from sm12x.kernels.sparse_mla.decode_plan import plan
     from sm12x.kernels.sparse_mla.reference import make_case, ref_sparse_mla_decode
 
     flash_mla = None if args.no_flashmla else import_flashmla()

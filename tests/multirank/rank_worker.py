@@ -259,7 +259,7 @@ def run_rank(rank, cfg):
     out, lse = run_decode(flash_mla, dcase, lo, hi)
     ev["decode_s"] = round(time.time() - t0, 3)
     ev["decode_shard"] = {"heads": [lo, hi], "out": list(out.shape), "lse": list(lse.shape)}
-    from sm12x.kernels.sparse_mla.decode import plan
+    from sm12x.kernels.sparse_mla.decode_plan import plan
 
     s = dcase["q"].shape
     xtopk = dcase["extra_indices"].shape[-1] if dcase.get("extra_indices") is not None else 0

@@ -113,3 +113,29 @@ def format_reports(reports) -> str:
         lines.append(f"{r.kernel:32} {r.config:40} {r.target:7} {r.shared_bytes:8d} {r.registers:5d} "
                      f"{r.spill_bytes:6d}  {'yes' if r.ok else 'NO: ' + r.problem}")
     return "\n".join(lines)
+
+
+def interpreting() -> bool:
+    """Whether kernels run under the Triton interpreter (``TRITON_INTERPRET``)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def reports_in_subprocess(module: str, **kwargs) -> list:
+    """``module.compile_reports(**kwargs)`` run in a fresh interpreter without TRITON_INTERPRET
+    (under the interpreter kernels cannot be compiled in-process), with the repository root (never
+    the package folder, whose ``platform`` would shadow the standard library's) first on the
+    path."""
+    import json
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    code = (f"import dataclasses, json; from {module} import compile_reports as c; "
+            f"print(json.dumps([dataclasses.asdict(r) for r in c(**{kwargs!r})]))")
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=root)
+    if res.returncode:
+        raise RuntimeError(f"compile_reports subprocess failed:\n{res.stderr[-4000:]}")
+    return [CompileReport(**d) for d in json.loads(res.stdout.strip().splitlines()[-1])]
+

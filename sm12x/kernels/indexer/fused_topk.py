@@ -258,10 +258,10 @@ def compile_reports(targets=("sm_120", "sm_121"), heads=(64,), dims=(128,)):
     fill of both logits kernels (2-D and 1-D context_lens for the paged one), the key-to-index
     kernel, the radix-select kernels and their candidate filter, the merge and the fold."""
     from sm12x.kernels.indexer import topk_filter, topk_fold, topk_merge, topk_select
-    from sm12x.kernels.common.compile_check import compile_kernel
+    from sm12x.kernels.common.compile_check import compile_kernel, interpreting, reports_in_subprocess
 
-    if _mqa.interpreting():
-        return _mqa.reports_in_subprocess(__name__, targets=tuple(targets), heads=tuple(heads), dims=tuple(dims))
+    if interpreting():
+        return reports_in_subprocess(__name__, targets=tuple(targets), heads=tuple(heads), dims=tuple(dims))
     reports = _mqa.compile_reports(targets, heads, dims, variants=((0, False, False),))
     sig = {"keys_ptr": "*i64", "stride_k": "i64", "n": "i32", "out_ptr": "*i32", "stride_o": "i64",
            "stride_oc": "i64", "topk": "i32", "shift_ptr": "*i32", "HAS_SHIFT": "constexpr", "BLOCK": "constexpr"}

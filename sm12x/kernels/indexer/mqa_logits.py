@@ -27,13 +27,12 @@ offsets are int64, so S x S_kv >= 2**31 is fine.
 """
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
 from sm12x.kernels.common import configs
+from sm12x.kernels.common.compile_check import interpreting, reports_in_subprocess
 from sm12x.kernels.common.register_budget import launch_budget
 from sm12x.kernels.common.rounding import round_bf16
 
@@ -465,31 +464,6 @@ def _signature(is_fp4: bool, out_mode: int):
 
 
 VARIANTS = ((0, True, False), (0, False, False), (0, False, True), (1, True, False))
-
-
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-def reports_in_subprocess(module: str, **kwargs):
-    """Under TRITON_INTERPRET kernels cannot be compiled in-process: run ``module.compile_reports``
-    in a fresh interpreter without it and return its CompileReports."""
-    import json
-    import subprocess
-    import sys
-
-    from sm12x.kernels.common.compile_check import CompileReport
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    code = (f"import dataclasses, json; from {module} import compile_reports as c; "
-            f"print(json.dumps([dataclasses.asdict(r) for r in c(**{kwargs!r})]))")
-    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    if res.returncode:
-        raise RuntimeError(f"compile_reports subprocess failed:\n{res.stderr[-4000:]}")
-    return [CompileReport(**d) for d in json.loads(res.stdout.strip().splitlines()[-1])]
 
 
 def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 64), dims=(128,),

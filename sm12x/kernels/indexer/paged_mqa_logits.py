@@ -27,8 +27,9 @@ import triton.language as tl
 
 from sm12x.kernels.common import configs
 from sm12x.kernels.indexer.mqa_logits import (LOGITS_ALIGN_BYTES, fp4_key_tile_scores, head_mma, head_weight_matrix,
-                                      index_scores, interpreting, key_tile_scores, load_q_fp4,
+                                      index_scores, key_tile_scores, load_q_fp4,
                                       load_q_fp4_packed, row_offsets, uses_fp4_mma)
+from sm12x.kernels.common.compile_check import interpreting
 from sm12x.kernels.common.register_budget import launch_budget
 
 OP = "fp8_paged_mqa_logits"
@@ -449,7 +450,7 @@ def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 64), dims=(128,), bl
     smallest head count, and both kernel forms (one chunk per program, several); widen heads / dims
     / next_ns / variants for the full sweep."""
     from sm12x.kernels.common.compile_check import compile_kernel
-    from sm12x.kernels.indexer.mqa_logits import interpreting, reports_in_subprocess
+    from sm12x.kernels.common.compile_check import interpreting, reports_in_subprocess
 
     if interpreting():
         return reports_in_subprocess(__name__, targets=tuple(targets), heads=tuple(heads), dims=tuple(dims),

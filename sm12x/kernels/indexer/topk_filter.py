@@ -180,7 +180,7 @@ def filtered_topk_keys(x, k, col_start, base, out, ends, starts, cap):
 def compile_reports(targets=("sm_120", "sm_121")):
     """Compile the filter's kernels for ``targets`` -> list of CompileReport."""
     from sm12x.kernels.common.compile_check import compile_kernel
-    from sm12x.kernels.indexer.mqa_logits import interpreting, reports_in_subprocess
+    from sm12x.kernels.common.compile_check import interpreting, reports_in_subprocess
 
     if interpreting():
         return reports_in_subprocess(__name__, targets=tuple(targets))

@@ -180,7 +180,7 @@ def compile_reports(targets=("sm_120", "sm_121")):
     and top-2048 + 2048, by sorting both or only the candidates), and a first window's sort of 2048
     -> list of CompileReport."""
     from sm12x.kernels.common.compile_check import compile_kernel
-    from sm12x.kernels.indexer.mqa_logits import interpreting, reports_in_subprocess
+    from sm12x.kernels.common.compile_check import interpreting, reports_in_subprocess
 
     if interpreting():
         return reports_in_subprocess(__name__, targets=tuple(targets))

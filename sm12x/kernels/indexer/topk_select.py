@@ -469,7 +469,7 @@ def row_topk_keys(x: torch.Tensor, k: int, col_start: int = 0, base: torch.Tenso
 def compile_reports(targets=("sm_120", "sm_121")):
     """Compile the kernels for ``targets`` -> list of CompileReport."""
     from sm12x.kernels.common.compile_check import compile_kernel
-    from sm12x.kernels.indexer.mqa_logits import interpreting, reports_in_subprocess
+    from sm12x.kernels.common.compile_check import interpreting, reports_in_subprocess
 
     if interpreting():
         return reports_in_subprocess(__name__, targets=tuple(targets))

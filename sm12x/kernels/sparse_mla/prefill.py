@@ -31,8 +31,10 @@ import triton
 import triton.language as tl
 
 from sm12x.kernels.common import checks, configs
-from sm12x.kernels.sparse_mla.decode import (D_V, LOG2E, _dot, _interpret, _rows_aligned,
-                                             _to_bf16, launch, plan)
+from sm12x.kernels.common.compile_check import interpreting, reports_in_subprocess
+from sm12x.kernels.sparse_mla.decode import LOG2E, _rows_aligned, launch
+from sm12x.kernels.sparse_mla.decode_kernels import _dot, _to_bf16
+from sm12x.kernels.sparse_mla.decode_plan import D_V, plan
 
 OP = "flash_mla_sparse_fwd"
 
@@ -171,7 +173,7 @@ def _launch_pipelined(q, kv, indices, topk_length, attn_sink, sm_scale, out, max
         indices.shape[-1], float(sm_scale) * LOG2E, HAS_ROPE=d_qk == 576,
         HAS_LEN=topk_length is not None, HAS_SINK=attn_sink is not None,
         BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"], NUM_STAGES=cfg["num_stages"],
-        INTERPRET=_interpret(), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        INTERPRET=interpreting(), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
 
 def validate(op, q, kv, indices, topk_length, attn_sink, d_v):
@@ -261,24 +263,10 @@ def compile_reports(targets=("sm_120", "sm_121"), cfgs=None):
     """Compile the pipelined path's configs (``cfgs``: {d_qk: cfg}, default the targets' own)
     for ``targets``, with and without per-query lengths -> list of CompileReport. Under the
     Triton interpreter this re-runs itself in a subprocess without TRITON_INTERPRET."""
-    from sm12x.kernels.common.compile_check import CompileReport, compile_kernel
+    from sm12x.kernels.common.compile_check import compile_kernel
 
-    if _interpret():
-        import dataclasses  # noqa: F401  (used by the child)
-        import json
-        import subprocess
-        import sys
-
-        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-            os.path.abspath(__file__)))))  # the repository root
-        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-        code = ("import dataclasses, json; from sm12x.kernels.sparse_mla.prefill import "
-                f"compile_reports as c; print(json.dumps([dataclasses.asdict(r) for r in "
-                f"c({tuple(targets)!r}, {cfgs!r})]))")
-        res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                             text=True, check=True)
-        return [CompileReport(**d) for d in json.loads(res.stdout.strip().splitlines()[-1])]
+    if interpreting():
+        return reports_in_subprocess(__name__, targets=tuple(targets), cfgs=cfgs)
     reports = []
     for target in targets:
         key = target if target in PIPELINED_CONFIGS else "sm_120"

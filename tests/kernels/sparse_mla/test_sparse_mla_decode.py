@@ -4,7 +4,8 @@ import torch
 
 from sm12x.kernels.sparse_mla import kv_cache as kvc
 from sm12x.kernels.sparse_mla.reference import make_case, ref_sparse_mla_decode
-from sm12x.kernels.sparse_mla.decode import plan, sparse_mla_decode
+from sm12x.kernels.sparse_mla.decode import sparse_mla_decode
+from sm12x.kernels.sparse_mla.decode_plan import plan
 from sm12x.kernels.common.tolerance import FLASHMLA_LSE, FLASHMLA_OUT, flashmla_close
 
 pytestmark = pytest.mark.cpu_only  # inputs on the CPU; GPU cases are marked gpu
@@ -194,7 +195,7 @@ def test_combine_reads_or_skips_empty_parts(monkeypatch, sms):
     """Rows split five ways whose lengths leave later parts empty (and 5 parts: not a multiple
     of the combine's parts per step), the combine skipping empty parts (1 SM: the programs fill
     it) or reading every part."""
-    from sm12x.kernels.sparse_mla.decode import plan
+    from sm12x.kernels.sparse_mla.decode_plan import plan
 
     monkeypatch.setenv("SM12X_NUM_SMS", str(sms))
     pl = plan(3, 1, 16, 80, 48, torch.device("cpu"), num_splits=5, ragged=True)
@@ -204,7 +205,7 @@ def test_combine_reads_or_skips_empty_parts(monkeypatch, sms):
 
 
 def test_combine_skips_empty_parts_only_when_ragged_and_filling_the_gpu():
-    from sm12x.kernels.sparse_mla.decode import plan
+    from sm12x.kernels.sparse_mla.decode_plan import plan
 
     cpu = torch.device("cpu")  # 188 SMs
     big = plan(74, 2, 64, 128, 1024, cpu, ragged=True)
@@ -218,7 +219,7 @@ def test_pdl_only_where_the_combine_fits_beside(monkeypatch):
     """The combine is launched as a programmatic dependent only where the split kernel leaves
     parts and its programs fit on the SMs the split kernel leaves idle (8 each), and only where
     PDL is supported."""
-    from sm12x.kernels.sparse_mla import decode as mod
+    from sm12x.kernels.sparse_mla import decode_plan as mod
 
     cpu = torch.device("cpu")  # 188 SMs
     monkeypatch.setattr(mod, "_PLANS", {})
@@ -236,7 +237,7 @@ def test_pdl_only_where_the_combine_fits_beside(monkeypatch):
 
 
 def test_pdl_switch(monkeypatch):
-    from sm12x.kernels.sparse_mla import decode as mod
+    from sm12x.kernels.sparse_mla import decode_plan as mod
 
     assert not mod.pdl_supported(torch.device("cpu"))
     monkeypatch.setattr(mod, "_pdl_supported", lambda index: True)
@@ -247,7 +248,7 @@ def test_pdl_switch(monkeypatch):
 
 
 def test_program_count_model():
-    from sm12x.kernels.sparse_mla.decode import _best_program_count
+    from sm12x.kernels.sparse_mla.decode_plan import _best_program_count
 
     part = 64 * 512 * 8
     # One program per SM, 10 tiles each: splitting only adds waves and combine traffic.
@@ -265,7 +266,7 @@ def test_program_count_model():
 
 
 def test_split_rows():
-    from sm12x.kernels.sparse_mla.decode import split_rows
+    from sm12x.kernels.sparse_mla.decode_plan import split_rows
 
     assert split_rows(4, 10, 4) == (0, 0)            # one row per program
     assert split_rows(4, 10, 2) == (0, 0)            # two whole rows per program
@@ -281,7 +282,7 @@ def test_rows_cut_anywhere(monkeypatch, programs, head_major, wide):
     """Dealt-out program counts that put several rows, part rows and many-part rows on one
     program, in both row orders, with 32- and 64-bit unit arithmetic; one row per program; and
     rows cut in 2 and 4 equal parts (6 rows here)."""
-    from sm12x.kernels.sparse_mla import decode as sd
+    from sm12x.kernels.sparse_mla import decode_plan as sd
 
     if wide:
         monkeypatch.setattr(sd, "WIDE_PRODUCT", 0)
@@ -297,7 +298,7 @@ def test_rows_cut_anywhere(monkeypatch, programs, head_major, wide):
 
 
 def test_small_calls_take_smaller_head_blocks(monkeypatch):
-    from sm12x.kernels.sparse_mla.decode import pick_config
+    from sm12x.kernels.sparse_mla.decode_plan import pick_config
 
     monkeypatch.setenv("SM12X_NUM_SMS", "188")
     cpu = torch.device("cpu")  # the sm_120 configs: H16 N32, H32 N16, H64 N16
@@ -461,7 +462,7 @@ def test_gpu_cuda_graph_replay_equals_eager():
 
 
 def test_config_choice_and_env_override(monkeypatch):
-    from sm12x.kernels.sparse_mla.decode import pick_config
+    from sm12x.kernels.sparse_mla.decode_plan import pick_config
 
     cpu = torch.device("cpu")  # the sm_120 configs
     assert [pick_config(h, cpu)["BLOCK_H"] for h in (8, 16, 24, 32, 64, 128)] == [16, 16, 32, 32,
@@ -479,7 +480,7 @@ def test_config_choice_and_env_override(monkeypatch):
 def test_gpu_pdl_combine_equals_plain_launch(monkeypatch):
     """A small split call with the combine as a programmatic dependent: the same bits as
     the plain launch, eager and replayed from a CUDA graph, and within FlashMLA's tolerances."""
-    from sm12x.kernels.sparse_mla import decode as mod
+    from sm12x.kernels.sparse_mla import decode_plan as mod
 
     case = make_case("model1", b=2, s_q=2, h_q=64, topk=128, page=256, extra_topk=1024,
                      extra_page=2, extra_topk_length=True, device="cuda", seed=5)

@@ -51,7 +51,7 @@ def test_rows_dealt_out(monkeypatch, programs, head_major, skip_empty):
     """Program counts that cut rows anywhere (3 queries x 2 head blocks, 4 tiles each); the
     combine step reading every part or skipping empty ones (query 1 has none within its
     length)."""
-    from sm12x.kernels.sparse_mla import decode as sd
+    from sm12x.kernels.sparse_mla import decode_plan as sd
 
     monkeypatch.setattr(sd, "_best_program_count", lambda *a: (programs, head_major))
     monkeypatch.setattr(sd, "_PLANS", {})
