@@ -151,9 +151,13 @@ class Tile:
 # Per-arch tiles by M class. ``small``: M <= 64 (decode), weight rows on the MMA's M side, the
 # activation's M padded to block_c; ``medium``: M <= 256, 64-row tiles so that more tiles fill the
 # SMs; ``large``: the rest.
-# sm_90: wgmma, 227 KB shared memory: 4 stages of 128x128x128 FP8 (32 KB each).
-# sm_120 / sm_121: mma.sync and 101,376 B of shared memory: at most 3 stages of 32 KB; with UE8M0
-# scales the block-scaled MMA (scaled_mma).
+# num_stages S keeps S - 1 K steps of operands in shared memory.
+# sm_90: wgmma, 227 KB of shared memory. H200 sweep (2026-12-04, fp32 scales): 128x256x64 and
+# 128x256x128 tiles ran 2.3-3.1x slower than 128x128x128 at M = 4096, 128x128x64 1.4x slower (the
+# promotion tile doubles the accumulator's registers); 64-row swap-AB tiles 6% slower than 128.
+# sm_120 / sm_121: mma.sync and 101,376 B of shared memory: 3 K steps of 128x128x128 FP8 in flight
+# (98,304 B; 101,376 with the UE8M0 scale tiles); with UE8M0 scales the block-scaled MMA
+# (scaled_mma). 8 warps for the 64-row tile: with 4 its fp32-promotion path spills on sm_120.
 TILES = {
     "sm_90": {
         "small": Tile(128, 16, 128, 4, 6, swap_ab=True),
