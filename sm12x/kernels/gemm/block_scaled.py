@@ -201,7 +201,11 @@ def pick_tile(m: int, device=None, tiles: dict = TILES, arch: str | None = None)
     """The tile for an M-row problem on ``device`` (``SM12X_KERNEL_CONFIGS`` forces an arch), or
     for ``arch`` when given. A small-M tile's column block is M rounded up to a power of two (16
     at least); 64 columns take 8 warps (with 4 the fp32-promotion path spills on sm_120)."""
-    tile = (tiles[arch] if arch else configs.pick(tiles, device))[m_class(m)]
+    if arch:  # a tiles dict without its own sm_121 entry serves sm_121 with sm_120's, as configs.pick
+        tile = tiles.get(arch) or tiles["sm_120" if arch == "sm_121" else arch]
+    else:
+        tile = configs.pick(tiles, device)
+    tile = tile[m_class(m)]
     if tile.swap_ab:
         block_c = max(16, min(64, triton.next_power_of_2(max(m, 1))))
         tile = dataclasses.replace(tile, block_c=block_c,
