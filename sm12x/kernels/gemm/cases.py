@@ -126,37 +126,15 @@ def check_hc_prenorm(device, full):
                    throughput=f"{(m * k * 2 + n * k * 4) / us / 1e3:.0f} GB/s")
 
 
-def _reports_in_subprocess(module: str, targets: tuple) -> list:
-    """Under TRITON_INTERPRET kernels cannot be compiled in-process: ``module.compile_reports``
-    runs in a fresh interpreter without it."""
-    import dataclasses  # noqa: F401
-    import json
-    import os
-    import subprocess
-    import sys
-
-    from sm12x.kernels.common.compile_check import CompileReport
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    code = (f"import dataclasses, json; from {module} import compile_reports as c; "
-            f"print(json.dumps([dataclasses.asdict(r) for r in c(targets={targets!r})]))")
-    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=root)
-    if res.returncode:
-        raise RuntimeError(f"compile_reports subprocess failed:\n{res.stderr[-4000:]}")
-    return [CompileReport(**d) for d in json.loads(res.stdout.strip().splitlines()[-1])]
-
-
 def _compile(module_name):
     def compile_reports(targets):
         import importlib
-        import os
+
+        from sm12x.kernels.common.compile_check import interpreting, reports_in_subprocess
 
         name = f"sm12x.kernels.gemm.{module_name}"
-        if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-            return _reports_in_subprocess(name, tuple(targets))
+        if interpreting():
+            return reports_in_subprocess(name, targets=tuple(targets))
         return importlib.import_module(name).compile_reports(targets=targets)
 
     return compile_reports
