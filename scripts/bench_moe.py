@@ -27,7 +27,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import torch  # noqa: E402
+import torch
 
 HIDDEN, INTER, EXPERTS = 4096, 2048, 256
 SHAPES = {"gate_up": (2 * INTER, HIDDEN), "down": (HIDDEN, INTER)}  # (N, K)
@@ -160,7 +160,8 @@ def sweep(time_us, copy_gbs):
     first candidate's (the default configuration's, checked against the reference by the tests)."""
     from sm12x.frontends.deep_gemm import moe as api
     from sm12x.kernels.common.tolerance import calc_diff
-    from sm12x.kernels.moe import grouped_contiguous as gc, grouped_masked as gm
+    from sm12x.kernels.moe import grouped_contiguous as gc
+    from sm12x.kernels.moe import grouped_masked as gm
     from sm12x.kernels.moe.cases import make_contiguous, make_masked
 
     rows = ["| case | config | us | GB/s or TFLOPS | diff |", "|---|---|---|---|---|"]
@@ -176,7 +177,7 @@ def sweep(time_us, copy_gbs):
     for mode, bn, warps, stages in (("bf16", 128, 4, 4), ("mixed", 128, 4, 4), ("mixed", 64, 4, 4), ("mixed", 128, 8, 4),
                                     ("bf16", 128, 8, 4), ("scaled", 128, 4, 4), ("scaled", 128, 8, 4), ("bf16", 64, 4, 6)):
         cfg = dict(base, mode=mode, BN=bn, num_warps=warps, num_stages=stages, BM=16)
-        call = lambda: gm.grouped_masked(api._operands.read_operands("bench", (a, sa), (b, sb), a_dims=3),  # noqa: E731
+        call = lambda: gm.grouped_masked(api._operands.read_operands("bench", (a, sa), (b, sb), a_dims=3),
                                          d, masked_m, 6, config=cfg)
         try:
             us = time_us(call)
@@ -204,7 +205,7 @@ def sweep(time_us, copy_gbs):
         for mode, bm, bn, warps, stages in cands:
             cfg = dict(BM=bm, BN=bn, GROUP_M=8, mode=mode, swap=False, num_warps=warps, num_stages=stages)
             ops = api._operands.read_operands("bench", (a, sa), (b, sb), a_dims=2)
-            call = lambda: gc.grouped_contiguous(ops, d, layout, alignment=128, config=cfg)  # noqa: E731
+            call = lambda: gc.grouped_contiguous(ops, d, layout, alignment=128, config=cfg)
             try:
                 us = time_us(call, iters=5)
             except Exception as e:  # noqa: BLE001
@@ -244,8 +245,8 @@ def main():
         print("bench_moe: needs a CUDA GPU", file=sys.stderr)
         sys.exit(2)
     import triton
-
     from gpu_timing import time_us
+
     from sm12x.kernels.common import configs
 
     dev = torch.device("cuda")

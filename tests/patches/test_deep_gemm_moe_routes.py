@@ -6,7 +6,6 @@ import json
 import textwrap
 
 import pytest
-
 from tests_support import REPO, dist_infos, last_json, run_py, write_tree
 
 ERR = "Unsupported architecture or scaling factor types"

@@ -195,7 +195,7 @@ def check_masked(device, full):
         a, sa, masked_m = make_masked(groups, m_max, k, masked, fmt="packed", device=device)
         b, sb = make_weights(groups, n, k, fp4=fp4, fmt="packed", device=device, block_scaled_fp8=False)
         d = torch.zeros(groups, m_max, n, dtype=torch.bfloat16, device=device)
-        run = lambda: api.m_grouped_fp8_fp4_gemm_nt_masked((a, sa), (b, sb), d, masked_m, expected_m)  # noqa: E731
+        run = lambda: api.m_grouped_fp8_fp4_gemm_nt_masked((a, sa), (b, sb), d, masked_m, expected_m)
         run()
         sfa = read_scales("t", "a", sa, m_max, k, groups=groups)
         sfb = read_scales("t", "b", sb, n, k, groups=groups)

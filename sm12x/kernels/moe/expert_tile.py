@@ -26,7 +26,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from sm12x.kernels.gemm.block_scaled import block_scaled_dot, load_scales_fp32, load_scales_ue8m0
+from sm12x.kernels.gemm.block_scaled import (
+    block_scaled_dot,
+    load_scales_fp32,
+    load_scales_ue8m0,
+)
 from sm12x.kernels.moe.fp4 import dequant_e2m1_bf16, widen_e2m1
 
 MODE_FP8 = 0
@@ -132,7 +136,7 @@ def _tile_loop(a_ptr, a_rows, a_ok, stride_am, b_ptr, b_rows, b_ok, stride_bn, n
         b_ptrs = b_ptr + b_rows.to(tl.int64)[:, None] * stride_bn + tl.arange(0, 64)[None, :]
     else:
         b_ptrs = b_ptr + b_rows.to(tl.int64)[:, None] * stride_bn + ka[None, :]
-    for kstep in range(0, n_steps):
+    for kstep in range(n_steps):
         k0 = kstep * 128
         a = tl.load(a_ptrs, mask=a_ok[:, None], other=0.0)
         if B_FP4:

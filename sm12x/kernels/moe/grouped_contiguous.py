@@ -25,7 +25,13 @@ import triton.language as tl
 
 from sm12x.kernels.common import configs
 from sm12x.kernels.common.register_budget import launch_budget
-from sm12x.kernels.moe.expert_tile import expert_tile, fit_config, interpreting, kernel_mode, scale_plan
+from sm12x.kernels.moe.expert_tile import (
+    expert_tile,
+    fit_config,
+    interpreting,
+    kernel_mode,
+    scale_plan,
+)
 from sm12x.kernels.moe.operands import Operands
 
 OP = "m_grouped_fp8_fp4_gemm_nt_contiguous"

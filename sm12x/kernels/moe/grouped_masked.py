@@ -22,7 +22,13 @@ import triton.language as tl
 
 from sm12x.kernels.common import configs
 from sm12x.kernels.common.register_budget import launch_budget
-from sm12x.kernels.moe.expert_tile import expert_tile, fit_config, interpreting, kernel_mode, scale_plan
+from sm12x.kernels.moe.expert_tile import (
+    expert_tile,
+    fit_config,
+    interpreting,
+    kernel_mode,
+    scale_plan,
+)
 from sm12x.kernels.moe.operands import Operands
 
 OP = "m_grouped_fp8_fp4_gemm_nt_masked"
@@ -158,7 +164,11 @@ def compile_reports(targets=("sm_120", "sm_121"), block_ms=BLOCK_MS, variants=No
     import types
 
     from sm12x.kernels.common.compile_check import compile_kernel
-    from sm12x.kernels.moe.grouped_contiguous import VARIANTS, _Scales, reports_in_subprocess
+    from sm12x.kernels.moe.grouped_contiguous import (
+        VARIANTS,
+        _Scales,
+        reports_in_subprocess,
+    )
 
     variants = VARIANTS if variants is None else variants
     if interpreting():

@@ -3,7 +3,13 @@ reference on the rows it defines."""
 import torch
 
 from sm12x.kernels.gemm.scales import read_scales
-from sm12x.kernels.moe.cases import MAX_DIFF, compare, make_contiguous, make_masked, make_weights
+from sm12x.kernels.moe.cases import (
+    MAX_DIFF,
+    compare,
+    make_contiguous,
+    make_masked,
+    make_weights,
+)
 from sm12x.kernels.moe.reference import ref_grouped_contiguous, ref_grouped_masked
 
 SENTINEL = 7.0  # what D holds before the call: rows the op leaves alone keep it

@@ -1,8 +1,8 @@
 """m_grouped_fp8_fp4_gemm_nt_contiguous under the interpreter (tiny shapes): both layouts, every
 MMA mode and scale format, empty experts, all-padding tiles, the psum gaps."""
 import pytest
-
 from moe_support import check, run_contiguous
+
 from sm12x.frontends.deep_gemm import moe as api
 from sm12x.kernels.moe import grouped_contiguous as gc
 

@@ -1,8 +1,8 @@
 """m_grouped_fp8_fp4_gemm_nt_masked under the interpreter: masked_m 0 and M_max, clamping, every
 MMA mode, the persistent walk with more units than programs."""
 import pytest
-
 from moe_support import check, run_masked
+
 from sm12x.frontends.deep_gemm import moe as api
 from sm12x.kernels.moe import grouped_masked as gm
 

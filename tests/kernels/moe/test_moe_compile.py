@@ -12,7 +12,8 @@ import pytest
 import triton
 
 from sm12x.kernels.common.compile_check import SM12X_SHARED_LIMIT, format_reports
-from sm12x.kernels.moe import grouped_contiguous as gc, grouped_masked as gm
+from sm12x.kernels.moe import grouped_contiguous as gc
+from sm12x.kernels.moe import grouped_masked as gm
 
 TARGETS = ("sm_120", "sm_121")
 PRODUCTION = tuple(v for v in gc.VARIANTS if v[0] in ("fp4 a:packed128", "fp8 b:packed-row"))

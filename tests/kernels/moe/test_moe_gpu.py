@@ -5,8 +5,8 @@ sm_120 configurations. Also: a masked call captured in a CUDA graph sees new mas
 replay (no host read)."""
 import pytest
 import torch
-
 from moe_support import check, run_contiguous, run_masked
+
 from sm12x.frontends.deep_gemm import moe as api
 
 pytestmark = pytest.mark.gpu
@@ -62,7 +62,7 @@ def test_masked_graph_replay_reads_masked_m_on_device():
     a, sa, masked = make_masked(8, 32, HIDDEN, [0] * 8, fmt="packed", device="cuda")
     b, sb = make_weights(8, 256, HIDDEN, fp4=True, device="cuda")
     d = torch.zeros(8, 32, 256, dtype=torch.bfloat16, device="cuda")
-    run = lambda: api.m_grouped_fp8_fp4_gemm_nt_masked((a, sa), (b, sb), d, masked, 16)  # noqa: E731
+    run = lambda: api.m_grouped_fp8_fp4_gemm_nt_masked((a, sa), (b, sb), d, masked, 16)
     run()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()

@@ -4,9 +4,19 @@ import pytest
 import torch
 
 from sm12x.kernels.gemm.scales import read_scales
-from sm12x.kernels.moe.cases import make_contiguous, make_masked, make_weights, scale_format
+from sm12x.kernels.moe.cases import (
+    make_contiguous,
+    make_masked,
+    make_weights,
+    scale_format,
+)
 from sm12x.kernels.moe.fp4 import E2M1_VALUES, quantize_e2m1, unpack_e2m1
-from sm12x.kernels.moe.reference import dequant, psum_segments, ref_grouped_contiguous, ref_grouped_masked
+from sm12x.kernels.moe.reference import (
+    dequant,
+    psum_segments,
+    ref_grouped_contiguous,
+    ref_grouped_masked,
+)
 
 pytestmark = pytest.mark.cpu_only
 
