@@ -1,12 +1,14 @@
 """Stand-in modules for kernel libraries that are absent from an image.
 
-vLLM and SGLang only take their DeepGEMM indexer paths when ``import deep_gemm`` works. On SM12x,
-when no ``deep_gemm`` is installed at all, the import watcher provides one built from the
-DeepGEMM front ends (``sm12x.frontends.deep_gemm.*``: the functions each lists in ``NAMES``). A real installed module always wins: the import watcher (``sm12x.hooks``) asks for a stand-in
-only after every other finder found nothing, and none is made when vLLM's vendored
-``vllm.third_party.deep_gemm`` exists. The stand-in has only the indexer functions: a framework that
-also wants DeepGEMM GEMMs from it must have them turned off (SGLang: SGLANG_ENABLE_JIT_DEEPGEMM=0,
-as the SM12x recipes already set). ``SM12X_SHIMS=0`` turns this off.
+vLLM and SGLang only take their DeepGEMM paths when ``import deep_gemm`` works. On SM12x, when no
+``deep_gemm`` is installed at all, the import watcher provides one built from the DeepGEMM front
+ends (``sm12x.frontends.deep_gemm``: indexer, dense GEMMs, grouped MoE GEMMs; the functions each
+lists in ``NAMES`` and ``HELPER_NAMES``). A real installed module always wins: the import watcher
+(``sm12x.hooks``) asks for a stand-in only after every other finder found nothing, and none is
+made when vLLM's vendored ``vllm.third_party.deep_gemm`` exists. The stand-in carries what those
+front ends implement, not all of DeepGEMM: a framework path that calls a DeepGEMM function outside
+it gets an AttributeError naming the function, so keep such paths off (SGLang:
+SGLANG_ENABLE_JIT_DEEPGEMM=0, as the SM12x recipes set). ``SM12X_SHIMS=0`` turns this off.
 """
 import importlib
 import os
