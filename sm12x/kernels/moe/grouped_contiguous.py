@@ -194,29 +194,6 @@ def grouped_contiguous(ops: Operands, d, layout, *, psum: bool = False, alignmen
 SF_POINTER = {0: "*fp32", 1: "*i32", 2: "*u8"}
 
 
-def reports_in_subprocess(module: str, **kwargs):
-    """Under TRITON_INTERPRET kernels cannot be compiled in-process: run ``module.compile_reports``
-    in a fresh interpreter without it (the repository root on its path) and return its reports."""
-    import dataclasses  # noqa: F401
-    import json
-    import os
-    import subprocess
-    import sys
-
-    from sm12x.kernels.common.compile_check import CompileReport
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    code = (f"import dataclasses, json; from {module} import compile_reports as c; "
-            f"print(json.dumps([dataclasses.asdict(r) for r in c(**{kwargs!r})]))")
-    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    if res.returncode:
-        raise RuntimeError(f"compile_reports subprocess failed:\n{res.stderr[-4000:]}")
-    return [CompileReport(**d) for d in json.loads(res.stdout.strip().splitlines()[-1])]
-
-
 def signature(b_fp4: bool, sfa_kind: int, sfb_kind: int) -> dict:
     sig = {"a_ptr": "*fp8e4nv", "b_ptr": "*i8" if b_fp4 else "*fp8e4nv", "d_ptr": "*bf16", "layout_ptr": "*i32",
            "sfa_ptr": SF_POINTER[sfa_kind], "sfb_ptr": SF_POINTER[sfb_kind]}
@@ -251,7 +228,7 @@ def compile_reports(targets=("sm_120", "sm_121"), variants=VARIANTS, psum=(False
     operand variant, both layouts) and return CompileReports."""
     import types
 
-    from sm12x.kernels.common.compile_check import compile_kernel
+    from sm12x.kernels.common.compile_check import compile_kernel, reports_in_subprocess
 
     if interpreting():
         return reports_in_subprocess(__name__, targets=tuple(targets), variants=tuple(variants), psum=tuple(psum))

@@ -163,12 +163,8 @@ def compile_reports(targets=("sm_120", "sm_121"), block_ms=BLOCK_MS, variants=No
     variant of :data:`grouped_contiguous.VARIANTS`) and return CompileReports."""
     import types
 
-    from sm12x.kernels.common.compile_check import compile_kernel
-    from sm12x.kernels.moe.grouped_contiguous import (
-        VARIANTS,
-        _Scales,
-        reports_in_subprocess,
-    )
+    from sm12x.kernels.common.compile_check import compile_kernel, reports_in_subprocess
+    from sm12x.kernels.moe.grouped_contiguous import VARIANTS, _Scales
 
     variants = VARIANTS if variants is None else variants
     if interpreting():
