@@ -49,7 +49,7 @@ def _resource_usage(cubin: bytes) -> tuple[int, int]:
     return regs, spill
 
 
-def launch_hints(signature: dict) -> dict:
+def launch_hints(signature: dict, arg_names=None) -> dict:
     """The divisibility facts Triton's launcher gives a production call: every pointer 16-byte
     aligned (torch allocations are) and every ``stride*`` integer a multiple of 16. Without them
     the compiler does not vectorise or software-pipeline the loads (the sm_90 prefill logits kernel
@@ -58,7 +58,7 @@ def launch_hints(signature: dict) -> dict:
     def is_stride(name: str) -> bool:  # stride_x, cache_stride0, ...
         return name.startswith("stride") or name.split("_")[-1].startswith("stride")
 
-    names = list(signature)
+    names = list(arg_names or signature)  # Triton reads a hint by the kernel parameter's position
     hinted = [n for n, t in signature.items()
               if t.startswith("*") or (t in ("i32", "i64") and is_stride(n))]
     return {(names.index(n),): [["tt.divisibility", 16]] for n in hinted}
@@ -87,7 +87,7 @@ def compile_kernel(fn, signature: dict, constexprs: dict, *, target: str, num_wa
     tries = budgets(maxnreg) if register_ladder else [maxnreg]
     for budget in tries:
         src = ASTSource(fn=fn, signature=signature, constexprs=constexprs,
-                        attrs=launch_hints(signature) if hints else {})
+                        attrs=launch_hints(signature, getattr(fn, "arg_names", None)) if hints else {})
         options = {"num_warps": num_warps, "num_stages": num_stages, **as_option(budget)}
         compiled = triton.compile(src, target=GPUTarget("cuda", cap, 32), options=options)
         regs, spill = _resource_usage(compiled.asm["cubin"])
