@@ -1,15 +1,18 @@
 """Patch records.
 
 A patch is declarative: what it replaces (``target`` = ``"module:qualname"``), which modules copy
-the target with ``from X import f`` (``consumers``, rebound too), which library version range and
-GPU arch it is for, why it exists (the upstream error/issue it fixes), the upstream version that
-makes it unnecessary, and ``make``: the factory (in :mod:`sm12x.frontends`) that takes the
-original object and returns the replacement. Replacements are plain functions (``functools.wraps``), never
+the target with ``from X import f`` (``consumers``, rebound too), which library release range and
+GPU arch it is for, why it exists, the upstream issue or source it answers, the release that makes
+it unnecessary, and ``make``: the factory (in :mod:`sm12x.frontends`) that takes the original
+object and returns the replacement. Replacements are plain functions (``functools.wraps``), never
 proxies, because torch.compile traces through wrapt wrappers to the original silently.
 
-The patch sets live in this package by what they patch: ``flash_mla`` (every FlashMLA route),
-``deep_gemm`` (the DeepGEMM indexer surface), ``deep_gemm_dense`` (DeepGEMM's dense GEMMs, einsum
-and mHC pre-norm GEMM) and ``deep_gemm_moe`` (DeepGEMM's grouped MoE GEMMs). ``all_patches()`` lists them all.
+The patch sets live in this package by what they patch: ``indexer_topk`` (the frameworks'
+indexer logits -> top-k), ``flash_mla`` (every FlashMLA route), ``deep_gemm`` (the DeepGEMM
+indexer surface), ``deep_gemm_dense`` (DeepGEMM's dense GEMMs, einsum and mHC pre-norm GEMM) and
+``deep_gemm_moe`` (DeepGEMM's grouped MoE GEMMs). ``all_patches()`` lists them all, in application
+order: ``indexer_topk`` first, because three of its records take targets of ``deep_gemm``'s and
+build on their factories.
 """
 from __future__ import annotations
 
