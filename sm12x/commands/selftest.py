@@ -44,9 +44,10 @@ def check_compile(ops, full):
                      f"max regs {max(r.registers for r in reports)}")
 
 
-def run(ops=None, full=False, json_path=None, stream=sys.stdout) -> int:
+def run(ops=None, full=False, json_path=None, stream=None) -> int:
     from sm12x.commands import status as status_command
 
+    stream = stream or sys.stdout
     device = _device()
     from sm12x.kernels.registry import all_ops
 

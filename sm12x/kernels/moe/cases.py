@@ -133,10 +133,10 @@ def _row(op, case, out, ref, defined, us, flops=0.0, nbytes=0.0):
 
 
 def check_contiguous(device, full):
-
     import torch
 
-    from sm12x.frontends.deep_gemm import moe as api
+    from sm12x.kernels.moe.grouped_contiguous import grouped_contiguous
+    from sm12x.kernels.moe.operands import read_operands
     from sm12x.kernels.common.timing import time_us
     from sm12x.kernels.gemm.scales import read_scales
     from sm12x.kernels.moe.reference import ref_grouped_contiguous
@@ -155,13 +155,9 @@ def check_contiguous(device, full):
         d = torch.empty(m, n, dtype=torch.bfloat16, device=device)
         recipe = dict(recipe_a=(1, 128), recipe_b=(1, 32 if fp4 else 128))
 
-        def run():
-            api.set_mk_alignment_for_contiguous_layout(alignment)
-            try:
-                api.m_grouped_fp8_fp4_gemm_nt_contiguous((a, sa), (b.view(torch.int8) if fp4 else b, sb), d, layout,
-                                                         **recipe)
-            finally:
-                api.set_mk_alignment_for_contiguous_layout(128)
+        ops = read_operands("m_grouped_fp8_fp4_gemm_nt_contiguous", (a, sa), (b.view(torch.int8) if fp4 else b, sb),
+                            a_dims=2, **recipe)
+        run = lambda: grouped_contiguous(ops, d, layout, alignment=alignment)  # noqa: E731
 
         run()
         sfa = read_scales("t", "a", sa, m, k)
@@ -178,9 +174,10 @@ def check_contiguous(device, full):
 def check_masked(device, full):
     import torch
 
-    from sm12x.frontends.deep_gemm import moe as api
     from sm12x.kernels.common.timing import time_us
     from sm12x.kernels.gemm.scales import read_scales
+    from sm12x.kernels.moe.grouped_masked import grouped_masked
+    from sm12x.kernels.moe.operands import read_operands
     from sm12x.kernels.moe.reference import ref_grouped_masked
 
     if device == "cuda":
@@ -195,7 +192,8 @@ def check_masked(device, full):
         a, sa, masked_m = make_masked(groups, m_max, k, masked, fmt="packed", device=device)
         b, sb = make_weights(groups, n, k, fp4=fp4, fmt="packed", device=device, block_scaled_fp8=False)
         d = torch.zeros(groups, m_max, n, dtype=torch.bfloat16, device=device)
-        run = lambda: api.m_grouped_fp8_fp4_gemm_nt_masked((a, sa), (b, sb), d, masked_m, expected_m)
+        ops = read_operands("m_grouped_fp8_fp4_gemm_nt_masked", (a, sa), (b, sb), a_dims=3)
+        run = lambda: grouped_masked(ops, d, masked_m, expected_m)  # noqa: E731
         run()
         sfa = read_scales("t", "a", sa, m_max, k, groups=groups)
         sfb = read_scales("t", "b", sb, n, k, groups=groups)
