@@ -163,7 +163,7 @@ def pack_ue8m0(sf: torch.Tensor) -> torch.Tensor:
     TMA-aligned stride, byte j of word w = the exponent byte of K-block 4w+j (DeepGEMM's
     ``get_mn_major_tma_aligned_packed_ue8m0_tensor``: the exponent is taken as stored, so a scale
     that is not a power of two loses its mantissa)."""
-    mn, kb = sf.shape[-2], sf.shape[-1]
+    kb = sf.shape[-1]
     words = ceil_div(kb, 4)
     exp = (sf.float().contiguous().view(torch.int32) >> 23) & 0xFF
     if kb % 4:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from sm12x.kernels.common.compile_check import interpreting
 from sm12x.kernels.gemm.block_scaled import (
     block_scaled_dot,
     load_scales_fp32,
@@ -38,12 +39,6 @@ MODE_SCALED = 1
 MODE_BF16 = 2
 MODE_BF16_INTERPRETER = 3  # MODE_BF16 with float32 dots: Triton's interpreter gets bf16 dots wrong
 MODES = {"fp8": MODE_FP8, "scaled": MODE_SCALED, "bf16": MODE_BF16}
-
-
-def interpreting() -> bool:
-    import os
-
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def native_block_scaled(arch: str) -> bool:

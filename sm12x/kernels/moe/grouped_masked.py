@@ -22,10 +22,10 @@ import triton.language as tl
 
 from sm12x.kernels.common import configs
 from sm12x.kernels.common.register_budget import launch_budget
+from sm12x.kernels.common.compile_check import interpreting
 from sm12x.kernels.moe.expert_tile import (
     expert_tile,
     fit_config,
-    interpreting,
     kernel_mode,
     scale_plan,
 )
