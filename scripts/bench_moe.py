@@ -223,17 +223,11 @@ def sweep(time_us, copy_gbs):
 
 
 def eager_us(fn, iters: int = 3) -> float:
-    """Median µs of eager calls between CUDA events (for work that allocates)."""
+    """Median µs of eager calls after one warm-up (for work that allocates)."""
+    from gpu_timing import median_us
+
     fn()
-    ts = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) * 1e3)
-    return sorted(ts)[len(ts) // 2]
+    return median_us(fn, iters, flush=False)
 
 
 def main():

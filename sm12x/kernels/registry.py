@@ -59,6 +59,34 @@ def op_names() -> list:
     return [op.name for op in all_ops()]
 
 
+def compiled_by(module: str, **fixed):
+    """An Op's compile entry: ``module.compile_reports(targets=targets, **fixed)``, imported when
+    the check runs; under the Triton interpreter it runs in a fresh interpreter without it (kernels
+    cannot be compiled in-process there)."""
+    def compile_reports(targets):
+        import importlib
+
+        from sm12x.kernels.common.compile_check import interpreting, reports_in_subprocess
+
+        if interpreting():
+            return reports_in_subprocess(module, targets=tuple(targets), **fixed)
+        return importlib.import_module(module).compile_reports(targets=tuple(targets), **fixed)
+
+    return compile_reports
+
+
+def reference_in(module: str, name: str):
+    """An Op's reference: ``module.name``, imported on its first call (the references need torch,
+    the registry does not)."""
+    def reference(*args, **kwargs):
+        import importlib
+
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    reference.__name__ = name
+    return reference
+
+
 def result(op: str, case: str, ok: bool, max_abs: float = 0.0, max_rel: float = 0.0, detail: str = "",
            us: float = 0.0, throughput: str = "") -> dict:
     """One self-test result row."""

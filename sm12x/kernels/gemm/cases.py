@@ -4,7 +4,7 @@ interpreter)."""
 from __future__ import annotations
 
 from sm12x.kernels.common.timing import time_us
-from sm12x.kernels.registry import Op
+from sm12x.kernels.registry import Op, compiled_by, reference_in
 
 BENCH = "scripts/bench_gemm.py"
 # DeepGEMM's tests accept calc_diff < 1e-3 against unquantised data; against the dequantised
@@ -126,33 +126,12 @@ def check_hc_prenorm(device, full):
                    throughput=f"{(m * k * 2 + n * k * 4) / us / 1e3:.0f} GB/s")
 
 
-def _compile(module_name):
-    def compile_reports(targets):
-        import importlib
-
-        from sm12x.kernels.common.compile_check import interpreting, reports_in_subprocess
-
-        name = f"sm12x.kernels.gemm.{module_name}"
-        if interpreting():
-            return reports_in_subprocess(name, targets=tuple(targets))
-        return importlib.import_module(name).compile_reports(targets=targets)
-
-    return compile_reports
-
-
-def _reference(name):
-    def reference(*args, **kwargs):
-        from sm12x.kernels.gemm import reference
-
-        return getattr(reference, name)(*args, **kwargs)
-
-    return reference
-
-
+_REF = f"{__package__}.reference"
 OPS = (
-    Op("fp8_gemm_nt", "gemm", _reference("ref_fp8_gemm_nt"), check_fp8_gemm, _compile("fp8_gemm"), BENCH),
+    Op("fp8_gemm_nt", "gemm", reference_in(_REF, "ref_fp8_gemm_nt"), check_fp8_gemm,
+       compiled_by(f"{__package__}.fp8_gemm"), BENCH),
     # the einsum launches fp8_gemm's kernel (one group per head): its compile reports are fp8_gemm_nt's
-    Op("fp8_einsum", "gemm", _reference("ref_fp8_einsum_bhr_hdr"), check_fp8_einsum, None, BENCH),
-    Op("tf32_hc_prenorm_gemm", "gemm", _reference("ref_tf32_hc_prenorm_gemm"), check_hc_prenorm,
-       _compile("hc_prenorm_gemm"), BENCH),
+    Op("fp8_einsum", "gemm", reference_in(_REF, "ref_fp8_einsum_bhr_hdr"), check_fp8_einsum, None, BENCH),
+    Op("tf32_hc_prenorm_gemm", "gemm", reference_in(_REF, "ref_tf32_hc_prenorm_gemm"), check_hc_prenorm,
+       compiled_by(f"{__package__}.hc_prenorm_gemm"), BENCH),
 )

@@ -3,7 +3,7 @@ fused logits -> top-k, with their self-test cases."""
 from __future__ import annotations
 
 from sm12x.kernels.common.timing import time_us
-from sm12x.kernels.registry import Op
+from sm12x.kernels.registry import Op, compiled_by, reference_in
 
 
 def _mqa_inputs(device, s, s_kv, h, d, seed=0, fp4=False):
@@ -133,32 +133,15 @@ def check_indexer_topk(device, full):
                    us=us, throughput="")
 
 
-def _compile(module_name):
-    def compile_reports(targets):
-        import importlib
-
-        return importlib.import_module(f"sm12x.kernels.indexer.{module_name}").compile_reports(targets=targets)
-
-    return compile_reports
-
-
-def _reference(name):
-    def reference(*args, **kwargs):
-        from sm12x.kernels.indexer import reference
-
-        return getattr(reference, name)(*args, **kwargs)
-
-    return reference
-
-
+_REF = f"{__package__}.reference"
 OPS = (
-    Op(name="mqa_logits", family="indexer", reference=_reference("ref_mqa_logits"),
-       selftest=check_mqa_logits, compile_reports=_compile("mqa_logits"),
+    Op(name="mqa_logits", family="indexer", reference=reference_in(_REF, "ref_mqa_logits"),
+       selftest=check_mqa_logits, compile_reports=compiled_by(f"{__package__}.mqa_logits"),
        benchmark="scripts/bench_indexer.py"),
-    Op(name="paged_mqa_logits", family="indexer", reference=_reference("ref_paged_mqa_logits"),
-       selftest=check_paged_mqa_logits, compile_reports=_compile("paged_mqa_logits"),
+    Op(name="paged_mqa_logits", family="indexer", reference=reference_in(_REF, "ref_paged_mqa_logits"),
+       selftest=check_paged_mqa_logits, compile_reports=compiled_by(f"{__package__}.paged_mqa_logits"),
        benchmark="scripts/bench_indexer.py"),
-    Op(name="indexer_topk", family="indexer", reference=_reference("ref_indexer_topk"),
-       selftest=check_indexer_topk, compile_reports=_compile("fused_topk"),
+    Op(name="indexer_topk", family="indexer", reference=reference_in(_REF, "ref_indexer_topk"),
+       selftest=check_indexer_topk, compile_reports=compiled_by(f"{__package__}.fused_topk"),
        benchmark="scripts/bench_indexer.py"),
 )

@@ -2,7 +2,7 @@
 benchmark share."""
 from __future__ import annotations
 
-from sm12x.kernels.registry import Op
+from sm12x.kernels.registry import Op, compiled_by, reference_in
 
 FP8_MAX = 448.0
 
@@ -206,28 +206,15 @@ def check_masked(device, full):
                    d, ref, defined, us, nbytes=nbytes)
 
 
-def _compile(module_name):
-    def compile_reports(targets):
-        import importlib
-
-        mod = importlib.import_module(f"sm12x.kernels.moe.{module_name}")
-        return mod.compile_reports(targets=targets, **({"psum": (False,)} if module_name == "grouped_contiguous" else {}))
-
-    return compile_reports
-
-
-def _reference(name):
-    def reference(*args, **kwargs):
-        from sm12x.kernels.moe import reference
-
-        return getattr(reference, name)(*args, **kwargs)
-
-    return reference
-
-
+_REF = f"{__package__}.reference"
+# the psum layout compiles the same kernel with one constexpr more: the self-test's check covers
+# the expert-id layout; the compile test sweeps both
 OPS = (
-    Op(name="m_grouped_fp8_fp4_gemm_nt_contiguous", family="moe", reference=_reference("ref_grouped_contiguous"),
-       selftest=check_contiguous, compile_reports=_compile("grouped_contiguous"), benchmark="scripts/bench_moe.py"),
-    Op(name="m_grouped_fp8_fp4_gemm_nt_masked", family="moe", reference=_reference("ref_grouped_masked"),
-       selftest=check_masked, compile_reports=_compile("grouped_masked"), benchmark="scripts/bench_moe.py"),
+    Op(name="m_grouped_fp8_fp4_gemm_nt_contiguous", family="moe",
+       reference=reference_in(_REF, "ref_grouped_contiguous"), selftest=check_contiguous,
+       compile_reports=compiled_by(f"{__package__}.grouped_contiguous", psum=(False,)),
+       benchmark="scripts/bench_moe.py"),
+    Op(name="m_grouped_fp8_fp4_gemm_nt_masked", family="moe", reference=reference_in(_REF, "ref_grouped_masked"),
+       selftest=check_masked, compile_reports=compiled_by(f"{__package__}.grouped_masked"),
+       benchmark="scripts/bench_moe.py"),
 )
