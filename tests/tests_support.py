@@ -46,3 +46,14 @@ def dist_infos(releases=RELEASES):
     return {f"{name.replace('-', '_')}-{version}.dist-info/METADATA":
             f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
             for name, version in releases.items()}
+
+
+def assert_within_sm12x_limits(reports):
+    """Print the compile reports' table and fail, naming them, on any configuration over SM12x's
+    shared memory or spilling registers."""
+    from sm12x.kernels.common.compile_check import format_reports, over_limits
+
+    print()
+    print(format_reports(reports))
+    bad = over_limits(reports)
+    assert not bad, format_reports(bad)

@@ -115,6 +115,12 @@ def format_reports(reports) -> str:
     return "\n".join(lines)
 
 
+def over_limits(reports) -> list:
+    """The reports of configurations that fail on SM12x: over 101,376 B of shared memory, spilling
+    registers, or reported not ok."""
+    return [r for r in reports if not r.ok or r.shared_bytes > SM12X_SHARED_LIMIT or r.spill_bytes]
+
+
 def interpreting() -> bool:
     """Whether kernels run under the Triton interpreter (``TRITON_INTERPRET``)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

@@ -2,8 +2,8 @@
 swap-AB with 16/32/64 columns, 64-row, 128-row), fp32 and packed-UE8M0 scales (the block-scaled
 MMA), bf16 and fp32 outputs, split-K, plus the pre-norm GEMM and both reductions, must fit the
 101,376 B shared-memory limit and must not spill registers."""
-from sm12x.kernels.common.compile_check import SM12X_SHARED_LIMIT, format_reports
 from sm12x.kernels.gemm.cases import OPS
+from tests_support import assert_within_sm12x_limits
 
 TARGETS = ("sm_120", "sm_121")
 
@@ -13,8 +13,5 @@ def test_every_gemm_config_compiles_within_sm12x_limits():
     for op in OPS:
         if op.compile_reports is not None:
             reports += op.compile_reports(TARGETS)
-    print()
-    print(format_reports(reports))
     assert len(reports) >= 40
-    bad = [r for r in reports if not r.ok or r.shared_bytes > SM12X_SHARED_LIMIT or r.spill_bytes]
-    assert not bad, format_reports(bad)
+    assert_within_sm12x_limits(reports)

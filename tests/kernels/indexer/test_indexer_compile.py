@@ -10,16 +10,10 @@ import os
 import pytest
 
 from sm12x.kernels.indexer import fused_topk as indexer_topk, mqa_logits, paged_mqa_logits
-from sm12x.kernels.common.compile_check import SM12X_SHARED_LIMIT, format_reports
+
+from tests_support import assert_within_sm12x_limits
 
 TARGETS = ("sm_120", "sm_121")
-
-
-def _assert_ok(reports):
-    print()
-    print(format_reports(reports))
-    bad = [r for r in reports if not r.ok or r.shared_bytes > SM12X_SHARED_LIMIT or r.spill_bytes]
-    assert not bad, format_reports(bad)
 
 
 def test_compile_production_configs():
@@ -29,7 +23,7 @@ def test_compile_production_configs():
                                                 next_ns=(1, 2), variants=((0, False, True),))
     reports += indexer_topk.compile_reports(("sm_120",), heads=(64,), dims=(128,))
     assert len(reports) >= 20
-    _assert_ok(reports)
+    assert_within_sm12x_limits(reports)
 
 
 @pytest.mark.slow
@@ -40,4 +34,4 @@ def test_compile_all_configs():
     reports += paged_mqa_logits.compile_reports(TARGETS, heads=heads, dims=dims, next_ns=(1, 2, 8),
                                                 variants=((0, False, True), (0, True, False)))
     reports += indexer_topk.compile_reports(("sm_120",), heads=heads, dims=dims)
-    _assert_ok(reports)
+    assert_within_sm12x_limits(reports)

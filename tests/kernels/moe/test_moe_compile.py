@@ -11,32 +11,26 @@ import os
 import pytest
 import triton
 
-from sm12x.kernels.common.compile_check import SM12X_SHARED_LIMIT, format_reports
 from sm12x.kernels.moe import grouped_contiguous as gc
 from sm12x.kernels.moe import grouped_masked as gm
 
+from tests_support import assert_within_sm12x_limits
+
 TARGETS = ("sm_120", "sm_121")
 PRODUCTION = tuple(v for v in gc.VARIANTS if v[0] in ("fp4 a:packed128", "fp8 b:packed-row"))
-
-
-def _assert_ok(reports):
-    print()
-    print(format_reports(reports))
-    bad = [r for r in reports if not r.ok or r.shared_bytes > SM12X_SHARED_LIMIT or r.spill_bytes]
-    assert not bad, format_reports(bad)
 
 
 def test_compile_production_configs():
     reports = gc.compile_reports(TARGETS, variants=PRODUCTION, psum=(False,))
     reports += gm.compile_reports(TARGETS, variants=PRODUCTION)
     assert len(reports) == 2 * 2 * 2 + 2 * 2 * 3
-    _assert_ok(reports)
+    assert_within_sm12x_limits(reports)
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("SM12X_SLOW_TESTS") != "1", reason="full compile sweep: set SM12X_SLOW_TESTS=1")
 def test_compile_all_configs():
-    _assert_ok(gc.compile_reports(TARGETS) + gm.compile_reports(TARGETS))
+    assert_within_sm12x_limits(gc.compile_reports(TARGETS) + gm.compile_reports(TARGETS))
 
 
 def _ptx(target_cap):
