@@ -51,7 +51,7 @@ class Arch:
 
 
 # SM12X_ARCH spellings -> compute capability. Only GPUs sm12x has configs for; a bare "12" or "sm_12"
-# is refused rather than guessed (it used to read as capability 1.2).
+# is refused rather than guessed (it could mean 12.x or capability 1.2).
 _ARCH_SPELLINGS = {}
 for _cap in ((12, 0), (12, 1), (9, 0)):
     _digits = "%d%d" % _cap
