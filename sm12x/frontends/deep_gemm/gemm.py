@@ -175,32 +175,27 @@ def _gemm(op, a, b, d, c, recipe, recipe_a, recipe_b, transpose_a, transpose_b):
     return None
 
 
-def fp8_gemm_nt(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None, compiled_dims="nk",
-                disable_ue8m0_cast=False, **kwargs):
-    """D = C + A @ B^T: a = (A [M, K] e4m3, sfa), b = (B [N, K] e4m3, sfb); d [M, N] in place."""
-    _reject_unknown("fp8_gemm_nt", kwargs)
-    return _gemm("fp8_gemm_nt", a, b, d, c, recipe, recipe_a, recipe_b, False, False)
+def _layout(name, transpose_a, transpose_b, dims, doc):
+    """DeepGEMM's ``name``: the GEMM with A and / or B given transposed (``dims``: its
+    ``compiled_dims`` default)."""
+    def gemm(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None, compiled_dims=dims,
+             disable_ue8m0_cast=False, **kwargs):
+        _reject_unknown(name, kwargs)
+        return _gemm(name, a, b, d, c, recipe, recipe_a, recipe_b, transpose_a, transpose_b)
+
+    gemm.__name__ = gemm.__qualname__ = name
+    gemm.__doc__ = doc
+    return gemm
 
 
-def fp8_gemm_nn(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None, compiled_dims="nk",
-                disable_ue8m0_cast=False, **kwargs):
-    """D = C + A @ B: a = (A [M, K], sfa), b = (B [K, N], sfb given transposed like B)."""
-    _reject_unknown("fp8_gemm_nn", kwargs)
-    return _gemm("fp8_gemm_nn", a, b, d, c, recipe, recipe_a, recipe_b, False, True)
-
-
-def fp8_gemm_tn(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None, compiled_dims="mn",
-                disable_ue8m0_cast=False, **kwargs):
-    """D = C + A^T @ B: a = (A [K, M], sfa transposed like A), b = (B [K, N], sfb likewise)."""
-    _reject_unknown("fp8_gemm_tn", kwargs)
-    return _gemm("fp8_gemm_tn", a, b, d, c, recipe, recipe_a, recipe_b, True, True)
-
-
-def fp8_gemm_tt(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None, compiled_dims="mn",
-                disable_ue8m0_cast=False, **kwargs):
-    """D = C + A^T @ B^T: a = (A [K, M], sfa transposed like A), b = (B [N, K], sfb)."""
-    _reject_unknown("fp8_gemm_tt", kwargs)
-    return _gemm("fp8_gemm_tt", a, b, d, c, recipe, recipe_a, recipe_b, True, False)
+fp8_gemm_nt = _layout("fp8_gemm_nt", False, False, "nk",
+                      "D = C + A @ B^T: a = (A [M, K] e4m3, sfa), b = (B [N, K] e4m3, sfb); d [M, N] in place.")
+fp8_gemm_nn = _layout("fp8_gemm_nn", False, True, "nk",
+                      "D = C + A @ B: a = (A [M, K], sfa), b = (B [K, N], sfb given transposed like B).")
+fp8_gemm_tn = _layout("fp8_gemm_tn", True, True, "mn",
+                      "D = C + A^T @ B: a = (A [K, M], sfa transposed like A), b = (B [K, N], sfb likewise).")
+fp8_gemm_tt = _layout("fp8_gemm_tt", True, False, "mn",
+                      "D = C + A^T @ B^T: a = (A [K, M], sfa transposed like A), b = (B [N, K], sfb).")
 
 
 # DeepGEMM 2.x names the same functions fp8_fp4_gemm_* (the FP4 operand forms are the MoE path's)
