@@ -2,11 +2,13 @@
 record the outcome.
 
 Outcomes (``OUTCOMES[patch.name]``) are ``applied``, ``skipped`` (with the reason), ``retired``
-(the installed library is at or past the record's ``fixed_in``) or ``failed`` (with the error). Applying is idempotent: the replacement carries ``__sm12x_patch__`` (the patch
-name) and ``__sm12x_original__``, and a target already carrying our marker is left alone.
-``SM12X_STRICT=1`` raises on any skip or failure other than those ``SM12X_SKIP`` asks for (patch
-names or dotted prefixes of them); ``SM12X_LOG=debug|info|warning`` sets the level
-of logger ``sm12x`` (one line per record on stderr; at info one line per patched module).
+(the installed library is at or past the record's ``fixed_in``) or ``failed`` (with the error).
+Applying is idempotent: the replacement carries ``__sm12x_patch__`` (the patch name) and
+``__sm12x_original__``, and a target already carrying our marker is left alone.
+``SM12X_STRICT=1`` raises on any skip or failure other than a release outside the record's checked
+range and those ``SM12X_SKIP`` asks for (patch names or dotted prefixes of them);
+``SM12X_LOG=debug|info|warning`` sets the level of logger ``sm12x`` (one line per record on
+stderr; at info one line per patched module).
 """
 from __future__ import annotations
 
@@ -70,6 +72,9 @@ def _versions() -> dict:
 
 
 SKIP_REASON = "turned off by SM12X_SKIP"
+# a release outside a record's checked range is skipped by design (another record, or none, is
+# meant for it), so SM12X_STRICT does not raise for it
+OUT_OF_RANGE = "outside the checked range"
 
 
 def skip_items() -> list:
@@ -118,7 +123,7 @@ def eligibility(p: Patch):
         if have is None:
             return False, f"{p.library} version unknown (not installed as a distribution)"
         if not platform.in_range(have, p.versions):
-            return False, f"{p.library} {have} outside the checked range {p.versions}"
+            return False, f"{p.library} {have} {OUT_OF_RANGE} {p.versions}"
     return True, ""
 
 
@@ -166,8 +171,8 @@ def _record(p: Patch, state: str, reason: str = "") -> None:
     OUTCOMES[p.name] = (state, reason)
     level = "debug" if state == "applied" else ("warning" if state == "failed" else "info")
     log_once(level, f"patch {p.name} -> {p.target}: {state}" + (f" ({reason})" if reason else ""))
-    if (state not in ("applied", "retired") and reason != SKIP_REASON
-            and os.environ.get("SM12X_STRICT") == "1"):
+    by_design = reason == SKIP_REASON or OUT_OF_RANGE in reason
+    if state not in ("applied", "retired") and not by_design and os.environ.get("SM12X_STRICT") == "1":
         raise PatchError(f"sm12x: patch {p.name} ({p.target}) {state}: {reason}")
 
 

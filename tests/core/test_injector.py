@@ -317,6 +317,16 @@ import flash_mla
     assert "PatchError" in proc.stderr and "t.missing" in proc.stderr
 
 
+def test_strict_leaves_a_release_outside_the_range_skipped(standin):
+    """A record for other releases is skipped by design: strict mode records it and goes on."""
+    proc = run_py(SETUP.format(extra="'old_range'") + """
+import flash_mla
+from sm12x import apply
+print(apply.OUTCOMES["t.range"][0], apply.OUTCOMES["t.decode"][0])
+""", pythonpath=[REPO, standin], env={"SM12X_STRICT": "1"})
+    assert proc.stdout.split()[-2:] == ["skipped", "applied"]
+
+
 def test_info_log_summary_line(standin):
     proc = run_py(SETUP.format(extra="") + "import flash_mla\n", pythonpath=[REPO, standin],
                   env={"SM12X_LOG": "info"})
