@@ -24,7 +24,7 @@ import sys
 from dataclasses import dataclass
 
 from sm12x.commands.bundle import byte_code_tags
-from sm12x.commands.launch import (MOUNT, LaunchError, bundle_problem, connect, default_bundle,
+from sm12x.commands.launch import (MOUNT, LaunchError, bundle_problem, connect, default_bundle, report_problems,
                                    env_list_to_dict, local_image, pythonpath_with_bundle)
 
 MARKER = "SM12X_DOCTOR "
@@ -456,9 +456,7 @@ def run_doctor(args) -> int:
     except LaunchError as e:
         problems.append(str(e))
     if problems:
-        for problem in problems:
-            print(f"sm12x doctor: {problem}", file=sys.stderr)
-        return 2
+        return report_problems("doctor", problems)
     env = dict(item.partition("=")[::2] for item in args.env or [])
     report, output = run_probe(client, args.image, config, bundle, arch=args.arch, user=args.user, env=env)
     if report is None:

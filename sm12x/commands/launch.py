@@ -348,6 +348,13 @@ def argument_problems(args) -> list[str]:
     return problems
 
 
+def report_problems(command: str, problems: list) -> int:
+    """Print each problem as one line naming the command; the exit code for user errors (2)."""
+    for problem in problems:
+        print(f"sm12x {command}: {problem}", file=sys.stderr)
+    return 2
+
+
 def run_launch(args) -> int:
     """Entry point of ``sm12x launch``: returns the exit code (2 for any problem found before
     starting: every one is listed, one line each)."""
@@ -370,9 +377,7 @@ def run_launch(args) -> int:
         except LaunchError as e:
             problems.append(str(e))
     if problems:
-        for problem in problems:
-            print(f"sm12x launch: {problem}", file=sys.stderr)
-        return 2
+        return report_problems("launch", problems)
     spec = build_spec(args.framework, args.model, image, image_env, tp=args.tp, port=args.port,
                       bundle=args.bundle, gpus=args.gpus, extra=extra, spec_decode=args.spec,
                       recipe=not args.no_recipe, env=_parse_env(args.env), name=args.name,
