@@ -54,6 +54,12 @@ def _vllm_fused(name, make, why, consumers=_FUSED_USERS):
                  upstream=_UPSTREAM_034, library="vllm", versions=">=0.34.0,<0.35", consumers=consumers)
 
 
+def _vllm_indexer(name, make, why, upstream, versions):
+    """A record for one of the names ``sparse_attn_indexer`` binds (a decode or prefill pair)."""
+    return Patch(name=f"vllm.sparse_attn_indexer.{name}", target=f"{_VLLM_INDEXER}:{name}", make=make, why=why,
+                 upstream=upstream, library="vllm", versions=versions)
+
+
 VLLM_PATCHES = (
     _vllm_fused("use_fused_mqa_topk", vllm_wrappers.make_use_fused_mqa_topk,
                 "vLLM's fused MQA+top-k prefill is eligible on the SM100 family only, so on SM12x every "
@@ -70,31 +76,27 @@ VLLM_PATCHES = (
     _vllm_fused("fused_mqa_topk_prefill", vllm_wrappers.make_fused_mqa_topk_prefill,
                 "vLLM's fused op (torch.ops._C.fused_mqa_topk_prefill) is an SM100-family CUDA kernel; "
                 "sm12x's fused top-k writes the same indices (relative to the row start, -1 padded)"),
-    Patch(name="vllm.sparse_attn_indexer.fp8_fp4_paged_mqa_logits",
-          target=f"{_VLLM_INDEXER}:fp8_fp4_paged_mqa_logits", make=vllm_wrappers.make_deferred_paged_mqa_logits,
-          why="each decode step materialises [decode rows, max_model_len] float32 logits (1 MiB a row at "
-              "a 1M-token DeepSeek-V4 limit) for the top-k selector, whose SM12x choice is persistent_topk; "
-              "the logits come back as a placeholder for the fused paged top-k (real logits for v4.1 "
-              "candidate blocks, DCP or BF16 logits, which other readers need)",
-          upstream=_UPSTREAM_DECODE, library="vllm", versions=">=0.33.0,<0.35"),
-    Patch(name="vllm.sparse_attn_indexer.get_indexer_topk",
-          target=f"{_VLLM_INDEXER}:get_indexer_topk", make=vllm_wrappers.make_get_indexer_topk,
-          why="the indexer's decode top-k selector runs the fused paged top-k for the placeholder logits "
-              "of its fp8_fp4_paged_mqa_logits record (vLLM's selector for real logits)",
-          upstream=_UPSTREAM_DECODE, library="vllm", versions=">=0.33.0,<0.35"),
-    Patch(name="vllm.sparse_attn_indexer.fp8_fp4_mqa_logits",
-          target=f"{_VLLM_INDEXER}:fp8_fp4_mqa_logits", make=vllm_wrappers.make_deferred_mqa_logits,
-          why="each prefill chunk materialises [rows, keys] float32 logits (up to the 512 MB "
-              "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB budget, query sub-chunks at long context) only to "
-              "pass them to top_k_per_row_prefill; the logits come back as a placeholder for the "
-              "fused top-k (real logits under DCP, whose merge reads them)",
-          upstream=_UPSTREAM_025, library="vllm", versions=">=0.22.1,<0.26"),
-    Patch(name="vllm.sparse_attn_indexer.ops", target=f"{_VLLM_INDEXER}:ops",
-          make=vllm_wrappers.make_indexer_ops,
-          why="the indexer's ops.top_k_per_row_prefill runs the fused top-k for the placeholder "
-              "logits of its fp8_fp4_mqa_logits record (vLLM's kernel for real logits; every other "
-              "op is vllm._custom_ops' own)",
-          upstream=_UPSTREAM_025, library="vllm", versions=">=0.22.1,<0.26"),
+    _vllm_indexer("fp8_fp4_paged_mqa_logits", vllm_wrappers.make_deferred_paged_mqa_logits,
+                  "each decode step materialises [decode rows, max_model_len] float32 logits (1 MiB a row at "
+                  "a 1M-token DeepSeek-V4 limit) for the top-k selector, whose SM12x choice is persistent_topk; "
+                  "the logits come back as a placeholder for the fused paged top-k (real logits for v4.1 "
+                  "candidate blocks, DCP or BF16 logits, which other readers need)",
+                  _UPSTREAM_DECODE, ">=0.33.0,<0.35"),
+    _vllm_indexer("get_indexer_topk", vllm_wrappers.make_get_indexer_topk,
+                  "the indexer's decode top-k selector runs the fused paged top-k for the placeholder logits "
+                  "of its fp8_fp4_paged_mqa_logits record (vLLM's selector for real logits)",
+                  _UPSTREAM_DECODE, ">=0.33.0,<0.35"),
+    _vllm_indexer("fp8_fp4_mqa_logits", vllm_wrappers.make_deferred_mqa_logits,
+                  "each prefill chunk materialises [rows, keys] float32 logits (up to the 512 MB "
+                  "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB budget, query sub-chunks at long context) only to "
+                  "pass them to top_k_per_row_prefill; the logits come back as a placeholder for the "
+                  "fused top-k (real logits under DCP, whose merge reads them)",
+                  _UPSTREAM_025, ">=0.22.1,<0.26"),
+    _vllm_indexer("ops", vllm_wrappers.make_indexer_ops,
+                  "the indexer's ops.top_k_per_row_prefill runs the fused top-k for the placeholder "
+                  "logits of its fp8_fp4_mqa_logits record (vLLM's kernel for real logits; every other "
+                  "op is vllm._custom_ops' own)",
+                  _UPSTREAM_025, ">=0.22.1,<0.26"),
 )
 
 _SGLANG_UPSTREAM = ("sglang 0.5.23 srt/layers/attention/dsv4/indexer.py (forward_c4_indexer, "
@@ -110,11 +112,11 @@ def _sglang(name, target, make, why):
 
 
 _PAGED_WHY = ("SGLang 0.5.23 on SM120 runs the DeepSeek-V4 paged indexer through {what} by default (its model "
-              "hook sets SGLANG_OPT_USE_TILELANG_INDEXER and SGLANG_FP8_PAGED_MQA_LOGITS_TORCH, which also "
-              "drops the logits budget's row chunking): [rows, max_compressed_seq_len] float32 logits for "
-              "every query row of a batch at once (8 GiB for an 8K-token chunk at a 1M-token prompt); called "
-              "from forward_c4_indexer the logits come back as a placeholder for the fused top-k, elsewhere "
-              "as the DeepGEMM record's real logits (this record takes that record's target, applied first)")
+                  "hook sets SGLANG_OPT_USE_TILELANG_INDEXER and SGLANG_FP8_PAGED_MQA_LOGITS_TORCH, which also "
+                  "drops the logits budget's row chunking): [rows, max_compressed_seq_len] float32 logits for "
+                  "every query row of a batch at once (8 GiB for an 8K-token chunk at a 1M-token prompt); called "
+                  "from forward_c4_indexer the logits come back as a placeholder for the fused top-k, elsewhere "
+                  "as the DeepGEMM record's real logits (this record takes that record's target, applied first)")
 SGLANG_PAGED_PATCHES = tuple(
     Patch(name=f"sglang.dsv4.paged_indexer.{name}", target=target, make=sglang_wrappers.make_paged_logits,
           why=_PAGED_WHY.format(what=what), upstream=_SGLANG_UPSTREAM + "; arg_groups/model_hook.py (SM120)",
