@@ -19,6 +19,7 @@ examples:
   python3 -m sm12x launch vllm --model /models/DeepSeek-V4-Flash --tp 2 --dry-run
   python3 -m sm12x status                                  # inside a container: what applies here
   python3 -m sm12x selftest                                # every kernel against its reference here
+  python3 -m sm12x contract vllm-0.34.0-*.whl              # do the patch records fit that release?
 """
 
 STATUS_HELP = """\
@@ -86,20 +87,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-compile", action="store_true", help="write no byte code")
     p.set_defaults(func=cmd_bundle)
 
-    from sm12x.commands import doctor, launch, selftest  # stdlib-only at import; heavy parts are lazy
+    from sm12x.commands import contract, doctor, launch, selftest  # stdlib-only at import; heavy parts are lazy
 
     selftest.add_selftest_command(sub)
     launch.add_launch_command(sub)
     doctor.add_doctor_command(sub)
+    contract.add_contract_command(sub)
     return parser
 
 
 def _user_errors() -> tuple:
     from sm12x.commands.bundle import BundleError
+    from sm12x.commands.contract import ContractError
     from sm12x.commands.launch import LaunchError
     from sm12x.platform import ArchError
 
-    return (ArchError, BundleError, LaunchError)
+    return (ArchError, BundleError, ContractError, LaunchError)
 
 
 def main(argv=None) -> int:

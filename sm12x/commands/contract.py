@@ -1,0 +1,836 @@
+"""``sm12x contract WHEEL_OR_DIR...``: check sm12x's patch records against a framework release's own
+files, without importing anything from it.
+
+A release is a wheel (read as a zip archive) or a folder (an unpacked wheel or a site-packages
+folder). Its distribution name and version come from its ``*.dist-info`` (or the wheel's file
+name, or a folder named ``NAME-VERSION``); :data:`sm12x.platform.DISTRIBUTIONS` maps that name to
+the ``library`` key the records use. For every record of that library the check reports:
+
+- ``in_range``: ``yes`` / ``no`` (the version is outside ``versions``) / ``retired`` (at or past
+  ``fixed_in``); records of other libraries are ``not this library`` and not checked further;
+- ``module``: whether the target module exists (a source file, a package, a compiled extension,
+  a namespace folder);
+- ``attribute``: what the target's qualified name is bound to, read with ``ast``: a function, a
+  class, a method (with its decorator), a module, a value, a name imported from outside the
+  release, or ``dynamic`` (a module ``__getattr__`` or a star import from outside decides);
+  aliases (``f = g``), ``from X import f`` re-exports inside the release and base classes are
+  followed; bindings under ``if TYPE_CHECKING:`` do not count;
+- ``signature``: whether every call the original accepts reaches sm12x: the record's factory is
+  given a stand-in with the original's parameters (read from the source) and the replacement it
+  returns is read: a replacement with named parameters must take the original's calls as they
+  come; one that takes ``*args`` hands each argument on, by name, to the sm12x function it wraps
+  (front ends built on ``deep_gemm.wrappers._by_name`` rename by position and fill in the
+  original's defaults). Incompatible means a call would fail: a parameter sm12x cannot take, one
+  sm12x requires that the original does not pass, or a default sm12x refuses;
+- ``consumers``: every module of the release that holds a ``from <target module> import <name>``
+  copy at module level (directly or through a re-export), and whether the record lists it.
+
+Exit code 1 when a record whose range includes the release (and that is not retired) has a
+missing target or an incompatible signature: that is a bug in the records. Uncovered copies are
+reported, not counted: a copy taken after the patch already holds the replacement.
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import os
+import re
+import sys
+import types
+import zipfile
+from dataclasses import dataclass, field
+
+from sm12x import platform
+
+_EXTENSION = re.compile(r"^(?P<stem>[A-Za-z_][A-Za-z0-9_]*)(\.[A-Za-z0-9_-]+)?\.(so|pyd)$")
+
+
+class ContractError(ValueError):
+    """A path the check cannot read (missing, not a wheel or folder); the message names it."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# A release's files
+# ---------------------------------------------------------------------------------------------------
+
+def _normal(dist: str) -> str:
+    return re.sub(r"[-_.]+", "-", dist).lower()
+
+
+def library_of(dist: str | None):
+    """The ``DISTRIBUTIONS`` key a distribution name belongs to (None when sm12x patches none)."""
+    if not dist:
+        return None
+    for key, names in platform.DISTRIBUTIONS.items():
+        if _normal(dist) in {_normal(n) for n in names}:
+            return key
+    return None
+
+
+def _name_version(stem: str):
+    m = re.match(r"^(?P<name>[A-Za-z0-9_.]+?)-(?P<version>\d[^-]*)", stem)
+    return (m.group("name"), m.group("version")) if m else (None, None)
+
+
+class Release:
+    """The Python files of one wheel or folder, indexed by module name; nothing is imported."""
+
+    def __init__(self, path: str, identity=None):
+        self.path = path
+        if os.path.isdir(path):
+            self.kind = "folder"
+            self._zip = None
+            names = []
+            for root, dirs, files in os.walk(path):
+                dirs[:] = [d for d in dirs if d != "__pycache__"]
+                rel = os.path.relpath(root, path)
+                names += [f if rel == "." else f"{rel}/{f}".replace(os.sep, "/") for f in files]
+        elif os.path.isfile(path) and zipfile.is_zipfile(path):
+            self.kind = "wheel"
+            self._zip = zipfile.ZipFile(path)
+            names = [n for n in self._zip.namelist() if not n.endswith("/")]
+        else:
+            raise ContractError(f"'{path}' is neither a wheel nor a folder")
+        self.identities = self._identities(names)  # (distribution, version) of each *.dist-info
+        self.dist, self.version = identity or (self.identities[0] if self.identities else (None, None))
+        self.library = library_of(self.dist)
+        self.modules = self._index(names)  # module -> (kind, relative path or None)
+        self._sources: dict = {}
+        self._trees: dict = {}
+
+    def _identities(self, names) -> list:
+        """Every distribution whose ``*.dist-info/METADATA`` is here (a site-packages folder has
+        many), those sm12x patches first; else the wheel's or folder's ``NAME-VERSION``."""
+        found = []
+        for n in names:
+            parts = n.split("/")
+            if len(parts) == 2 and parts[0].endswith(".dist-info") and parts[1] == "METADATA":
+                text = self._read(n).decode("utf-8", "replace")
+                name = re.search(r"^Name:\s*(\S+)", text, re.MULTILINE)
+                version = re.search(r"^Version:\s*(\S+)", text, re.MULTILINE)
+                if name and version:
+                    found.append((name.group(1), version.group(1)))
+        found.sort(key=lambda nv: library_of(nv[0]) is None)
+        if not found:
+            stem = _name_version(os.path.basename(os.path.normpath(self.path)))
+            found = [stem] if stem[0] else []
+        return found
+
+    @staticmethod
+    def _index(names) -> dict:
+        modules = {}
+        for n in names:
+            parts = n.split("/")
+            if not all(p.isidentifier() for p in parts[:-1]):
+                continue  # *.dist-info, *.data, tools folders with dashes: not importable
+            leaf = parts[-1]
+            if leaf.endswith(".py") and leaf[:-3].isidentifier():
+                if leaf == "__init__.py":
+                    if parts[:-1]:
+                        modules[".".join(parts[:-1])] = ("package", n)
+                else:
+                    modules.setdefault(".".join(parts[:-1] + [leaf[:-3]]), ("source", n))
+            else:
+                m = _EXTENSION.match(leaf)
+                if m:
+                    modules.setdefault(".".join(parts[:-1] + [m.group("stem")]), ("extension", n))
+        for name in list(modules):  # folders without __init__.py: namespace packages
+            parts = name.split(".")
+            for i in range(1, len(parts)):
+                modules.setdefault(".".join(parts[:i]), ("namespace", None))
+        return modules
+
+    def _read(self, rel: str) -> bytes:
+        if self._zip is not None:
+            return self._zip.read(rel)
+        with open(os.path.join(self.path, rel), "rb") as fh:
+            return fh.read()
+
+    def has_top(self, module: str) -> bool:
+        return module.partition(".")[0] in self.modules
+
+    def source(self, module: str):
+        """The module's source text, or None (no such module, an extension, a namespace)."""
+        if module not in self._sources:
+            kind, rel = self.modules.get(module, (None, None))
+            self._sources[module] = (self._read(rel).decode("utf-8", "replace")
+                                     if kind in ("source", "package") else None)
+        return self._sources[module]
+
+    def tree(self, module: str):
+        if module not in self._trees:
+            text = self.source(module)
+            try:
+                self._trees[module] = ast.parse(text) if text is not None else None
+            except SyntaxError:
+                self._trees[module] = None
+        return self._trees[module]
+
+    def extension_names(self, module: str, name: str):
+        """Whether a compiled extension module's string table holds ``name`` (see
+        ``platform.defines_name``); a wheel's member is read from the archive."""
+        kind, rel = self.modules.get(module, (None, None))
+        if kind != "extension":
+            return None
+        if self._zip is None:
+            return platform.defines_name(os.path.join(self.path, rel), name)
+        return name.encode() in self._zip.read(rel)
+
+
+# ---------------------------------------------------------------------------------------------------
+# What a name is bound to, from the source
+# ---------------------------------------------------------------------------------------------------
+
+@dataclass
+class Binding:
+    kind: str  # function, class, method, module, value, compiled, external, dynamic
+    module: str  # the module whose source binds it
+    detail: str = ""
+    node: object = field(default=None, repr=False)
+    decorator: str = ""  # staticmethod / classmethod for methods
+
+
+def _is_type_checking(test) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _statements(body):
+    """Module- or class-level statements, those in if / try / with blocks included (not under
+    ``if TYPE_CHECKING:``, which never runs)."""
+    for stmt in body:
+        yield stmt
+        if isinstance(stmt, ast.If):
+            if not _is_type_checking(stmt.test):
+                yield from _statements(stmt.body)
+            yield from _statements(stmt.orelse)
+        elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
+            yield from _statements(stmt.body)
+            for handler in stmt.handlers:
+                yield from _statements(handler.body)
+            yield from _statements(stmt.orelse)
+            yield from _statements(stmt.finalbody)
+        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+            yield from _statements(stmt.body)
+
+
+def _absolute(module: str, is_package: bool, level: int, target: str | None) -> str:
+    if not level:
+        return target or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (level - 1)] if level > 1 else base
+    return ".".join(base + ([target] if target else []))
+
+
+def _decorators(node) -> list:
+    out = []
+    for d in node.decorator_list:
+        d = d.func if isinstance(d, ast.Call) else d
+        out.append(ast.unparse(d))
+    return out
+
+
+def _assigned(stmt, name):
+    if isinstance(stmt, ast.Assign):
+        for target in stmt.targets:
+            if isinstance(target, ast.Name) and target.id == name:
+                return stmt.value
+            if isinstance(target, (ast.Tuple, ast.List)) and any(
+                    isinstance(e, ast.Name) and e.id == name for e in target.elts):
+                return ast.Constant(value=None)  # unpacked: a value, not followed
+    elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == name:
+        return stmt.value
+    return None
+
+
+class Resolver:
+    """Follows a ``module:qualname`` through one release's sources."""
+
+    def __init__(self, release: Release):
+        self.release = release
+
+    def module_kind(self, module: str):
+        return self.release.modules.get(module, (None, None))[0]
+
+    def resolve(self, module: str, qualname: str, depth: int = 0) -> list:
+        """Every binding the source can give ``qualname`` in ``module`` (several when branches
+        bind it differently: a real import and a stub); [] when surely none."""
+        first, _, rest = qualname.partition(".")
+        found = self._name(module, first, depth)
+        if not rest:
+            return found
+        out = []
+        for b in found:
+            if b.kind == "class":
+                out += self._class_attribute(b, rest.split("."), depth)
+            elif b.kind == "module" and self.module_kind(b.detail):
+                out += self.resolve(b.detail, rest, depth + 1)
+            elif b.kind in ("external", "dynamic", "value", "compiled"):
+                out.append(Binding(b.kind, b.module, f"{b.detail} (its .{rest} cannot be read)"))
+        return out
+
+    def _name(self, module: str, name: str, depth: int) -> list:
+        kind = self.module_kind(module)
+        if kind is None:
+            return []
+        if depth > 8:
+            return [Binding("dynamic", module, "import chain too long to follow")]
+        if kind == "extension":
+            mentions = self.release.extension_names(module, name)
+            return [Binding("compiled", module, "compiled extension")] if mentions else []
+        sub = f"{module}.{name}"
+        if kind == "namespace":
+            return [Binding("module", module, sub)] if sub in self.release.modules else []
+        tree = self.release.tree(module)
+        if tree is None:
+            return [Binding("dynamic", module, "source does not parse")]
+        is_package = kind == "package"
+        out, stars, getattr_hook = [], [], False
+        for stmt in _statements(tree.body):
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if stmt.name == name:
+                    out.append(Binding("function", module, ", ".join(_decorators(stmt)), stmt))
+                elif stmt.name == "__getattr__":
+                    getattr_hook = True
+            elif isinstance(stmt, ast.ClassDef) and stmt.name == name:
+                out.append(Binding("class", module, "", stmt))
+            elif isinstance(stmt, ast.ImportFrom):
+                source = _absolute(module, is_package, stmt.level, stmt.module)
+                for alias in stmt.names:
+                    if alias.name == "*":
+                        stars.append(source)
+                    elif (alias.asname or alias.name) == name:
+                        out += self._imported(source, alias.name, depth)
+            elif isinstance(stmt, ast.Import):
+                for alias in stmt.names:
+                    bound = alias.asname or alias.name.partition(".")[0]
+                    if bound == name:
+                        target = alias.name if alias.asname else bound
+                        kind_of = "module" if self.module_kind(target) else "external"
+                        out.append(Binding(kind_of, module, target))
+            else:
+                value = _assigned(stmt, name)
+                if value is not None:
+                    out += self._value(module, name, value, depth)
+        if not out:
+            for source in stars:
+                out += (self._name(source, name, depth + 1) if self.module_kind(source)
+                        else [Binding("dynamic", module, f"from {source} import *")])
+        if not out and sub in self.release.modules:
+            out.append(Binding("module", module, sub))  # a submodule is an attribute once imported
+        if not out and getattr_hook:
+            out.append(Binding("dynamic", module, "module __getattr__"))
+        if not out and "globals()" in (self.release.source(module) or "") and re.search(
+                r"[\"']" + re.escape(name) + r"[\"']", self.release.source(module)):
+            out.append(Binding("dynamic", module, "set through globals() at import"))
+        return out
+
+    def _imported(self, source: str, name: str, depth: int) -> list:
+        if not self.module_kind(source):
+            return [Binding("external", source, f"from {source}")]
+        found = self._name(source, name, depth + 1)
+        if not found and f"{source}.{name}" in self.release.modules:
+            found = [Binding("module", source, f"{source}.{name}")]
+        return found
+
+    def _value(self, module: str, name: str, value, depth: int) -> list:
+        if isinstance(value, ast.Name) and value.id != name:
+            return self._name(module, value.id, depth + 1)  # an alias: f = g
+        if isinstance(value, ast.Lambda):
+            return [Binding("function", module, "lambda", value)]
+        return [Binding("value", module, ast.unparse(value)[:80])]
+
+    def _class_attribute(self, cls: Binding, path: list, depth: int) -> list:
+        attr = path[0]
+        out = []
+        for stmt in _statements(cls.node.body):
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == attr:
+                decorators = _decorators(stmt)
+                how = next((d for d in decorators if d in ("staticmethod", "classmethod")), "")
+                out.append(Binding("method", cls.module, ", ".join(decorators), stmt, how))
+            elif isinstance(stmt, ast.ClassDef) and stmt.name == attr:
+                out.append(Binding("class", cls.module, "", stmt))
+            else:
+                value = _assigned(stmt, attr)
+                if value is not None:
+                    out.append(Binding("value", cls.module, ast.unparse(value)[:80]))
+        if not out and depth < 8:
+            for base in cls.node.bases:
+                if isinstance(base, ast.Name):
+                    for b in self._name(cls.module, base.id, depth + 1):
+                        if b.kind == "class":
+                            out += self._class_attribute(b, [attr], depth + 1)
+                        elif b.kind in ("external", "dynamic"):
+                            out.append(Binding("dynamic", b.module, f"may come from base {base.id} ({b.detail})"))
+                elif isinstance(base, ast.Attribute):
+                    out.append(Binding("dynamic", cls.module, f"may come from base {ast.unparse(base)}"))
+        if out and len(path) > 1:
+            return [x for b in out if b.kind == "class" for x in self._class_attribute(b, path[1:], depth + 1)]
+        return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Signatures: the original's (from the source) against what the replacement reads
+# ---------------------------------------------------------------------------------------------------
+
+class SourceDefault:
+    """A default the source writes as an expression (not a literal): shown as written."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def __repr__(self):
+        return self.text
+
+
+def _default(node):
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return SourceDefault(ast.unparse(node))
+
+
+def source_signature(node, drop_first: bool = False) -> inspect.Signature:
+    """The ``inspect.Signature`` of a ``def`` or ``lambda`` node (no annotations); ``drop_first``
+    leaves out ``self`` / ``cls`` as a bound method would."""
+    a = node.args
+    params = []
+    positional = list(a.posonlyargs) + list(a.args)
+    defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
+    P = inspect.Parameter
+    for i, (arg, d) in enumerate(zip(positional, defaults)):
+        kind = P.POSITIONAL_ONLY if i < len(a.posonlyargs) else P.POSITIONAL_OR_KEYWORD
+        params.append(P(arg.arg, kind, default=P.empty if d is None else _default(d)))
+    if a.vararg:
+        params.append(P(a.vararg.arg, P.VAR_POSITIONAL))
+    for arg, d in zip(a.kwonlyargs, a.kw_defaults):
+        params.append(P(arg.arg, P.KEYWORD_ONLY, default=P.empty if d is None else _default(d)))
+    if a.kwarg:
+        params.append(P(a.kwarg.arg, P.VAR_KEYWORD))
+    if drop_first and params and params[0].kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD):
+        params = params[1:]
+    return inspect.Signature(params)
+
+
+def stand_in(name: str, signature: inspect.Signature):
+    """A plain function with ``signature`` (a real ``def``, so that ``functools.wraps`` copies no
+    ``__signature__`` onto the replacement); calling it raises."""
+    defaults, parts, star = {}, [], False
+    P = inspect.Parameter
+    for i, p in enumerate(signature.parameters.values()):
+        if p.kind is P.KEYWORD_ONLY and not star:
+            parts.append("*")
+            star = True
+        text = {P.VAR_POSITIONAL: "*", P.VAR_KEYWORD: "**"}.get(p.kind, "") + p.name
+        if p.default is not P.empty:
+            defaults[f"_d{i}"] = p.default
+            text += f"=_d{i}"
+        parts.append(text)
+        if p.kind is P.VAR_POSITIONAL:
+            star = True
+        if p.kind is P.POSITIONAL_ONLY and (i + 1 == len(signature.parameters) or list(
+                signature.parameters.values())[i + 1].kind is not P.POSITIONAL_ONLY):
+            parts.append("/")
+    code = f"def {name}({', '.join(parts)}):\n    raise RuntimeError('sm12x contract stand-in')\n"
+    namespace = dict(defaults)
+    exec(compile(code, f"<stand-in {name}>", "exec"), namespace)  # noqa: S102 - names are identifiers
+    return namespace[name]
+
+
+_P = inspect.Parameter
+_NAMED = (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD, _P.KEYWORD_ONLY)
+
+
+def _fmt(value) -> str:
+    return repr(value)
+
+
+def _explicit_problems(original: inspect.Signature, replacement: inspect.Signature, leading: int) -> list:
+    """Calls the original accepts that a replacement with named parameters refuses or misreads.
+    ``leading``: positional parameters the replacement receives before the call's own (``cls``)."""
+    problems = []
+    rparams = list(replacement.parameters.values())
+    r_pos = [p for p in rparams if p.kind in (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD)][leading:]
+    r_named = {p.name: p for p in rparams[leading:] if p.kind in (_P.POSITIONAL_OR_KEYWORD, _P.KEYWORD_ONLY)}
+    r_var_kw = any(p.kind is _P.VAR_KEYWORD for p in rparams)
+    r_var_pos = any(p.kind is _P.VAR_POSITIONAL for p in rparams)
+    oparams = [p for p in original.parameters.values() if p.kind in _NAMED]
+    o_pos = [p for p in oparams if p.kind in (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD)]
+    for i, p in enumerate(o_pos):
+        if i >= len(r_pos):
+            if not r_var_pos:
+                problems.append(f"{p.name} passed by position (argument {i + 1}) is refused: the replacement "
+                                f"takes {len(r_pos)} positional arguments")
+        elif r_pos[i].name != p.name and p.kind is _P.POSITIONAL_OR_KEYWORD:
+            problems.append(f"argument {i + 1} is {p.name} in the original, {r_pos[i].name} in the replacement")
+    for p in oparams:
+        if p.kind is not _P.POSITIONAL_ONLY and p.name not in r_named and not r_var_kw:
+            problems.append(f"{p.name}= is refused by the replacement")
+    o_by_name = {p.name: p for p in oparams}
+    o_var_kw = any(p.kind is _P.VAR_KEYWORD for p in original.parameters.values())
+    for r in rparams[leading:]:
+        if r.kind not in _NAMED or r.default is not _P.empty:
+            continue
+        o = o_by_name.get(r.name)
+        if o is None and o_var_kw:
+            continue  # the original reads its arguments from **kwargs: callers pass it by name
+        if o is None:
+            problems.append(f"the replacement requires {r.name}, which the original does not take")
+        elif o.default is not _P.empty:
+            problems.append(f"a call that leaves {r.name} out (default {_fmt(o.default)} in the original) fails: "
+                            f"the replacement requires it")
+    return problems
+
+
+def _handed_to(replacement, original):
+    """(the sm12x function a ``*args`` replacement hands calls to or None, whether it reads them
+    through ``deep_gemm.wrappers._by_name``: by the original's names, renamed by position,
+    defaults filled in)."""
+    cells = [c.cell_contents for c in (getattr(replacement, "__closure__", None) or ())
+             if _cell_filled(c)]
+    by_name = any(callable(v) and "_by_name" in getattr(v, "__qualname__", "") for v in cells)
+    wrapped = getattr(replacement, "__wrapped__", None)
+    if wrapped is not None and wrapped is not original:
+        return wrapped, by_name
+    for v in cells:
+        if (callable(v) and not isinstance(v, type) and v is not original and v is not replacement
+                and getattr(v, "__module__", "").startswith("sm12x.frontends")
+                and "<locals>" not in getattr(v, "__qualname__", "")):
+            return v, by_name
+    for v in cells:
+        if isinstance(v, types.ModuleType) and v.__name__.startswith("sm12x.frontends"):
+            fn = getattr(v, getattr(original, "__name__", ""), None)
+            if callable(fn):
+                return fn, by_name
+    return None, by_name
+
+
+def _cell_filled(cell) -> bool:
+    try:
+        return cell.cell_contents is not cell  # reading an empty cell raises
+    except ValueError:
+        return False
+
+
+def _handed_problems(original: inspect.Signature, callee, by_name: bool):
+    """(problems, notes) for a replacement that reads each call by the original's parameter names
+    and passes them on to ``callee`` by name."""
+    problems, notes = [], []
+    target = inspect.signature(callee)
+    cparams = [p for p in target.parameters.values() if p.kind in _NAMED]
+    c_names = {p.name for p in cparams}
+    c_pos = [p.name for p in cparams if p.kind in (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD)]
+    c_var_kw = any(p.kind is _P.VAR_KEYWORD for p in target.parameters.values())
+    oparams = [p for p in original.parameters.values() if p.kind in _NAMED]
+    o_names = {p.name for p in oparams}
+    label = f"sm12x's {getattr(callee, '__name__', 'function')}"
+    reaching = {}
+    for i, p in enumerate(oparams):
+        if p.name in c_names:
+            reaching[p.name] = p
+        elif by_name and i < len(c_pos) and p.kind is not _P.KEYWORD_ONLY and c_pos[i] not in o_names:
+            reaching[c_pos[i]] = p
+            notes.append(f"{p.name} read as {c_pos[i]}")
+        elif c_var_kw:
+            notes.append(f"{p.name} unknown to {label}: accepted only as None/False")
+            if p.default is _P.empty:
+                problems.append(f"{p.name} (required in the original) has no counterpart in {label}")
+            elif by_name and p.default not in (None, False):
+                problems.append(f"the original's default {p.name}={_fmt(p.default)} reaches {label}, which "
+                                f"refuses anything but None/False")
+        else:
+            problems.append(f"{p.name} has no counterpart in {label}")
+    for c in cparams:
+        if c.default is not _P.empty:
+            continue
+        o = reaching.get(c.name)
+        if o is None:
+            problems.append(f"{label} requires {c.name}, which the original does not take")
+        elif o.default is not _P.empty and not by_name:
+            problems.append(f"a call that leaves {o.name} out fails: {label} requires it")
+    return problems, notes
+
+
+@dataclass
+class SignatureVerdict:
+    state: str  # compatible, incompatible, unknown, n/a
+    detail: str = ""
+
+
+def check_signature(patch, binding: Binding) -> SignatureVerdict:
+    """Whether the calls ``binding``'s original accepts reach sm12x through ``patch.make``."""
+    from sm12x.apply import _load_factory
+
+    if binding.kind == "module":
+        try:
+            _load_factory(patch.make)(types.ModuleType(binding.detail))
+        except Exception as e:  # noqa: BLE001 - any failure of the factory is the verdict
+            return SignatureVerdict("incompatible", f"the target is module {binding.detail}; the factory "
+                                                    f"refuses it ({type(e).__name__}: {e})")
+        return SignatureVerdict("n/a", f"module {binding.detail}")
+    if binding.kind == "class":
+        return SignatureVerdict("n/a", "a class")
+    if binding.kind not in ("function", "method"):
+        return SignatureVerdict("unknown", f"no Python signature to read ({binding.kind}: {binding.detail})")
+    leading = 1 if binding.decorator == "classmethod" else 0
+    signature = source_signature(binding.node, drop_first=bool(leading))
+    if any(p.kind is _P.VAR_POSITIONAL for p in signature.parameters.values()):
+        return SignatureVerdict("compatible", "the original takes *args: calls are read in sm12x's order")
+    name = getattr(binding.node, "name", "original")
+    original = stand_in(name, signature)
+    try:
+        replacement = _load_factory(patch.make)(original)
+    except Exception as e:  # noqa: BLE001 - any failure of the factory is the verdict
+        return SignatureVerdict("incompatible", f"the factory fails on the original "
+                                                f"({type(e).__name__}: {e})")
+    if not callable(replacement):
+        return SignatureVerdict("incompatible", f"the factory returned {type(replacement).__name__}, not a function")
+    own = inspect.signature(replacement, follow_wrapped=False)
+    if any(p.kind in _NAMED for p in own.parameters.values()):
+        problems = _explicit_problems(signature, own, leading)
+        return SignatureVerdict("incompatible" if problems else "compatible", "; ".join(problems))
+    callee, by_name = _handed_to(replacement, original)
+    if callee is None:
+        return SignatureVerdict("compatible", "the replacement passes each call on as it came")
+    problems, notes = _handed_problems(signature, callee, by_name)
+    return SignatureVerdict("incompatible" if problems else "compatible", "; ".join(problems or notes))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Consumers: module-level `from <target module> import <name>` copies
+# ---------------------------------------------------------------------------------------------------
+
+def _import_index(release: Release, names) -> dict:
+    """{(module, name): [(holder, local name)]} for every module-level ``from module import name``
+    in the release with ``name`` in ``names`` (one pass over the sources, then ``ast`` on the
+    files that mention one of the names)."""
+    key = frozenset(names)
+    cache = release.__dict__.setdefault("_import_indexes", {})
+    if key in cache:
+        return cache[key]
+    index: dict = {}
+    pattern = re.compile(r"\b(" + "|".join(sorted(map(re.escape, key))) + r")\b") if key else None
+    for candidate, (kind, _) in release.modules.items():
+        if pattern is None or kind not in ("source", "package"):
+            continue
+        text = release.source(candidate)
+        if not text or "import" not in text or not pattern.search(text):
+            continue
+        tree = release.tree(candidate)
+        for stmt in _statements(tree.body if tree is not None else []):
+            if isinstance(stmt, ast.ImportFrom):
+                origin = _absolute(candidate, kind == "package", stmt.level, stmt.module)
+                for alias in stmt.names:
+                    if alias.name in key:
+                        index.setdefault((origin, alias.name), []).append((candidate, alias.asname or alias.name))
+    cache[key] = index
+    return index
+
+
+def _module_copies(release: Release, module: str, name: str, names) -> dict:
+    """{module: local name} for every module of the release that binds a copy of ``module``'s
+    ``name`` at module level with ``from X import``, X being ``module`` or a module that
+    re-exports it that way (under a name in ``names``)."""
+    index = _import_index(release, set(names) | {name})
+    holders: dict = {}
+    pending = [(module, name)]
+    while pending:
+        source = pending.pop()
+        for holder, local in index.get(source, ()):
+            if holder != module and holder not in holders:
+                holders[holder] = local
+                pending.append((holder, local))
+    return holders
+
+
+def consumer_report(release: Release, patch, names=()) -> dict:
+    """The record's listed consumers in this release (``copy``: a module-level ``from X import``
+    copy; ``names it``: mentions the name otherwise, e.g. a ``getattr`` copy taken at run time;
+    ``no copy``; ``absent``; ``in another distribution``), every module holding a copy, and
+    those the record does not list. ``names``: every target name checked in this release (one
+    pass over the sources serves them all)."""
+    module, name = patch.module, patch.qualname.split(".")[0]
+    holders = _module_copies(release, module, name, names) if "." not in patch.qualname else {}
+    listed = []
+    for c in patch.consumers:
+        if not release.has_top(c):
+            state = "in another distribution"
+        elif c not in release.modules:
+            state = "absent"
+        elif c in holders:
+            state = "copy"
+        else:
+            text = release.source(c) or ""
+            state = "names it" if re.search(r"\b" + re.escape(name) + r"\b", text) else "no copy"
+        listed.append({"module": c, "state": state})
+    uncovered = sorted(m for m in holders if m not in patch.consumers)
+    return {"listed": listed, "copies": sorted(holders), "uncovered": uncovered}
+
+
+# ---------------------------------------------------------------------------------------------------
+# The report
+# ---------------------------------------------------------------------------------------------------
+
+def _range_state(patch, release: Release) -> str:
+    if patch.library != release.library:
+        return "not this library"
+    if release.version is None:
+        return "unknown version"
+    if not platform.in_range(release.version, patch.versions):
+        return "no"
+    if patch.fixed_in and platform.in_range(release.version, f">={patch.fixed_in}"):
+        return "retired"
+    return "yes"
+
+
+def _module_state(release: Release, module: str) -> str:
+    kind = release.modules.get(module, (None,))[0]
+    if kind:
+        return {"source": "found", "package": "found (package)", "extension": "found (compiled extension)",
+                "namespace": "found (namespace folder)"}[kind]
+    parent, _, leaf = module.rpartition(".")
+    if parent and release.modules.get(parent, (None,))[0]:
+        return f"missing ({parent} has no {leaf})"
+    return "missing"
+
+
+def check_patch(release: Release, resolver: Resolver, patch, names=()) -> dict:
+    row = {"name": patch.name, "target": patch.target, "library": patch.library, "versions": patch.versions,
+           "fixed_in": patch.fixed_in, "in_range": _range_state(patch, release)}
+    if row["in_range"] == "not this library":
+        if not release.has_top(patch.module) and "." not in patch.qualname:
+            # another distribution's target: modules of this release may still hold copies of it
+            copies = consumer_report(release, patch, names)
+            if copies["copies"]:
+                row["consumers"] = copies
+        return row
+    row["module"] = _module_state(release, patch.module)
+    bindings = resolver.resolve(patch.module, patch.qualname) if row["module"].startswith("found") else []
+    if not row["module"].startswith("found"):
+        row["attribute"] = "-"
+    elif not bindings:
+        row["attribute"] = "missing"
+    else:
+        row["attribute"] = "found: " + "; ".join(
+            b.kind + (f" ({b.detail})" if b.detail else "") + (f" in {b.module}" if b.module != patch.module else "")
+            for b in bindings)
+    verdicts = [check_signature(patch, b) for b in bindings]
+    bad = [v for v in verdicts if v.state == "incompatible"]
+    if not verdicts:
+        row["signature"], row["signature_detail"] = "-", ""
+    elif bad:
+        row["signature"], row["signature_detail"] = "incompatible", "; ".join(v.detail for v in bad)
+    else:
+        best = next((v for v in verdicts if v.state == "compatible"), verdicts[0])
+        row["signature"], row["signature_detail"] = best.state, "; ".join(
+            dict.fromkeys(v.detail for v in verdicts if v.detail))
+    row["consumers"] = consumer_report(release, patch, names) if bindings else {
+        "listed": [], "copies": [], "uncovered": []}
+    missing = not row["module"].startswith("found") or row["attribute"] == "missing"
+    row["problem"] = row["in_range"] == "yes" and (missing or row["signature"] == "incompatible")
+    return row
+
+
+def check_release(path: str, patches=None) -> dict:
+    """Every record checked against one wheel or folder (see the module docstring)."""
+    return check_releases(path, patches)[0]
+
+
+def check_releases(path: str, patches=None) -> list:
+    """One report per distribution in ``path`` that sm12x patches (a wheel holds one; a
+    site-packages folder may hold several), or one for its first distribution when none is."""
+    from sm12x.patches import all_patches
+
+    patches = all_patches() if patches is None else patches
+    first = Release(path)
+    ids = [i for i in first.identities if library_of(i[0])] or first.identities[:1] or [(None, None)]
+    reports = []
+    for identity in ids:
+        release = first if identity == (first.dist, first.version) else Release(path, identity)
+        reports.append(_report(release, patches))
+    return reports
+
+
+def _report(release: Release, patches) -> dict:
+    path = release.path
+    resolver = Resolver(release)
+    names = {p.qualname.split(".")[0] for p in patches
+             if p.library == release.library or not release.has_top(p.module)}
+    rows = [check_patch(release, resolver, p, names) for p in patches]
+    return {"path": path, "distribution": release.dist, "version": release.version, "library": release.library,
+            "patches": rows}
+
+
+def _consumer_cell(c: dict) -> str:
+    if not c["copies"]:
+        return "no module-level copies"
+    cell = f"{len(c['copies']) - len(c['uncovered'])}/{len(c['copies'])} copies listed"
+    return cell + ("; NOT listed: " + ", ".join(c["uncovered"]) if c["uncovered"] else "")
+
+
+def render(report: dict, stream) -> None:
+    rows = [r for r in report["patches"] if r["in_range"] != "not this library"]
+    others = len(report["patches"]) - len(rows)
+    lib = report["library"] or "no library sm12x patches"
+    print(f"{report['path']}: {report['distribution']} {report['version']} ({lib}): {len(rows)} record(s) "
+          f"of this library, {others} of others not checked", file=stream)
+    for r in rows:
+        mark = "PROBLEM " if r["problem"] else ""
+        print(f"  {mark}{r['name']}  ->  {r['target']}", file=stream)
+        print(f"      in range: {r['in_range']} ({r['versions']}"
+              + (f", fixed in {r['fixed_in']}" if r["fixed_in"] else "") + ")", file=stream)
+        print(f"      module: {r['module']}; attribute: {r['attribute']}", file=stream)
+        sig = r["signature"] + (f" ({r['signature_detail']})" if r.get("signature_detail") else "")
+        print(f"      signature: {sig}", file=stream)
+        c = r["consumers"]
+        listed = ", ".join(f"{x['module']} [{x['state']}]" for x in c["listed"]) or "none listed"
+        print(f"      consumers: {_consumer_cell(c)}; listed: {listed}", file=stream)
+    held = [r for r in report["patches"] if r["in_range"] == "not this library" and r.get("consumers")]
+    if held:
+        print("  copies of other libraries' targets held by modules of this release:", file=stream)
+    for r in held:
+        c = r["consumers"]
+        print(f"    {r['name']} ({r['library']}) -> {r['target']}: {_consumer_cell(c)}", file=stream)
+
+
+def run(paths, as_json: bool = False, stream=None, patches=None) -> int:
+    """Check every path (``patches``: the records, all of sm12x's by default); the exit code."""
+    stream = stream or sys.stdout
+    for p in paths:
+        if not os.path.exists(p):
+            raise ContractError(f"'{p}' does not exist (give a wheel file or a folder of one)")
+    reports = [r for p in paths for r in check_releases(p, patches)]
+    if as_json:
+        json.dump(reports, stream, indent=1, default=str)
+        stream.write("\n")
+    else:
+        for report in reports:
+            render(report, stream)
+    problems = [r["name"] for rep in reports for r in rep["patches"] if r.get("problem")]
+    if problems and not as_json:
+        print(f"{len(problems)} record(s) in range with a missing target or an incompatible signature",
+              file=stream)
+    return 1 if problems else 0
+
+
+CONTRACT_HELP = """\
+Check sm12x's patch records against a vLLM / SGLang / DeepGEMM / FlashMLA release without
+installing or importing it: for each record of that library, whether the release is in its
+range, whether the target module and function exist, whether the function's parameters still
+reach sm12x, and which modules hold `from X import f` copies of it (and whether the record lists
+them). Exit code 1 when a record in range has a missing target or an incompatible signature.
+
+examples:
+  python3 -m sm12x contract vllm-0.34.0-cp38-abi3-manylinux_2_28_x86_64.whl
+  python3 -m sm12x contract /usr/local/lib/python3.12/dist-packages   # what an image installed
+  python3 -m sm12x contract --json sglang-0.5.23-*.whl > contract.json
+"""
+
+
+def add_contract_command(subparsers):
+    p = subparsers.add_parser("contract", help="check the patch records against a framework wheel or folder",
+                              description=CONTRACT_HELP, formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+    p.add_argument("paths", nargs="+", metavar="WHEEL_OR_DIR", help="a wheel file, or a folder holding a release")
+    p.add_argument("--json", action="store_true", help="every verdict as JSON (for scripts)")
+    p.set_defaults(func=lambda a: run(a.paths, as_json=a.json))
