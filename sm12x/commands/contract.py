@@ -167,6 +167,12 @@ class Release:
                 self._trees[module] = None
         return self._trees[module]
 
+    def importable_extension(self, module: str) -> bool:
+        """Whether a compiled file is a Python extension module (it exports ``PyInit_<name>``);
+        one without it is a library loaded through ``torch.ops.load_library`` (sgl-flash-mla's
+        ``flash_mla/cuda.abi3.so``), which ``import`` cannot load."""
+        return self.extension_names(module, "PyInit_" + module.rpartition(".")[2]) is not False
+
     def extension_names(self, module: str, name: str):
         """Whether a compiled extension module's string table holds ``name`` (see
         ``platform.defines_name``); a wheel's member is read from the archive."""
@@ -685,7 +691,9 @@ def _range_state(patch, release: Release) -> str:
 
 
 def _module_state(release: Release, module: str) -> str:
-    kind = release.modules.get(module, (None,))[0]
+    kind, rel = release.modules.get(module, (None, None))
+    if kind == "extension" and not release.importable_extension(module):
+        return f"missing ({rel} is a library loaded through torch.ops, not a Python module)"
     if kind:
         return {"source": "found", "package": "found (package)", "extension": "found (compiled extension)",
                 "namespace": "found (namespace folder)"}[kind]

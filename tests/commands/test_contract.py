@@ -38,6 +38,9 @@ FILES = {
     "vllm/layers/typing_only.py": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                                    "    from vllm.ops.kernels import logits\n"),
     "vllm/layers/foreign.py": "from deep_gemm import fp8_mqa_logits\n",
+    # compiled files: a Python extension (exports PyInit_<name>) and a torch.ops library
+    "vllm/ops/_ext.abi3.so": "\x7fELF PyInit__ext sparse_decode_fwd",
+    "vllm/ops/torch_lib.abi3.so": "\x7fELF sparse_decode_fwd",
     "vllm-0.30.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: vllm\nVersion: 0.30.1\n",
 }
 
@@ -153,6 +156,19 @@ def test_what_a_target_is_bound_to(release):
     assert rows["module"]["signature"] == "n/a"
     assert rows["dynamic"]["attribute"].startswith("found: dynamic")
     assert rows["dynamic"]["signature"] == "unknown" and rows["dynamic"]["problem"] is False
+
+
+def test_compiled_modules(release):
+    rows, _ = check(release,
+                    record("ext", "vllm.ops._ext:sparse_decode_fwd", make=make_anything),
+                    record("ext_gone", "vllm.ops._ext:other_fwd", make=make_anything),
+                    record("torch_lib", "vllm.ops.torch_lib:sparse_decode_fwd", make=make_anything))
+    assert rows["ext"]["module"] == "found (compiled extension)"
+    assert rows["ext"]["attribute"].startswith("found: compiled") and rows["ext"]["signature"] == "unknown"
+    assert rows["ext"]["problem"] is False
+    assert rows["ext_gone"]["attribute"] == "missing" and rows["ext_gone"]["problem"]
+    assert "loaded through torch.ops, not a Python module" in rows["torch_lib"]["module"]
+    assert rows["torch_lib"]["problem"]
 
 
 def test_explicit_replacement_signatures(release):
