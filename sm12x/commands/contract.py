@@ -802,7 +802,46 @@ def render(report: dict, stream) -> None:
         print(f"    {r['name']} ({r['library']}) -> {r['target']}: {_consumer_cell(c)}", file=stream)
 
 
-def run(paths, as_json: bool = False, stream=None, patches=None) -> int:
+def verdict(row: dict) -> str:
+    """One cell for the support matrix: what the record does with this release."""
+    if row["in_range"] == "no":
+        return f"skips: outside {row['versions']}"
+    if row["in_range"] == "retired":
+        return f"retired: fixed in {row['fixed_in']}"
+    if row["in_range"] == "unknown version":
+        return "version unknown"
+    if not row["module"].startswith("found"):
+        return f"**record bug**: module {row['module']}"
+    if row["attribute"] == "missing":
+        return "**record bug**: attribute missing"
+    if row["signature"] == "incompatible":
+        return f"**record bug**: signature incompatible ({row['signature_detail']})"
+    how = {"compatible": "signature compatible", "unknown": "signature not readable (compiled or set at import)",
+           "n/a": "not a function (" + row["signature_detail"] + ")"}.get(row["signature"], row["signature"])
+    return f"resolves: target found, {how}"
+
+
+def render_markdown(reports: list, stream) -> None:
+    """The support matrix: per release, every record of its library and what it does there."""
+    for report in reports:
+        rows = [r for r in report["patches"] if r["in_range"] != "not this library"]
+        print(f"### {report['distribution']} {report['version']}\n", file=stream)
+        if not rows:
+            print("No record of sm12x is for this library.\n", file=stream)
+        else:
+            print("| record | target | range | verdict |\n|---|---|---|---|", file=stream)
+            for r in rows:
+                print(f"| `{r['name']}` | `{r['target']}` | `{r['versions']}` | {verdict(r)} |", file=stream)
+            print(file=stream)
+        held = [r for r in report["patches"] if r.get("consumers") and r["consumers"]["uncovered"]]
+        for r in held:
+            print(f"- `from X import` copies of `{r['target']}` not in `{r['name']}`'s consumers: "
+                  + ", ".join(f"`{m}`" for m in r["consumers"]["uncovered"]), file=stream)
+        if held:
+            print(file=stream)
+
+
+def run(paths, as_json: bool = False, stream=None, patches=None, markdown: bool = False) -> int:
     """Check every path (``patches``: the records, all of sm12x's by default); the exit code."""
     stream = stream or sys.stdout
     for p in paths:
@@ -812,11 +851,13 @@ def run(paths, as_json: bool = False, stream=None, patches=None) -> int:
     if as_json:
         json.dump(reports, stream, indent=1, default=str)
         stream.write("\n")
+    elif markdown:
+        render_markdown(reports, stream)
     else:
         for report in reports:
             render(report, stream)
     problems = [r["name"] for rep in reports for r in rep["patches"] if r.get("problem")]
-    if problems and not as_json:
+    if problems and not as_json and not markdown:
         print(f"{len(problems)} record(s) in range with a missing target or an incompatible signature",
               file=stream)
     return 1 if problems else 0
@@ -833,6 +874,7 @@ examples:
   python3 -m sm12x contract vllm-0.34.0-cp38-abi3-manylinux_2_28_x86_64.whl
   python3 -m sm12x contract /usr/local/lib/python3.12/dist-packages   # what an image installed
   python3 -m sm12x contract --json sglang-0.5.23-*.whl > contract.json
+  python3 -m sm12x contract --markdown wheels/*.whl      # the tables of docs/support-matrix.md
 """
 
 
@@ -840,5 +882,7 @@ def add_contract_command(subparsers):
     p = subparsers.add_parser("contract", help="check the patch records against a framework wheel or folder",
                               description=CONTRACT_HELP, formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
     p.add_argument("paths", nargs="+", metavar="WHEEL_OR_DIR", help="a wheel file, or a folder holding a release")
-    p.add_argument("--json", action="store_true", help="every verdict as JSON (for scripts)")
-    p.set_defaults(func=lambda a: run(a.paths, as_json=a.json))
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--json", action="store_true", help="every verdict as JSON (for scripts)")
+    g.add_argument("--markdown", action="store_true", help="one table per release (docs/support-matrix.md)")
+    p.set_defaults(func=lambda a: run(a.paths, as_json=a.json, markdown=a.markdown))

@@ -259,6 +259,20 @@ def test_exit_code_and_output(release):
     assert rows["broken"]["problem"] and not rows["fine"]["problem"]
 
 
+def test_markdown_matrix(release):
+    patches = [record("fine", "vllm.ops.kernels:logits", consumers=("vllm.layers.listed",)),
+               record("out", "vllm.ops.kernels:gone", versions=">=0.31"),
+               record("broken", "vllm.ops.kernels:gone")]
+    out = io.StringIO()
+    assert contract.run([release], stream=out, patches=patches, markdown=True) == 1
+    text = out.getvalue()
+    assert "### vllm 0.30.1" in text
+    assert "| `fine` | `vllm.ops.kernels:logits` | `>=0.30,<0.31` | resolves: target found, signature compatible |" in text
+    assert "| `out` | `vllm.ops.kernels:gone` | `>=0.31` | skips: outside >=0.31 |" in text
+    assert "| `broken` | `vllm.ops.kernels:gone` | `>=0.30,<0.31` | **record bug**: attribute missing |" in text
+    assert "`vllm.layers.unlisted`" in text  # a copy the record does not list
+
+
 def test_cli(release, capsys, tmp_path):
     from sm12x.cli import main
 
