@@ -281,8 +281,27 @@ def test_cli(release, capsys, tmp_path):
     not_a_wheel = tmp_path / "notes.txt"
     not_a_wheel.write_text("x")
     assert main(["contract", str(not_a_wheel)]) == 2
-    # the real records against this small release: none of their targets is in it, and none of
-    # them is for vllm 0.30.1 with a missing target... the command runs and prints per record
-    code = main(["contract", release])
-    assert code in (0, 1)
-    assert "vllm 0.30.1 (vllm)" in capsys.readouterr().out
+    # sm12x's own records against this small release: vllm 0.30.1 is inside their vLLM ranges and
+    # holds none of their targets, so they are record bugs here (exit code 1)
+    assert main(["contract", release]) == 1
+    out = capsys.readouterr().out
+    assert "vllm 0.30.1 (vllm)" in out and "PROBLEM vllm.third_party.flashmla.decode" in out
+
+
+def test_site_packages_folder_reports_each_patched_distribution(tmp_path):
+    root = tmp_path / "site-packages"
+    for rel, text in {"vllm/__init__.py": "def f(x):\n    pass\n",
+                      "deep_gemm/__init__.py": "def g(x):\n    pass\n",
+                      "requests/__init__.py": "",
+                      "requests-2.0.dist-info/METADATA": "Name: requests\nVersion: 2.0\n",
+                      "vllm-0.30.1.dist-info/METADATA": "Name: vllm\nVersion: 0.30.1\n",
+                      "deep_gemm-2.5.0.dist-info/METADATA": "Name: deep-gemm\nVersion: 2.5.0\n"}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    patches = [record("v", "vllm:f", make=make_anything),
+               record("d", "deep_gemm:g", library="deep_gemm", versions=">=2.5", make=make_anything)]
+    reports = contract.check_releases(str(root), patches)
+    assert sorted((r["library"], r["version"]) for r in reports) == [("deep_gemm", "2.5.0"), ("vllm", "0.30.1")]
+    for r in reports:
+        mine = [row for row in r["patches"] if row["in_range"] == "yes"]
+        assert len(mine) == 1 and mine[0]["attribute"] == "found: function"
