@@ -524,6 +524,9 @@ def _handed_problems(original: inspect.Signature, callee, by_name: bool):
     and passes them on to ``callee`` by name."""
     problems, notes = [], []
     target = inspect.signature(callee)
+    if any(p.kind is _P.VAR_POSITIONAL for p in target.parameters.values()):
+        # sm12x's function reads the call itself (FlashMLA's get_mla_metadata: two API eras)
+        return [], [f"sm12x's {getattr(callee, '__name__', 'function')} takes any arguments"]
     cparams = [p for p in target.parameters.values() if p.kind in _NAMED]
     c_names = {p.name for p in cparams}
     c_pos = [p.name for p in cparams if p.kind in (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD)]

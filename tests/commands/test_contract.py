@@ -58,6 +58,18 @@ def make_passthrough(original):
     return replacement
 
 
+def reads_any(*args, **kwargs):
+    """An sm12x-style front end that reads every call itself (two API eras)."""
+
+
+def make_to_reader(original):
+    @functools.wraps(reads_any)
+    def replacement(*args, **kwargs):
+        return reads_any(*args, **kwargs)
+
+    return replacement
+
+
 def make_explicit(original):
     @functools.wraps(original)
     def logits(q, kv, weights, ks, ke, clean_logits=True):
@@ -189,7 +201,10 @@ def test_explicit_replacement_signatures(release):
 
 def test_handed_on_replacement_maps_names_to_the_front_end(release):
     rows, _ = check(release, record("passthrough", "vllm.ops.kernels:logits", make=make_passthrough),
-                    record("strict", "vllm.ops.kernels:strict", make=make_passthrough))
+                    record("strict", "vllm.ops.kernels:strict", make=make_passthrough),
+                    record("reader", "vllm.ops.kernels:strict", make=make_to_reader))
+    assert rows["reader"]["signature"] == "compatible"
+    assert "takes any arguments" in rows["reader"]["signature_detail"]
     # ks / ke have no counterpart by name and ours has **kwargs: accepted only as None/False, and
     # ours needs weights and the ranges, which strict() does not take
     assert rows["passthrough"]["signature"] == "incompatible"
