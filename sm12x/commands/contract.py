@@ -624,14 +624,14 @@ def _import_index(release: Release, names) -> dict:
         if pattern is None or kind not in ("source", "package"):
             continue
         text = release.source(candidate)
-        if not text or "import" not in text or not pattern.search(text):
+        if not text or "import" not in text or not (pattern.search(text) or "import *" in text):
             continue
         tree = release.tree(candidate)
         for stmt in _statements(tree.body if tree is not None else []):
             if isinstance(stmt, ast.ImportFrom):
                 origin = _absolute(candidate, kind == "package", stmt.level, stmt.module)
                 for alias in stmt.names:
-                    if alias.name in key:
+                    if alias.name in key or alias.name == "*":  # a star import copies public names
                         index.setdefault((origin, alias.name), []).append((candidate, alias.asname or alias.name))
     cache[key] = index
     return index
@@ -646,7 +646,8 @@ def _module_copies(release: Release, module: str, name: str, names) -> dict:
     pending = [(module, name)]
     while pending:
         source = pending.pop()
-        for holder, local in index.get(source, ()):
+        star = [(h, source[1]) for h, _ in index.get((source[0], "*"), ())] if not source[1].startswith("_") else []
+        for holder, local in list(index.get(source, ())) + star:
             if holder != module and holder not in holders:
                 holders[holder] = local
                 pending.append((holder, local))

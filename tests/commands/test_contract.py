@@ -38,6 +38,7 @@ FILES = {
     "vllm/layers/typing_only.py": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                                    "    from vllm.ops.kernels import logits\n"),
     "vllm/layers/foreign.py": "from deep_gemm import fp8_mqa_logits\n",
+    "vllm/layers/star.py": "from vllm.ops.kernels import *\n",
     # compiled files: a Python extension (exports PyInit_<name>) and a torch.ops library
     "vllm/ops/_ext.abi3.so": "\x7fELF PyInit__ext sparse_decode_fwd",
     "vllm/ops/torch_lib.abi3.so": "\x7fELF sparse_decode_fwd",
@@ -249,9 +250,10 @@ def test_consumers_copies_and_coverage(release):
                                       "sglang.srt.elsewhere")),
                     record("foreign", "deep_gemm:fp8_mqa_logits", library="deep_gemm", versions="<1"))
     c = rows["logits"]["consumers"]
-    assert c["copies"] == ["vllm.layers.listed", "vllm.layers.unlisted", "vllm.layers.via_reexport",
-                           "vllm.ops.reexport"]  # not call_time (a call-time import), not typing_only
-    assert c["uncovered"] == ["vllm.layers.unlisted", "vllm.layers.via_reexport", "vllm.ops.reexport"]
+    assert c["copies"] == ["vllm.layers.listed", "vllm.layers.star", "vllm.layers.unlisted",
+                           "vllm.layers.via_reexport", "vllm.ops.reexport"]  # not call_time, not typing_only
+    assert c["uncovered"] == ["vllm.layers.star", "vllm.layers.unlisted", "vllm.layers.via_reexport",
+                              "vllm.ops.reexport"]
     states = {x["module"]: x["state"] for x in c["listed"]}
     assert states == {"vllm.layers.listed": "copy", "vllm.layers.call_time": "names it",
                       "vllm.layers.gone": "absent", "sglang.srt.elsewhere": "in another distribution"}
