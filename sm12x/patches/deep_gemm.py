@@ -29,9 +29,13 @@ _WHY = {
                                 f"{_UNSUPPORTED}; CUDA error 719 past 256K",
 }
 NAMES = tuple(_WHY)
+# vLLM 0.33's vendored DeepGEMM 2.8 keeps only the fp8_fp4_* names of the logits functions
+_VENDORED_RANGE = {"fp8_mqa_logits": ">=0.22.1,<0.33", "fp8_paged_mqa_logits": ">=0.22.1,<0.33"}
 _ANY_DEEP_GEMM = ("DeepGEMM ships under several distributions with unrelated version numbers "
                   "(deep-gemm 2.x, sgl-deep-gemm 0.x); the wrapper reads each call by the installed "
-                  "front end's own signature, so no release needs its own code")
+                  "front end's own signature, so no release needs its own code; the FP8-only logits "
+                  "names are gone from DeepGEMM 2.8 and sgl-deep-gemm 0.2.5, where they are skipped as "
+                  "missing")
 _UPSTREAM = "deepseek-ai/DeepGEMM csrc/apis/attention.hpp; seed 002 (CUDA error 719 past 256K)"
 
 # vLLM's wrappers resolve `_<name>_impl` globals from the module once (`_lazy_init`); when that ran
@@ -40,10 +44,10 @@ _UPSTREAM = "deepseek-ai/DeepGEMM csrc/apis/attention.hpp; seed 002 (CUDA error 
 _CONSUMERS = ("vllm.utils.deep_gemm", "vllm.foundation.utilities.deep_gemm")
 
 
-def _sglang_paged(name, target, why, upstream):
+def _sglang_paged(name, target, why, upstream, versions=">=0.5.15,<0.6", consumers=()):
     """A patch that sends one of SGLang's own paged-logits functions to our kernel."""
     return Patch(name=name, target=target, make=wrappers.make_sglang_paged_logits_torch,
-                 why=why, upstream=upstream, library="sglang", versions=">=0.5.15,<0.6")
+                 why=why, upstream=upstream, library="sglang", versions=versions, consumers=consumers)
 
 
 _WHY_TORCH = ("SGLang's torch fallback for paged MQA logits asserts 1-D seq_lens but gets [T, 1] "
@@ -62,7 +66,7 @@ PATCHES = tuple(
           make=wrappers.FACTORIES[name],
           why=f"vLLM's vendored DeepGEMM: {why}",
           upstream="vllm third_party/deep_gemm; vllm utils/deep_gemm.py (_lazy_init)",
-          library="vllm", versions=">=0.22.1,<0.35", consumers=_CONSUMERS)
+          library="vllm", versions=_VENDORED_RANGE.get(name, ">=0.22.1,<0.35"), consumers=_CONSUMERS)
     for name, why in _WHY.items()
 ) + (
     _sglang_paged("sglang.dsv4.indexer.paged_logits_torch",
@@ -76,7 +80,10 @@ PATCHES = tuple(
                   "sglang.kernels.ops.attention.dsa.tilelang_kernel:tilelang_fp8_paged_mqa_logits",
                   "SGLang's default DeepSeek-V4 paged indexer on SM120 (TileLang) asserts one query "
                   "token per row, 1-D seq_lens, head_dim 128 and 64-token blocks",
-                  "sglang kernels/ops/attention/dsa/tilelang_kernel.py; server_args.py (SM120 defaults)"),
+                  "sglang kernels/ops/attention/dsa/tilelang_kernel.py; server_args.py (SM120 defaults)",
+                  # 0.5.15's kernel lives under sglang.srt (no record yet); 0.5.19's nsa module
+                  # star-imports this one
+                  versions=">=0.5.19,<0.6", consumers=("sglang.srt.layers.attention.nsa.tilelang_kernel",)),
     _sglang_paged("sglang.dsv4.indexer.paged_logits_torch_sm120",
                   "sglang.srt.layers.attention.dsv4.indexer:fp8_paged_mqa_logits_torch_sm120",
                   "SGLang's SM120 torch paged indexer (chosen when TileLang is off) copies every "

@@ -43,7 +43,6 @@ _DECODE_ERROR = "'RuntimeError: Unsupported architecture for sparse decode fwd'"
 _PREFILL_ERROR = "'Sparse Attention Forward Kernel is only supported on SM90a and SM100f'"
 _FLASH_MLA_SRC = "deepseek-ai/FlashMLA csrc/api/sparse_decode.h (arch check), flash_mla_interface.py"
 _VLLM = dict(library="vllm", versions=">=0.22.1,<0.35")  # checked: 0.22.1, 0.25.1, 0.33.0, 0.34.0
-_SGLANG = dict(library="sglang", versions=">=0.5.15,<0.6")  # checked: 0.5.15.post1, 0.5.19, 0.5.23
 _SGL_KERNEL = dict(library="sgl-kernel", versions=">=0.4.4,<0.5")  # checked: 0.4.4, 0.4.6.post1, 0.4.10
 _PIP = dict(library="flash_mla", versions="*", versions_note=_ANY_FLASH_MLA)
 
@@ -70,7 +69,8 @@ _ROUTES = (
     ("sgl_kernel.flash_mla", "sgl_kernel.flash_mla",
      "sgl-kernel's copy (SGLang's non-SM120 branch and forced backends; descale_q/k after the six "
      "common arguments; base-2 lse and max_logits 'for SGL compatibility')", _SGL_KERNEL,
-     "sgl-kernel python/sgl_kernel/flash_mla.py", ("sgl_kernel",),
+     "sgl-kernel python/sgl_kernel/flash_mla.py",
+     ("sgl_kernel", "sglang.srt.layers.attention.flashmla_backend"),
      wrappers.make_sgl_kernel_flash_mla_sparse_fwd),
     ("vllm.third_party.flashmla", "vllm.third_party.flashmla.flash_mla_interface",
      "vLLM's vendored FlashMLA (SM90/SM100 builds only), behind its FlashMLA sparse backends", _VLLM,
@@ -114,7 +114,7 @@ PATCHES = tuple(
           why=f"FlashMLA's interface resolves the compiled op flash_mla.cuda.sparse_decode_fwd at "
               f"call time; on SM12x it raises {_DECODE_ERROR}",
           upstream=_FLASH_MLA_SRC, **_PIP),
-    # SGLang's native SM120 entry (current module path, then the 0.5.15-0.5.19 one)
+    # SGLang's native SM120 entry (0.5.19 on, then 0.5.15's module path)
     Patch(name="sglang.flash_mla_sm120",
           target="sglang.kernels.ops.attention.flash_mla_sm120:flash_mla_with_kvcache_sm120",
           make=wrappers.make_flash_mla_with_kvcache_sm120,
@@ -122,11 +122,13 @@ PATCHES = tuple(
               "(a page-split copy of every touched 256-token SWA page per call) and supports a "
               "fixed table of head/topk shapes; its Triton / torch settings are 16-243x slower "
               "than sm12x (scripts/bench_framework_paths.py)",
-          upstream="sglang kernels/ops/attention/flash_mla_sm120.py; vllm #56837", **_SGLANG),
+          upstream="sglang kernels/ops/attention/flash_mla_sm120.py; vllm #56837", library="sglang",
+          versions=">=0.5.19,<0.6"),
     Patch(name="sglang.flash_mla_sm120.era_b",
           target="sglang.srt.layers.attention.flash_mla_sm120:flash_mla_with_kvcache_sm120",
           make=wrappers.make_flash_mla_with_kvcache_sm120,
           why="the same SM120 entry at its module path before SGLang moved kernels to "
-              "sglang.kernels (0.5.15-0.5.19)",
-          upstream="sglang srt/layers/attention/flash_mla_sm120.py", **_SGLANG),
+              "sglang.kernels (0.5.15)",
+          upstream="sglang srt/layers/attention/flash_mla_sm120.py", library="sglang",
+          versions=">=0.5.15,<0.5.19"),
 )
