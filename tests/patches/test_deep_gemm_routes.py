@@ -229,3 +229,64 @@ def test_later_front_ends_are_read_by_their_own_signature(tmp_path):
                            env={"TRITON_INTERPRET": "1"}))
     assert out == {"vllm_033_prefill": True, "sgl_deep_gemm_default": True, "sgl_deep_gemm_ks_ke": True,
                    "dg28_paged": True}, out
+
+
+# SGLang 0.5.15: the TileLang indexer under sglang.srt (dsv4/indexer.py imports it at call time),
+# and the deprecated nsa module that star-imports it (a copy taken before sm12x, plugin route)
+SGLANG_015 = {
+    "sglang/__init__.py": "",
+    "sglang/srt/__init__.py": "",
+    "sglang/srt/layers/__init__.py": "",
+    "sglang/srt/layers/attention/__init__.py": "",
+    "sglang/srt/layers/attention/dsa/__init__.py": "",
+    "sglang/srt/layers/attention/dsa/tilelang_kernel.py": sglang_paged(
+        "tilelang_fp8_paged_mqa_logits", "assert seq_lens.dim() == 1 and clean_logits == False"),
+    "sglang/srt/layers/attention/nsa/__init__.py": "",
+    "sglang/srt/layers/attention/nsa/tilelang_kernel.py":
+        "from sglang.srt.layers.attention.dsa.tilelang_kernel import *  # noqa\n",
+}
+
+SGLANG_015_CALLS = """
+import json, sys, torch
+sys.path.insert(0, {repo!r})
+from sm12x.kernels.indexer.cache import quant_fp8_paged_cache
+from sm12x.kernels.indexer.reference import ref_paged_mqa_logits
+from sm12x.kernels.common.tolerance import deepgemm_diff
+from sglang.srt.layers.attention.nsa import tilelang_kernel as shim
+import sm12x.plugin; sm12x.plugin.register()
+from sglang.srt.layers.attention.dsa import tilelang_kernel
+
+g = torch.Generator().manual_seed(0)
+b, h, d, bkv, blocks = 3, 16, 64, 64, 4
+cache = quant_fp8_paged_cache(torch.randn(b * blocks, bkv, d, generator=g))
+q = torch.randn(b, 1, h, d, generator=g).to(torch.float8_e4m3fn)
+w = torch.randn(b, h, generator=g)
+lens = torch.tensor([[17], [200], [64]], dtype=torch.int32)  # [T, 1]: the original asserts 1-D
+bt = torch.arange(b * blocks, dtype=torch.int32).view(b, blocks)
+ref = ref_paged_mqa_logits(q, cache, w, lens, bt, blocks * bkv, clean_logits=True)
+res = {{}}
+for name, fn in (("module", tilelang_kernel.tilelang_fp8_paged_mqa_logits),
+                 ("shim", shim.tilelang_fp8_paged_mqa_logits)):
+    try:
+        out = fn(q, cache, w, lens, bt, None, blocks * bkv, False)
+        inv = ref == float("-inf")
+        res[name] = deepgemm_diff(out.float().masked_fill(inv, 0), ref.masked_fill(inv, 0))
+    except Exception as e:
+        res[name] = type(e).__name__
+print(json.dumps(res))
+"""
+
+
+@pytest.mark.parametrize("release,ours", [("0.5.15.post1", True), ("0.5.23", False)])
+def test_sglang_015_tilelang_indexer(tmp_path, release, ours):
+    """In its range the record sends the module's function and the nsa shim's copy to our kernel
+    (lengths [T, 1], which the original asserts against); outside it the original runs."""
+    pytest.importorskip("triton")
+    root = write_tree(tmp_path, {**SGLANG_015, **dist_infos({"sglang": release})})
+    out = last_json(run_py(SGLANG_015_CALLS.format(repo=REPO), pythonpath=[root],
+                           env={"TRITON_INTERPRET": "1"}))
+    for name in ("module", "shim"):
+        if ours:
+            assert isinstance(out[name], float) and out[name] < 1e-5, (name, out)
+        else:
+            assert out[name] == "AssertionError", (name, out)
