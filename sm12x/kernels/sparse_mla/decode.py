@@ -310,24 +310,19 @@ def _compile_job(job):
     from sm12x.kernels.common.compile_check import compile_kernel
 
     kind, target, fmt, cfg, variant = job
-    if kind == "prefill":
-        has_len, direct, dealt, pdl = variant
-        sig, const = _split_signature(cfg, fmt == "bf16_512", 1, 1, direct, dealt,
-                                      (has_len, False, False), prefill=True, pdl=pdl)
-        name = (f"prefill {fmt} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']}"
-                f"{' L' if has_len else ''}{' direct' if direct else ''}"
-                f"{' dealt' if dealt else ''}{' pdl' if pdl else ''}")
-        return compile_kernel(_sparse_mla_split_kernel, sig, const, target=target,
-                              num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-                              config_name=name)
-    if kind == "split":
-        direct, dealt, (page, xpage), inputs, pdl = variant
-        sig, const = _split_signature(cfg, fmt == "model1", page, xpage, direct, dealt, inputs,
-                                      pdl=pdl)
-        flags = "".join(f for f, on in zip(("L", "X", "XL"), inputs) if on)
-        name = (f"{fmt} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']} p{page}/{xpage}"
-                f" {flags or '-'}{' direct' if direct else ''}{' dealt' if dealt else ''}"
-                f"{' pdl' if pdl else ''}")
+    if kind in ("prefill", "split"):
+        if kind == "prefill":
+            has_len, direct, dealt, pdl = variant
+            sig, const = _split_signature(cfg, fmt == "bf16_512", 1, 1, direct, dealt,
+                                          (has_len, False, False), prefill=True, pdl=pdl)
+            shape = f"prefill {fmt} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']}{' L' if has_len else ''}"
+        else:
+            direct, dealt, (page, xpage), inputs, pdl = variant
+            sig, const = _split_signature(cfg, fmt == "model1", page, xpage, direct, dealt, inputs,
+                                          pdl=pdl)
+            flags = "".join(f for f, on in zip(("L", "X", "XL"), inputs) if on)
+            shape = f"{fmt} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']} p{page}/{xpage} {flags or '-'}"
+        name = f"{shape}{' direct' if direct else ''}{' dealt' if dealt else ''}{' pdl' if pdl else ''}"
         return compile_kernel(_sparse_mla_split_kernel, sig, const, target=target,
                               num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
                               config_name=name)
