@@ -9,8 +9,9 @@ proxies, because torch.compile traces through wrapt wrappers to the original sil
 
 The patch sets live in this package by what they patch: ``indexer_topk`` (the frameworks'
 indexer logits -> top-k), ``flash_mla`` (every FlashMLA route), ``deep_gemm`` (the DeepGEMM
-indexer surface), ``deep_gemm_dense`` (DeepGEMM's dense GEMMs, einsum and mHC pre-norm GEMM) and
-``deep_gemm_moe`` (DeepGEMM's grouped MoE GEMMs). ``all_patches()`` lists them all, in application
+indexer surface), ``deep_gemm_dense`` (DeepGEMM's dense GEMMs, einsum and mHC pre-norm GEMM),
+``deep_gemm_moe`` (DeepGEMM's grouped MoE GEMMs) and ``flashinfer_dsv4`` (the DeepSeek-V4 shapes
+FlashInfer's SM120 attention does not serve in vLLM). ``all_patches()`` lists them all, in application
 order: ``indexer_topk`` first, because three of its records take targets of ``deep_gemm``'s and
 build on their factories.
 """
@@ -60,7 +61,8 @@ class Patch:
 
 def all_patches() -> list:
     """Every registered patch, in application order."""
-    from sm12x.patches import deep_gemm, deep_gemm_dense, deep_gemm_moe, flash_mla, indexer_topk
+    from sm12x.patches import (deep_gemm, deep_gemm_dense, deep_gemm_moe, flash_mla, flashinfer_dsv4,
+                               indexer_topk)
 
     return (list(indexer_topk.PATCHES) + list(flash_mla.PATCHES) + list(deep_gemm.PATCHES)
-            + list(deep_gemm_dense.PATCHES) + list(deep_gemm_moe.PATCHES))
+            + list(deep_gemm_dense.PATCHES) + list(deep_gemm_moe.PATCHES) + list(flashinfer_dsv4.PATCHES))

@@ -200,3 +200,48 @@ class CachedSelectors:
 
 def make_get_indexer_topk(original):
     return CachedSelectors(original)
+
+
+def _flashinfer_dsv4():
+    from sm12x.frontends.vllm import flashinfer_dsv4
+
+    return flashinfer_dsv4
+
+
+def make_flashinfer_dsv4_decode(original):
+    """vLLM's ``flashinfer_trtllm_batch_decode_sparse_mla_dsv4`` (``*args, **kwargs``, read by
+    FlashInfer's signature): a DeepSeek-V4 SM120 call whose shape the installed FlashInfer does not
+    serve goes to sm12x's sparse decode, every other call to ``original``
+    (:mod:`sm12x.frontends.vllm.flashinfer_dsv4`)."""
+    api = _flashinfer_dsv4()
+
+    @functools.wraps(original)
+    def flashinfer_trtllm_batch_decode_sparse_mla_dsv4(*args, **kwargs):
+        named = api.bind(args, kwargs)
+        shape = api.call_shape(named) if named is not None else None
+        if shape is not None and api.routes_to_sm12x(shape, api.installed_rule()):
+            return api.sparse_mla_dsv4(named)
+        return original(*args, **kwargs)
+
+    return flashinfer_trtllm_batch_decode_sparse_mla_dsv4
+
+
+def make_has_sparse_mla_sm120_config(original):
+    """vLLM 0.33+'s constructor check ``has_flashinfer_sparse_mla_sm120_config(num_q_heads,
+    top_k)``: also True where sm12x's decode serves the heads and FlashInfer's sparse MLA API is
+    present, while the decode wrapper in the same module is sm12x's (so every call of such a layer
+    reaches ``make_flashinfer_dsv4_decode``'s routing)."""
+    api = _flashinfer_dsv4()
+    module = original.__module__
+
+    @functools.wraps(original)
+    def has_flashinfer_sparse_mla_sm120_config(num_q_heads, top_k):
+        if original(num_q_heads, top_k):
+            return True
+        owner = sys.modules.get(module)
+        decode = getattr(owner, "flashinfer_trtllm_batch_decode_sparse_mla_dsv4", None)
+        has_api = getattr(owner, "has_flashinfer_sparse_mla_sm120", None)
+        return (getattr(decode, "__sm12x_patch__", None) is not None and has_api is not None and has_api()
+                and api.sm12x_serves(api.CallShape(1, int(num_q_heads), int(top_k), 64)))
+
+    return has_flashinfer_sparse_mla_sm120_config
