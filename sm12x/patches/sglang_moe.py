@@ -1,0 +1,63 @@
+"""Patch records for SGLang's choices of DeepSeek-V4 MoE expert kernels that end on SM100-only
+kernels on SM12x (checked in the SGLang 0.5.15.post1, 0.5.19 and 0.5.23 wheels).
+
+What each release runs for DeepSeek-V4's experts on SM12x, and why only two choices are replaced:
+
+- FP8 checkpoints with MXFP4 routed experts (DeepSeek-V4-Flash / -Pro), target and MTP draft
+  alike (the draft's ``--speculative-moe-runner-backend`` defaults to the target's): SGLang's own
+  SM120 kernels serve. 0.5.15.post1 turns ``auto`` into ``marlin`` on SM120
+  (``arg_groups/overrides.py: _deepseek_v4_sm120_moe``; ``Mxfp4MarlinMoEMethod``, W4A16);
+  0.5.19 and 0.5.23 turn it into ``flashinfer_mxfp4`` (``arg_groups/model_overrides/
+  deepseek_v4.py``), for which ``Fp8Config`` picks FlashInfer's CUTLASS MXFP8 x MXFP4 method on
+  SM120. Left as they are. Only an explicit ``--moe-runner-backend flashinfer_mxfp4`` on
+  0.5.15.post1 reaches the TRT-LLM method there (``Fp8Config`` sends every GPU but SM90 to it): the
+  ``Fp8Config`` record.
+- Hybrid FP8 + NVFP4 checkpoints (``HybridFp8NvFp4Config``: NVFP4 routed experts, MXFP4 experts in
+  the NVFP4-excluded MTP layer): ``get_quant_method`` returns FlashInfer's TRT-LLM MXFP4 method for
+  the MTP layer in every release, whatever ``--speculative-moe-runner-backend`` says, so the
+  users' ``--speculative-moe-runner-backend marlin`` workaround changes nothing there: the hybrid
+  record. The target's NVFP4 experts are not replaced: the DeepSeek-V4 override picks
+  ``flashinfer_trtllm_routed`` (SM100-only) for ``auto`` on every GPU, and the SM120 kernel that
+  serves NVFP4 is the image's own ``--moe-runner-backend flashinfer_cutlass`` (which passes the
+  SwiGLU clamp from 0.5.23 on); sm12x has no NVFP4 grouped GEMM.
+- The DeepGEMM runner (``--moe-runner-backend deep_gemm``, DeepEP): its grouped GEMMs are the
+  ``deep_gemm`` records of :mod:`sm12x.patches.deep_gemm_moe` (sgl-deep-gemm 0.1.4); 0.5.15.post1
+  and 0.5.19 switch DeepGEMM off on sm_120 (``deep_gemm_wrapper/configurer.py``), so there the
+  runner reaches them on sm_121 only, with ``SGLANG_ENABLE_JIT_DEEPGEMM`` on.
+
+Record names: ``sglang.moe.<config>.get_quant_method``; ``SM12X_SKIP=sglang.moe`` keeps SGLang's
+choices.
+"""
+from __future__ import annotations
+
+from sm12x.frontends.sglang import moe
+from sm12x.patches import Patch
+
+_TRTLLM = ("sglang {v} srt/layers/quantization/mxfp4_flashinfer_trtllm_moe.py "
+           "(Mxfp4FlashinferTrtllmMoEMethod -> flashinfer trtllm_fp4_block_scale_routed_moe, trtllm-gen SM100)")
+
+PATCHES = (
+    Patch(name="sglang.moe.HybridFp8NvFp4Config.get_quant_method",
+          target="sglang.srt.layers.quantization.modelopt_quant:HybridFp8NvFp4Config.get_quant_method",
+          make=moe.make_hybrid_get_quant_method,
+          why="the DeepSeek-V4 NVFP4 checkpoints' MTP draft layer (MXFP4 experts, excluded from NVFP4) "
+              "always gets FlashInfer's TRT-LLM MXFP4 MoE, SM100-only, whatever "
+              "--speculative-moe-runner-backend says; on SM12x it gets Fp8Config's method for that "
+              "runner when it has SM12x kernels (marlin, flashinfer_mxfp4 from 0.5.19, humming, "
+              "deep_gemm), else SGLang's MXFP4 Marlin",
+          upstream="sglang 0.5.15.post1-0.5.23 srt/layers/quantization/modelopt_quant.py "
+                   "(HybridFp8NvFp4Config.get_quant_method: 'Fall back to MXFP4 for MTP MoE layers'); "
+                   + _TRTLLM.format(v="0.5.15.post1-0.5.23")
+                   + "; dgxarley: 'nextn draft MoE hard-codes an SM100 trtllm kernel'",
+          library="sglang", versions=">=0.5.15,<0.5.24"),
+    Patch(name="sglang.moe.Fp8Config.get_quant_method",
+          target="sglang.srt.layers.quantization.fp8:Fp8Config.get_quant_method",
+          make=moe.make_fp8_get_quant_method,
+          why="SGLang 0.5.15.post1 sends MXFP4 experts under --moe-runner-backend flashinfer_mxfp4 to "
+              "FlashInfer's TRT-LLM MXFP4 MoE (SM100-only) on every GPU but SM90; on SM12x they get "
+              "SGLang's MXFP4 Marlin, its own DeepSeek-V4 choice on SM120",
+          upstream="sglang 0.5.15.post1 srt/layers/quantization/fp8.py (Fp8Config.get_quant_method, "
+                   "is_flashinfer_mxfp4 branch); 0.5.19 picks Mxfp4FlashinferCutlassMoEMethod on SM120; "
+                   + _TRTLLM.format(v="0.5.15.post1"),
+          library="sglang", versions=">=0.5.15,<0.5.19", fixed_in="0.5.19"),
+)
