@@ -109,6 +109,26 @@ def retirement(p: Patch) -> str:
     return f"{p.library} {have} serves this on SM12x itself (fixed in {p.fixed_in})"
 
 
+ARCH_ONLY = "only for compute capability"
+
+
+def exact_arch(spelling: str):
+    """(True, "") when this process's GPU is exactly the compute capability ``spelling`` names (a
+    record's ``arch`` such as "12.1": a gate that only GB10 answers wrongly), else (False,
+    reason). ``SM12X_FORCE`` does not widen it: such a record answers a question as another arch
+    would, which is only right on that arch."""
+    try:
+        want = platform.parse_arch(spelling)
+    except platform.ArchError:
+        return False, f"record arch {spelling!r} is not a compute capability sm12x knows"
+    arch = platform.gpu_arch()
+    if arch.source == "invalid":
+        return False, arch.detail
+    if arch.capability != want:
+        return False, f"{ARCH_ONLY} {want[0]}.{want[1]} (GPU: {arch.label})"
+    return True, ""
+
+
 def eligibility(p: Patch):
     """(True, "") when arch and version allow ``p`` in this process and ``SM12X_SKIP`` does not
     name it, else (False, reason)."""
@@ -116,6 +136,10 @@ def eligibility(p: Patch):
         return False, SKIP_REASON
     if p.arch == "sm12x":
         ok, why = platform.wants_sm12x_patches(platform.gpu_arch())
+        if not ok:
+            return False, why
+    elif p.arch != "any":
+        ok, why = exact_arch(p.arch)
         if not ok:
             return False, why
     if p.library != "*" and p.versions not in ("", "*"):

@@ -15,6 +15,7 @@ import textwrap
 FRAMEWORK_KEYS = ("vllm", "sglang")
 # libraries whose absence is expected on most machines: named once in the summary, not per patch
 NOT_INSTALLED = " is not installed"
+ARCH_ONLY = "only for compute capability"  # how sm12x.apply.exact_arch's skip reasons start
 BOOTSTRAP_OFF = (
     "not active in this process: sm12x's sitecustomize.py did not run when this Python started, so "
     "nothing is patched here. That is expected outside a container. Inside one it runs when the bundle "
@@ -26,6 +27,7 @@ def status_data(apply: bool = False) -> dict:
     """The ``status --json`` document."""
     from sm12x import apply as applier
     from sm12x import hooks, platform, shims
+    from sm12x.patches import all_patches
 
     hooks.install_watcher()
     arch = platform.gpu_arch()
@@ -44,6 +46,8 @@ def status_data(apply: bool = False) -> dict:
         "patches": rows,
         "shims": {name: shims.shim_state(name) for name in shims.SHIMS},
         "skip": {"items": applier.skip_items(), "unmatched": applier.unmatched_skips()},
+        # records for one compute capability only (GB10's gates): shown on that GPU even when skipped
+        "exact_arch": exact_arch_records(all_patches()),
         "bootstrap": {
             "sitecustomize": getattr(site, "__file__", None) if ours else None,
             "chained": getattr(site, "_sm12x_chained", None) if ours else None,
@@ -62,10 +66,36 @@ def skip_category(reason: str, arch_why: str) -> str:
         return "turned off by SM12X_SKIP"
     if " outside " in reason:
         return "version outside the checked range"
+    if reason.startswith(ARCH_ONLY):
+        return "for another compute capability"
     if " not found" in reason or "does not exist in the installed" in reason \
             or " of the installed version has no " in reason:
         return "target not in the installed version"
     return reason  # e.g. "needs torch, which is not installed"
+
+
+def exact_arch_records(patches) -> dict:
+    """{record name: "12.1"} for the records of one compute capability only."""
+    from sm12x import platform
+
+    out = {}
+    for p in patches:
+        if p.arch in ("sm12x", "any"):
+            continue
+        try:
+            out[p.name] = "%d.%d" % platform.parse_arch(p.arch)
+        except platform.ArchError:
+            out[p.name] = p.arch
+    return out
+
+
+def arch_gate_rows(data: dict) -> list:
+    """The patch rows of records for exactly this GPU's compute capability (``arch`` "12.1": the
+    frameworks' gates that answer GB10 differently from 12.0), whatever their state."""
+    cap = data["arch"]["capability"]
+    label = "%d.%d" % tuple(cap) if cap else None
+    exact = data.get("exact_arch") or {}
+    return [p for p in data["patches"] if label and exact.get(p["name"]) == label]
 
 
 def summary(data: dict) -> dict:
@@ -134,6 +164,12 @@ def print_status(data: dict, stream=None, verbose: bool = False) -> None:
              if not v.startswith("off (") or verbose]
     if shims:
         print_("stand-ins:  " + ", ".join(shims))
+    gates = arch_gate_rows(data)
+    if gates:
+        listed = ", ".join(f"{p['name']} {p['state']}" + (f" ({p['reason']})" if p.get("reason") else "")
+                           for p in gates)
+        print_(textwrap.fill(f"gates:      {len(gates)} for this GPU's compute capability only: {listed}", 100,
+                             subsequent_indent=" " * 12))
     rows = [p for p in data["patches"] if verbose or p["state"] not in ("skipped",)]
     if rows:
         print_("")

@@ -62,8 +62,8 @@ class Patch:
 def all_patches() -> list:
     """Every registered patch, in application order."""
     from sm12x.patches import (deep_gemm, deep_gemm_dense, deep_gemm_moe, flash_mla, flashinfer_dsv4,
-                               indexer_topk, sglang_moe)
+                               gb10, indexer_topk, sglang_moe)
 
     return (list(indexer_topk.PATCHES) + list(flash_mla.PATCHES) + list(deep_gemm.PATCHES)
             + list(deep_gemm_dense.PATCHES) + list(deep_gemm_moe.PATCHES) + list(flashinfer_dsv4.PATCHES)
-            + list(sglang_moe.PATCHES))
+            + list(sglang_moe.PATCHES) + list(gb10.PATCHES))
