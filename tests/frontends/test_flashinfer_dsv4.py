@@ -42,6 +42,7 @@ CASES = [
     ("0.7.2", S(8, 24, 1152, 128, 512, 2), "flashinfer"),     # 0.7's decode predicate
     ("0.7.2", S(200, 16, 256, 64, 512, 64), "flashinfer"),
     ("0.7.2", S(200, 16, 200, 64), "sm12x"),                  # prefill topk not a multiple of 64
+    ("0.7.2", S(200, 16, 128, 64, 40, 2), "flashinfer"),      # any compressed width (C128)
     ("0.7.2", S(200, 24, 128, 64), "sm12x"),                  # prefill heads not instantiated
     ("0.6.13", S(1, 64, 128, 64, 512, 64), "sm12x"),          # no SM120 path (vllm#48054)
     ("0.6.13", S(300, 64, 128, 64), "sm12x"),
@@ -70,7 +71,8 @@ def call_inputs(tokens=3, heads=16, topk=24, extra_topk=16, extra_page=2, layout
     """A call as vLLM's DeepseekV4FlashInferSM120Attention makes it (keywords, packed caches)."""
     gen = torch.Generator().manual_seed(seed)
     swa = kvc.quantize_model1_cache((torch.randn(3, 64, 512, generator=gen) / 10).to(torch.bfloat16))
-    extra = kvc.quantize_model1_cache((torch.randn(40, extra_page, 512, generator=gen) / 10).to(torch.bfloat16))
+    extra = kvc.quantize_model1_cache(
+        (torch.randn(40, extra_page, 512, generator=gen) / 10).to(torch.bfloat16))
     if layout == "HND":
         swa, extra = swa.transpose(1, 2), extra.transpose(1, 2)
     q = torch.randn(tokens, heads, 512, generator=gen).clamp(-1, 1).to(torch.bfloat16)
@@ -149,7 +151,8 @@ def test_served_shapes_and_other_calls_stay_with_flashinfer(flashinfer_0614):
     small = call_inputs()
     assert decode(**dict(small, seq_lens=torch.ones(3, dtype=torch.int32))) == "flashinfer"  # SM100 form
     assert decode(**dict(small, backend="cute-dsl")) == "flashinfer"
-    assert decode(**dict(small, swa_kv_cache=torch.zeros(3, 64, 1, 512, dtype=torch.bfloat16))) == "flashinfer"
+    bf16_cache = torch.zeros(3, 64, 1, 512, dtype=torch.bfloat16)
+    assert decode(**dict(small, swa_kv_cache=bf16_cache)) == "flashinfer"
     assert decode(**dict(small, bmm2_scale=0.5)) == "flashinfer"
     assert len(calls) == 5
 

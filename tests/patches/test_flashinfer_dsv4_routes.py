@@ -3,7 +3,6 @@ wrapper in ``vllm.utils.flashinfer``, the attention modules' ``from ... import``
 constructor check reading FlashInfer's dispatch table) over a FlashInfer 0.6.14 stand-in that, like
 the real one, serves its table and aborts on the rest. The frameworks are imported before sm12x
 (the plugin route), so the copies must be rebound."""
-import textwrap
 
 import pytest
 

@@ -81,7 +81,8 @@ class FlashInferRule:
     ``decode_table``: a container of (heads, topk) for T <= ``decode_max_tokens`` (None: no SM120
     path at all); ``decode_page``: the SWA page the decode kernels need (None: any).
     ``prefill_*``: the orchestrator, reached from ``prefill_min_tokens`` tokens; ``prefill_topks``
-    None means any multiple of 64; ``prefill_page`` None means any."""
+    (one cache) / ``prefill_dual_topks`` (with a compressed cache) None mean an SWA topk that is
+    any multiple of 64; ``prefill_extra_pages`` / ``prefill_page`` None mean any page."""
 
     name: str
     decode_table: object = None
@@ -100,20 +101,27 @@ class FlashInferRule:
                 and (s.heads, s.topk) in self.decode_table)
 
     def prefill_serves(self, s: CallShape) -> bool:
-        if self.decode_table is None or s.tokens < self.prefill_min_tokens or s.heads not in self.prefill_heads:
+        if (self.decode_table is None or s.tokens < self.prefill_min_tokens
+                or s.heads not in self.prefill_heads):
             return False
         if self.prefill_page is not None and s.page != self.prefill_page:
             return False
         topks = self.prefill_dual_topks if s.extra_topk else self.prefill_topks
-        if topks is None:
-            return s.topk % 64 == 0 and s.extra_topk % 64 == 0
-        if s.extra_topk and s.extra_page not in self.prefill_extra_pages:
+        pages = self.prefill_extra_pages
+        if s.extra_topk and pages is not None and s.extra_page not in pages:
             return False
-        return s.topk in topks
+        return s.topk % 64 == 0 if topks is None else s.topk in topks
 
     def serves(self, s: CallShape) -> bool:
         """Whether FlashInfer computes this call (True) or fails on it (False)."""
         return self.decode_serves(s) or self.prefill_serves(s)
+
+
+class _HeadsUpTo:
+    """FlashInfer 0.7's decode envelope when its module cannot be read: 1 <= heads <= 128."""
+
+    def __contains__(self, pair):
+        return 1 <= pair[0] <= MAX_HEADS and pair[1] >= 1
 
 
 # The releases' own tables, for when the installed module cannot be read (its values win).
@@ -129,16 +137,9 @@ RULE_0618 = dataclasses.replace(
     prefill_heads=frozenset({8, 16, 32, 64, 128}),
     prefill_topks=frozenset({128, 192, 256, 512, 1024, 2048}))
 RULE_07 = FlashInferRule(
-    "FlashInfer 0.7", decode_table=frozenset(), decode_page=None, prefill_min_tokens=1,
+    "FlashInfer 0.7", decode_table=_HeadsUpTo(), decode_page=None, prefill_min_tokens=1,
     prefill_heads=frozenset({8, 16, 32, 64, 128}), prefill_topks=None, prefill_dual_topks=None,
     prefill_extra_pages=None, prefill_page=None)
-
-
-class _HeadsUpTo:
-    """FlashInfer 0.7's decode envelope when its module cannot be read: 1 <= heads <= 128."""
-
-    def __contains__(self, pair):
-        return 1 <= pair[0] <= MAX_HEADS and pair[1] >= 1
 
 
 def rule_for(version: Optional[str], module=None) -> FlashInferRule:
@@ -153,8 +154,6 @@ def rule_for(version: Optional[str], module=None) -> FlashInferRule:
     if release < (0, 6, 14):
         return NO_SM120
     base = RULE_0614 if release < (0, 6, 18) else RULE_0618 if release < (0, 7) else RULE_07
-    if base is RULE_07:
-        base = dataclasses.replace(base, decode_table=_HeadsUpTo())
     if module is None:
         return base
     table = getattr(module, "_DECODE_DSV4_DISPATCH", None)
@@ -233,7 +232,8 @@ def call_shape(named: dict) -> Optional[CallShape]:
             return None
     q, swa = named.get("query"), named.get("swa_kv_cache")
     indices, layout = named.get("sparse_indices"), named.get("kv_layout", "HND")
-    if q is None or indices is None or q.dtype != torch.bfloat16 or q.dim() not in (3, 4) or q.shape[-1] != D_QK:
+    if (q is None or indices is None or q.dtype != torch.bfloat16 or q.dim() not in (3, 4)
+            or q.shape[-1] != D_QK):
         return None
     if not _packed(swa) or isinstance(named.get("bmm1_scale", 1.0), torch.Tensor):
         return None
@@ -287,7 +287,8 @@ def sparse_mla_dsv4(named: dict):
     if out is None:
         out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
     checks.require(out.shape == q.shape and out.dtype == torch.bfloat16, OP, "out",
-                   lambda: f"{out.dtype} {list(out.shape)}", lambda: f"bf16 {list(q.shape)} (the query's shape)")
+                   lambda: f"{out.dtype} {list(out.shape)}",
+                   lambda: f"bf16 {list(q.shape)} (the query's shape)")
     sinks = named.get("sinks")
     if isinstance(sinks, (list, tuple)):
         sinks = sinks[0] if len(sinks) == 1 else sinks
@@ -312,9 +313,3 @@ def sparse_mla_dsv4(named: dict):
         out.copy_(target.view(out.shape))
     return out
 
-
-def describe_routes(rule: FlashInferRule) -> str:
-    """One line for ``status``: which DeepSeek-V4 shapes go where under ``rule``."""
-    return (f"{rule.name}: calls FlashInfer's SM120 kernels serve stay with FlashInfer; the others "
-            "(DSpark SWA width 256, TP16's 8 heads in prefill chunks, any (heads, topk) outside its "
-            "decode table at <= 64 tokens) go to sm12x's sparse decode")
