@@ -62,7 +62,7 @@ def _consumer_index() -> dict:
     table: dict = {}
     for p in all_patches():
         for c in p.consumers:
-            table.setdefault(c, []).append(p)
+            table.setdefault(consumer_module(c), []).append(p)
     return table
 
 
@@ -168,16 +168,26 @@ def _load_factory(spec):
     return getattr(importlib.import_module(mod), fn)
 
 
-def _rebind(consumer_names, original, replacement, only_attr=None) -> int:
-    """Replace `from X import f` copies of ``original`` in the named modules (under any name, or
-    only under ``only_attr`` when given); returns how many."""
+def consumer_module(entry: str) -> str:
+    """The module of a ``consumers`` entry: ``"module"`` or ``"module:attribute"``."""
+    return entry.partition(":")[0]
+
+
+def _rebind(consumers, original, replacement, only_attr=None) -> int:
+    """Replace copies of ``original`` in the consumers' modules; returns how many. An entry
+    ``"module"`` takes `from X import f` copies under any name (only under ``only_attr`` when
+    given: the target module binds ``original`` under several names); ``"module:attribute"`` takes
+    that attribute whatever the aliases (a global the module filled from the target at run time,
+    such as vLLM's ``_grouped_fp4_impl``)."""
     n = 0
-    for name in consumer_names:
+    for entry in consumers:
+        name, _, named = entry.partition(":")
         mod = sys.modules.get(name)
         if mod is None:
             continue
         for attr, value in list(vars(mod).items()):
-            if value is original and only_attr in (None, attr):
+            wanted = attr == named if named else only_attr in (None, attr)
+            if value is original and wanted:
                 setattr(mod, attr, replacement)
                 n += 1
     return n
@@ -267,7 +277,8 @@ def on_module_executed(name: str, module) -> None:
                 _, _, current = _resolve(sys.modules[p.module], p.qualname)
                 original = getattr(current, "__sm12x_original__", None)
                 if original is not None:
-                    _rebind([name], original, current, getattr(current, "__sm12x_copy_name__", None))
+                    entries = [c for c in p.consumers if consumer_module(c) == name]
+                    _rebind(entries, original, current, getattr(current, "__sm12x_copy_name__", None))
             except Exception as e:
                 log_once("warning", f"sm12x: rebinding {p.name} in {name} failed: {e}")
     if states:

@@ -292,7 +292,8 @@ def consumer_report(release: Release, patch, names=()) -> dict:
     module, name = patch.module, patch.qualname.split(".")[0]
     holders = _module_copies(release, module, name, names) if "." not in patch.qualname else {}
     listed = []
-    for c in patch.consumers:
+    # an entry "module:attribute" names a global the module fills from the target at run time
+    for c in dict.fromkeys(entry.partition(":")[0] for entry in patch.consumers):
         if not release.has_top(c):
             state = "in another distribution"
         elif c not in release.modules:
@@ -303,7 +304,7 @@ def consumer_report(release: Release, patch, names=()) -> dict:
             text = release.source(c) or ""
             state = "names it" if re.search(r"\b" + re.escape(name) + r"\b", text) else "no copy"
         listed.append({"module": c, "state": state})
-    uncovered = sorted(m for m in holders if m not in patch.consumers)
+    uncovered = sorted(m for m in holders if m not in {entry.partition(":")[0] for entry in patch.consumers})
     return {"listed": listed, "copies": sorted(holders), "uncovered": uncovered}
 
 

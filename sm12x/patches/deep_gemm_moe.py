@@ -29,8 +29,22 @@ from sm12x.frontends.deep_gemm import moe_wrappers
 from sm12x.patches import Patch
 
 # vLLM resolves `_grouped_*_impl` globals from the module once (`_lazy_init`); when that ran
-# before us (plugin route) those globals hold the originals and are rebound.
-_VLLM_CONSUMERS = ("vllm.utils.deep_gemm", "vllm.foundation.utilities.deep_gemm")
+# before us (plugin route) those globals hold the originals and are rebound. They are named
+# ("module:global"): DeepGEMM binds one function under two names (sgl-deep-gemm 0.1.4:
+# m_grouped_fp8_gemm_nt_contiguous is m_grouped_fp8_fp4_gemm_nt_contiguous,
+# fp8_m_grouped_gemm_nt_masked is m_grouped_fp8_fp4_gemm_nt_masked), and a copy of an aliased
+# function is otherwise rebound only under the target's own name.
+_VLLM_MODULES = ("vllm.utils.deep_gemm", "vllm.foundation.utilities.deep_gemm")
+_VLLM_CACHED = {"m_grouped_fp8_gemm_nt_contiguous": "_grouped_impl",
+                "m_grouped_fp8_fp4_gemm_nt_contiguous": "_grouped_fp4_impl",
+                "fp8_m_grouped_gemm_nt_masked": "_grouped_masked_impl"}
+
+
+def _vllm_consumers(name: str) -> tuple:
+    """The vLLM globals that cache DeepGEMM's ``name`` (none for a name vLLM does not cache)."""
+    cached = _VLLM_CACHED.get(name)
+    return tuple(f"{module}:{cached}" for module in _VLLM_MODULES) if cached else ()
+
 _VENDORED = moe_wrappers.VLLM_VENDORED
 _DG_UNSUPPORTED = ("deepseek-ai/DeepGEMM csrc/apis/gemm.hpp (m_grouped_fp8_fp4_gemm_nt_*: 'Unsupported "
                    "architecture or scaling factor types' outside SM90/SM100); SM120 kernels only in "
@@ -45,7 +59,8 @@ PATCHES = (
               "weights viewed as int8) calls for both expert GEMMs",
           upstream="vllm 0.22.1 model_executor/layers/fused_moe/experts/deep_gemm_moe.py "
                    "(DeepGemmFP4Experts.apply); " + _DG_UNSUPPORTED,
-          library="vllm", versions=">=0.22.1,<0.23", fixed_in="0.25.1", consumers=_VLLM_CONSUMERS),
+          library="vllm", versions=">=0.22.1,<0.23", fixed_in="0.25.1",
+          consumers=_vllm_consumers("m_grouped_fp8_fp4_gemm_nt_contiguous")),
     Patch(name="vllm.fused_moe.DeepGemmFP4Experts._supports_current_device",
           target="vllm.model_executor.layers.fused_moe.experts.deep_gemm_moe:"
                  "DeepGemmFP4Experts._supports_current_device",
@@ -62,7 +77,7 @@ PATCHES = (
                 else moe_wrappers.masked_factory(name)),
           why=f"sgl-deep-gemm 0.1.4 has no SM120 grouped GEMM; {caller} on SM12x",
           upstream="sglang 0.5.15.post1 srt/layers/deep_gemm_wrapper/entrypoint.py; " + _DG_UNSUPPORTED,
-          library="deep_gemm", versions=">=0.1.4,<0.1.7", fixed_in="0.1.7", consumers=_VLLM_CONSUMERS)
+          library="deep_gemm", versions=">=0.1.4,<0.1.7", fixed_in="0.1.7", consumers=_vllm_consumers(name))
     for name, caller in (
         ("m_grouped_fp8_gemm_nt_contiguous",
          "SGLang's DeepGEMM MoE runner (deep_gemm_wrapper.grouped_gemm_nt_f8f8bf16_contig) stops there"),
