@@ -11,24 +11,29 @@ pair where the release's source shows it:
   the op are replaced, in the module and in the copies its indexer, its chunk planner and GLM-5
   Next's indexer hold. Its planner then packs prefill chunks up to 16,384 rows x 2**20 keys with
   no logits budget.
-- vLLM 0.33.0-0.34.0 decode passes the paged logits to ``get_indexer_topk(backend)(...)``; the
-  indexer module's copies of ``fp8_fp4_paged_mqa_logits`` and ``get_indexer_topk`` are replaced
-  as a pair (placeholder logits, ``sm12x.frontends.deferred_logits``).
-- vLLM 0.22.1-0.25.1 prefill chunks call ``fp8_fp4_mqa_logits`` and pass the logits straight to
+- vLLM 0.22.1-0.34.0 decode: the indexer module's copy of ``fp8_fp4_paged_mqa_logits`` returns
+  placeholder logits (``sm12x.frontends.deferred_logits``) when every top-k its decode may pick
+  reads them: from 0.30.0 ``get_indexer_topk(backend)(...)`` (the module's copy, replaced); up to
+  0.29.0 ``torch.ops._C.persistent_topk`` / ``cooperative_topk`` (looked up through torch.ops at
+  call time: replaced on that namespace, vLLM's op for real logits) and
+  ``ops.top_k_per_row_decode``.
+- vLLM 0.22.1-0.32.0 prefill chunks call ``fp8_fp4_mqa_logits`` and pass the logits to
   ``ops.top_k_per_row_prefill``; both names are globals of ``sparse_attn_indexer``, replaced as a
   pair.
+- Both keep real logits where another reader needs them (DCP's merge, v4.1 candidate blocks from
+  0.30.0), read from the indexer call's own arguments.
 - SGLang 0.5.23's DeepSeek-V4 indexer: the paged logits functions SM120 uses by default (TileLang,
   torch; these records take the DeepGEMM records' targets and must be applied before them, so this
   table comes first in ``all_patches()``), the non-paged prefill's ``_nonpaged_mqa_logits``, and
   the top-k transforms the indexer module binds.
 
-Not covered (see the front ends' docstrings): vLLM 0.22.1-0.25.1 decode (the paged logits go to
-``torch.ops._C.persistent_topk``, looked up through ``torch.ops``, which no module-level name
-reaches); vLLM 0.26-0.33 prefill (the logits also feed v4.1 candidate selection and an FP32
-upcast); SGLang's paged indexer when its logits come from ``deep_gemm`` itself (SGLANG_OPT_USE_
+Not covered (see the front ends' docstrings): vLLM 0.33.0 prefill (its logits call takes
+``max_seqlen_k`` and feeds ``as_fp32_logits``; 0.34.0 prefill goes through the fused seam above);
+vLLM prefill and decode with DCP > 1 or v4.1 candidate blocks (real logits, stock top-k);
+SGLang's paged indexer when its logits come from ``deep_gemm`` itself (SGLANG_OPT_USE_
 TILELANG_INDEXER=0 and SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=0: the function is shared with the DSA
-indexers, and SGLang then chunks the rows by a logits budget) and its DSA (V3.2 / GLM) indexers. No
-``max_model_len`` / context gate whose only reason is the indexer's memory or DeepGEMM's 32-bit
+indexers, and SGLang then chunks the rows by a logits budget) and its DSA (V3.2 / GLM) indexers.
+No ``max_model_len`` / context gate whose only reason is the indexer's memory or DeepGEMM's 32-bit
 offsets exists in vLLM 0.25.1 / 0.34.0 or SGLang 0.5.23: past 256K stock crashes (CUDA error
 719) rather than refusing.
 """
@@ -44,10 +49,13 @@ _VLLM_INDEXER = "vllm.model_executor.layers.sparse_attn_indexer"
 _FUSED_USERS = (_VLLM_INDEXER, "vllm.models.glm5next.nvidia.sparse_indexer")
 _UPSTREAM_034 = ("vllm 0.34.0 model_executor/kernels/attention/dsa/fused_mqa_topk.py; "
                  "layers/sparse_attn_indexer.py (prefill chunks)")
-_UPSTREAM_DECODE = ("vllm 0.33.0 / 0.34.0 model_executor/layers/sparse_attn_indexer.py (decode); "
-                    "layers/indexer_topk.py (SparseIndexerTopk)")
-_UPSTREAM_025 = "vllm 0.25.1 model_executor/layers/sparse_attn_indexer.py (prefill chunks)"
-
+_UPSTREAM_DECODE = ("vllm 0.30.0-0.34.0 model_executor/layers/sparse_attn_indexer.py (decode: get_indexer_topk); "
+                    "layers/indexer_topk.py (SparseIndexerTopk); 0.22.1-0.29.0 sparse_attn_indexer.py (decode: "
+                    "torch.ops._C.persistent_topk / cooperative_topk, ops.top_k_per_row_decode)")
+_UPSTREAM_RADIX = ("vllm 0.22.1-0.29.0 model_executor/layers/sparse_attn_indexer.py (decode: torch.ops._C.{op} on "
+                   "CUDA for topk 512/1024/2048); csrc registers it in the _C torch library")
+_UPSTREAM_PREFILL = ("vllm 0.22.1-0.32.0 model_executor/layers/sparse_attn_indexer.py (prefill chunks: "
+                     "fp8_fp4_mqa_logits then ops.top_k_per_row_prefill)")
 
 def _vllm_fused(name, make, why, consumers=_FUSED_USERS):
     return Patch(name=f"vllm.fused_mqa_topk.{name}", target=f"{_VLLM_FUSED}:{name}", make=make, why=why,
@@ -58,6 +66,15 @@ def _vllm_indexer(name, make, why, upstream, versions):
     """A record for one of the names ``sparse_attn_indexer`` binds (a decode or prefill pair)."""
     return Patch(name=f"vllm.sparse_attn_indexer.{name}", target=f"{_VLLM_INDEXER}:{name}", make=make, why=why,
                  upstream=upstream, library="vllm", versions=versions)
+
+
+def _vllm_radix(op, versions, why):
+    """A record for a decode top-k op that ``sparse_attn_indexer`` looks up through
+    ``torch.ops._C`` at call time: the attribute of that namespace, reached from the module's
+    ``torch``."""
+    return Patch(name=f"vllm.sparse_attn_indexer.{op}", target=f"{_VLLM_INDEXER}:torch.ops._C.{op}",
+                 make=vllm_wrappers.make_radix_topk, why=why, upstream=_UPSTREAM_RADIX.format(op=op),
+                 library="vllm", versions=versions)
 
 
 VLLM_PATCHES = (
@@ -78,25 +95,38 @@ VLLM_PATCHES = (
                 "sm12x's fused top-k writes the same indices (relative to the row start, -1 padded)"),
     _vllm_indexer("fp8_fp4_paged_mqa_logits", vllm_wrappers.make_deferred_paged_mqa_logits,
                   "each decode step materialises [decode rows, max_model_len] float32 logits (1 MiB a row at "
-                  "a 1M-token DeepSeek-V4 limit) for the top-k selector, whose SM12x choice is persistent_topk; "
-                  "the logits come back as a placeholder for the fused paged top-k (real logits for v4.1 "
-                  "candidate blocks, DCP or BF16 logits, which other readers need)",
-                  _UPSTREAM_DECODE, ">=0.33.0,<0.35"),
+                  "a 1M-token DeepSeek-V4 limit) for the top-k (SM12x: persistent_topk, directly up to 0.29, "
+                  "through the get_indexer_topk selector from 0.30); the logits come back as a placeholder "
+                  "for the fused paged top-k when every top-k the decode may pick is sm12x's (real logits "
+                  "for v4.1 candidate blocks, DCP or BF16 logits, which other readers need)",
+                  _UPSTREAM_DECODE, ">=0.22.1,<0.35"),
     _vllm_indexer("get_indexer_topk", vllm_wrappers.make_get_indexer_topk,
                   "the indexer's decode top-k selector runs the fused paged top-k for the placeholder logits "
                   "of its fp8_fp4_paged_mqa_logits record (vLLM's selector for real logits)",
-                  _UPSTREAM_DECODE, ">=0.33.0,<0.35"),
+                  _UPSTREAM_DECODE, ">=0.30.0,<0.35"),
+    _vllm_radix("persistent_topk", ">=0.22.1,<0.30",
+                "the decode top-k on CUDA for topk 512/1024/2048 (every SM12x decode of DeepSeek-V3.2 / V4), "
+                "looked up through torch.ops._C at call time; replaced on that namespace, it runs the fused "
+                "paged top-k for the placeholder logits of the fp8_fp4_paged_mqa_logits record and vLLM's "
+                "op for any other call (0.22.1-0.28.0: sparse_attn_indexer is its only caller; 0.29.0 "
+                "adds qsa.py's AMD path)"),
+    _vllm_radix("cooperative_topk", ">=0.25.1,<0.30",
+                "the decode top-k for few rows on SM90+ outside the SM12x family (never picked on SM12x, "
+                "picked with SM12X_FORCE on Hopper / Blackwell), looked up through torch.ops._C like "
+                "persistent_topk: replaced there so that no decode top-k vLLM may pick reads a "
+                "placeholder as logits (vLLM's op for any other call)"),
     _vllm_indexer("fp8_fp4_mqa_logits", vllm_wrappers.make_deferred_mqa_logits,
                   "each prefill chunk materialises [rows, keys] float32 logits (up to the 512 MB "
                   "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB budget, query sub-chunks at long context) only to "
                   "pass them to top_k_per_row_prefill; the logits come back as a placeholder for the "
-                  "fused top-k (real logits under DCP, whose merge reads them)",
-                  _UPSTREAM_025, ">=0.22.1,<0.26"),
+                  "fused top-k (real logits under DCP, whose merge reads them, and with v4.1 candidate "
+                  "blocks, which select or mask on them)",
+                  _UPSTREAM_PREFILL, ">=0.22.1,<0.33"),
     _vllm_indexer("ops", vllm_wrappers.make_indexer_ops,
-                  "the indexer's ops.top_k_per_row_prefill runs the fused top-k for the placeholder "
-                  "logits of its fp8_fp4_mqa_logits record (vLLM's kernel for real logits; every other "
-                  "op is vllm._custom_ops' own)",
-                  _UPSTREAM_025, ">=0.22.1,<0.26"),
+                  "the indexer's ops.top_k_per_row_prefill and ops.top_k_per_row_decode run the fused top-k "
+                  "for the placeholder logits of its fp8_fp4_mqa_logits / fp8_fp4_paged_mqa_logits records "
+                  "(vLLM's kernels for real logits; every other op is vllm._custom_ops' own)",
+                  _UPSTREAM_PREFILL + "; 0.22.1-0.29.0 decode (ops.top_k_per_row_decode)", ">=0.22.1,<0.33"),
 )
 
 _SGLANG_UPSTREAM = ("sglang 0.5.23 srt/layers/attention/dsv4/indexer.py (forward_c4_indexer, "

@@ -180,3 +180,36 @@ def test_deferred_decode_logits_then_selector(device, next_n, lens_form):
     assert as_sets(buffer[:-1, :topk]) == as_sets(want)
     selector(real, lens, next_n, buffer[:-1, :topk], topk, 150)
     assert len(calls) == 1 and calls[0][0] is real
+
+
+@pytest.mark.parametrize("reader", ["radix", "per_row"])
+def test_deferred_decode_logits_then_025_readers(device, reader):
+    """vLLM 0.22.1-0.29.0 decode: torch.ops._C.persistent_topk / cooperative_topk (``radix_topk``)
+    and ``ops.top_k_per_row_decode`` give vLLM's decode top-k for the placeholder, into a view of
+    the index buffer, and pass real logits to vLLM's op; a bad topk is refused by name."""
+    from tests.kernels.indexer.test_paged_mqa_logits import make_paged
+
+    b, next_n, h, d, bkv, topk = 2, 2, 8, 64, 32, 16
+    inp = make_paged(b, next_n, h, d, bkv, [40, 120], False, device, ctx2d=True, seed=6)
+    q, cache, w, bt, lens = inp["q"], inp["cache"], inp["weights"], inp["block_table"], inp["context_lens"]
+    max_model_len = bt.shape[1] * bkv
+    logits = api.deferred_paged_mqa_logits(q, cache, w, lens, bt, None, max_model_len)
+    calls = []
+    buffer = torch.full((b * next_n + 1, topk + 3), 5, dtype=torch.int32, device=device)
+    out = buffer[:-1, :topk]
+
+    def run(logits, k=topk):
+        if reader == "radix":
+            api.radix_topk(lambda *a: calls.append(a), logits, lens, out, None, k, max_model_len)
+        else:
+            api.top_k_per_row_decode(lambda *a: calls.append(a), logits, next_n, lens, out, logits.shape[0],
+                                     logits.stride(0), logits.stride(1), k)
+
+    run(logits)
+    assert not calls and bool((buffer[-1] == 5).all() and (buffer[:, topk:] == 5).all())
+    real = deep_gemm_api.fp8_fp4_paged_mqa_logits(q, cache, w, lens, bt, None, max_model_len, clean_logits=False)
+    assert as_sets(out) == as_sets(vllm_decode_top_k(real.cpu().float(), lens.cpu(), next_n, topk))
+    run(real)
+    assert len(calls) == 1 and calls[0][0] is real
+    with pytest.raises(ValueError, match="topk_tokens"):
+        run(logits, k=topk + 4)

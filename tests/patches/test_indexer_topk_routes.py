@@ -108,7 +108,9 @@ def sparse_attn_indexer(q, kv_cache, weights, seq_lens, block_table, max_model_l
 }
 
 VLLM_025 = {
-    **packages("vllm", "vllm/utils", "vllm/distributed", "vllm/model_executor", "vllm/model_executor/layers"),
+    **packages("vllm", "vllm/utils", "vllm/model_executor", "vllm/model_executor/layers"),
+    # vLLM's ops: the decode radix top-k ops registered in the _C torch library (looked up
+    # through torch.ops._C at call time) and the per-row kernels, with vLLM's semantics
     "vllm/_custom_ops.py": SEMANTICS + """
 CALLS = []
 def indexer_k_quant_and_cache(*args):
@@ -117,25 +119,72 @@ _real = top_k_per_row_prefill
 def top_k_per_row_prefill(*args):
     CALLS.append("top_k_per_row_prefill")
     return _real(*args)
+def _decode_topk(logits, next_n, seq_lens, out, topk):  # row ends as vLLM's decode top-k kernels
+    rows = logits.shape[0]
+    if seq_lens.numel() == rows:
+        ends = seq_lens.reshape(-1)
+    else:
+        ends = (seq_lens.reshape(-1, 1) - next_n + 1 + torch.arange(next_n)).clamp(min=0).reshape(-1)
+    masked = logits.masked_fill(torch.arange(logits.shape[1])[None, :] >= ends[:, None], float("-inf"))
+    idx = masked.topk(topk, dim=-1).indices
+    out.copy_(torch.where(torch.arange(topk)[None, :] < ends[:, None], idx, -1))
+def top_k_per_row_decode(logits, next_n, seq_lens, out, rows, s0, s1, topk):
+    CALLS.append("top_k_per_row_decode")
+    _decode_topk(logits, next_n, seq_lens, out, topk)
+def _radix_op(name):
+    def radix(logits: torch.Tensor, seq_lens: torch.Tensor, topk_indices: torch.Tensor, workspace: torch.Tensor,
+              k: int, max_seq_len: int) -> None:
+        CALLS.append(name)
+        _decode_topk(logits, logits.shape[0] // seq_lens.shape[0], seq_lens, topk_indices, k)
+    torch.library.custom_op(f"_C::{name}", radix, mutates_args=("topk_indices",))
+_radix_op("persistent_topk")
+_radix_op("cooperative_topk")
 """,
     "vllm/utils/deep_gemm.py": SEMANTICS + """
+from sm12x.kernels.indexer.reference import ref_paged_mqa_logits
 def fp8_fp4_mqa_logits(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits):
     return logits(q[0], kv[0], kv[1], weights, cu_seqlen_ks, cu_seqlen_ke)
+def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, schedule_metadata, max_model_len,
+                             clean_logits, indices=None):
+    if context_lens.shape[1] != q[0].shape[1]:  # [B, 1]: each request's length, as the 1-D form
+        context_lens = context_lens[:, 0]
+    return ref_paged_mqa_logits(q[0], kv_cache, weights, context_lens, block_tables, max_model_len)
 """,
-    "vllm/distributed/parallel_state.py": """
-        import os, types
-        def get_dcp_group():
-            return types.SimpleNamespace(world_size=int(os.environ.get("DCP", "1")))
-    """,
-    # the 0.25.1 prefill chunk: logits, then top_k_per_row_prefill on them, then the DCP merge
+    # 0.25.1-0.29.0's sparse_attn_indexer: prefill chunks (logits, the row top-k, the DCP merge
+    # reading the logits; 0.30.0-0.32.0 add v4.1 candidate blocks reading them before the
+    # top-k), then decode (paged logits, one of three top-k vLLM picks by topk / rows / GPU)
     "vllm/model_executor/layers/sparse_attn_indexer.py": """
+        import torch
         from vllm import _custom_ops as ops
-        from vllm.distributed.parallel_state import get_dcp_group
-        from vllm.utils.deep_gemm import fp8_fp4_mqa_logits
-        def prefill_chunk(q, k, k_scale, weights, ks, ke, topk_indices):
-            logits = fp8_fp4_mqa_logits((q, None), (k, k_scale), weights, ks, ke, clean_logits=False)
-            ops.top_k_per_row_prefill(logits, ks, ke, topk_indices, logits.shape[0], logits.stride(0),
-                                      logits.stride(1), topk_indices.shape[1])
+        from vllm.utils.deep_gemm import fp8_fp4_mqa_logits, fp8_fp4_paged_mqa_logits
+        MERGED = []
+        def sparse_attn_indexer(prefill, decode, topk_indices_buffer, topk_tokens, dcp_world_size=1,
+                                candidate_blocks=None, decode_topk="persistent"):
+            if prefill is not None:
+                q, k, k_scale, weights, ks, ke = prefill
+                topk_indices = topk_indices_buffer[:q.shape[0], :topk_tokens]
+                logits = fp8_fp4_mqa_logits((q, None), (k, k_scale), weights, ks, ke, clean_logits=False)
+                if candidate_blocks is not None:
+                    candidate_blocks.copy_(logits[:, :candidate_blocks.shape[1]])
+                ops.top_k_per_row_prefill(logits, ks, ke, topk_indices, logits.shape[0], logits.stride(0),
+                                          logits.stride(1), topk_tokens)
+                if dcp_world_size > 1:
+                    MERGED.append(float(logits.sum()))
+            if decode is not None:
+                q, cache, weights, seq_lens, block_table, max_model_len = decode
+                logits = fp8_fp4_paged_mqa_logits((q, None), cache, weights, seq_lens, block_table, None,
+                                                  max_model_len=max_model_len, clean_logits=False)
+                rows = logits.shape[0]
+                topk_indices = topk_indices_buffer[:rows, :topk_tokens]
+                workspace = torch.empty(16, dtype=torch.uint8)
+                if decode_topk == "cooperative":
+                    torch.ops._C.cooperative_topk(logits, seq_lens, topk_indices, workspace, topk_tokens, 64)
+                elif decode_topk == "persistent":
+                    torch.ops._C.persistent_topk(logits, seq_lens, topk_indices, workspace, topk_tokens,
+                                                 logits.shape[1])
+                else:
+                    ops.top_k_per_row_decode(logits, q.shape[1], seq_lens, topk_indices, rows, logits.stride(0),
+                                             logits.stride(1), topk_tokens)
             return logits
     """,
 }
@@ -202,15 +251,52 @@ print(json.dumps(res))
 """
 
 CALLS_025 = INPUTS + """
+import os
 import vllm  # the watcher route: sm12x's sitecustomize is on the path
 from vllm.model_executor.layers import sparse_attn_indexer as s
 from vllm import _custom_ops
-out = torch.empty(rows, topk, dtype=torch.int32)
-got = s.prefill_chunk(q, k, k_scale, w, ks, ke, out)
-res = {"sets": sets(out) == want_sets(), "logits_bytes": got.untyped_storage().nbytes(),
-       "shape": list(got.shape), "vllm_topk_calls": len(_custom_ops.CALLS),
-       "other_ops": s.ops.indexer_k_quant_and_cache(),
+dcp = int(os.environ.get("DCP", "1"))
+candidates = torch.empty(rows, 4) if os.environ.get("CANDIDATES") else None
+out = torch.full((rows + 1, topk), 7, dtype=torch.int32)
+got = s.sparse_attn_indexer((q, k, k_scale, w, ks, ke), None, out, topk, dcp_world_size=dcp,
+                            candidate_blocks=candidates)
+res = {"sets": sets(out[:-1]) == want_sets(), "untouched": out[-1].tolist() == [7] * topk,
+       "logits_bytes": got.untyped_storage().nbytes(), "shape": list(got.shape),
+       "vllm_topk_calls": len(_custom_ops.CALLS), "other_ops": s.ops.indexer_k_quant_and_cache(),
        "outcomes": {k: v for k, v in apply.OUTCOMES.items() if "topk" in k or "sparse_attn" in k}}
+print(json.dumps(res))
+"""
+
+CALLS_025_DECODE = """
+import json, os, torch
+import vllm  # the watcher route
+from vllm.model_executor.layers import sparse_attn_indexer as s
+from vllm import _custom_ops
+from sm12x.kernels.indexer.cache import quant_fp8_paged_cache
+from sm12x import apply
+g = torch.Generator().manual_seed(5)
+b, next_n, h, d, bkv, topk, max_len = 2, 2, 8, 64, 32, 20, 96
+cache = quant_fp8_paged_cache(torch.randn(8, bkv, d, generator=g))
+q = torch.randn(b, next_n, h, d, generator=g).to(torch.float8_e4m3fn)
+w = torch.rand(b * next_n, h, generator=g)
+bt = torch.randperm(8, generator=g)[:6].int().view(b, 3)
+res = {"default": str(torch.ops._C.persistent_topk.default)}
+for form, lens in (("2d", torch.tensor([[10, 11], [90, 91]], dtype=torch.int32)),
+                   ("b1", torch.tensor([[11], [91]], dtype=torch.int32))):
+    for route in ("persistent", "cooperative", "per_row"):
+        _custom_ops.CALLS.clear()
+        out = torch.full((b * next_n + 1, topk), 7, dtype=torch.int32)
+        got = s.sparse_attn_indexer(None, (q, cache, w, lens, bt, max_len), out, topk,
+                                    dcp_world_size=int(os.environ.get("DCP", "1")), decode_topk=route)
+        vllm_calls = list(_custom_ops.CALLS)
+        want = torch.empty(b * next_n, topk, dtype=torch.int32)
+        real = s.fp8_fp4_paged_mqa_logits.__sm12x_original__((q, None), cache, w, lens, bt, None, max_len, False)
+        _custom_ops._decode_topk(real, next_n, lens, want, topk)
+        res[f"{form} {route}"] = {
+            "sets": [sorted(r) for r in out[:-1].tolist()] == [sorted(r) for r in want.tolist()],
+            "untouched": out[-1].tolist() == [7] * topk, "logits_bytes": got.untyped_storage().nbytes(),
+            "vllm_topk_calls": vllm_calls}
+res["outcomes"] = {k: v for k, v in apply.OUTCOMES.items() if k.startswith("vllm.sparse_attn_indexer")}
 print(json.dumps(res))
 """
 
@@ -229,35 +315,71 @@ def test_vllm_034_fused_seam(tmp_path):
     assert len(fused) == 4 and set(fused.values()) == {"applied"}, out["outcomes"]
 
 
-def test_vllm_034_decode_logits_never_materialised(tmp_path):
-    """The decode pair, and real logits where v4.1 candidate blocks read them."""
-    out = _run(tmp_path, VLLM_034, CALLS_DECODE, {"vllm": "0.34.0"})
+@pytest.mark.parametrize("release", ["0.30.0", "0.34.0"])
+def test_vllm_030_to_034_decode_logits_never_materialised(tmp_path, release):
+    """The decode pair (paged logits, get_indexer_topk), and real logits where v4.1 candidate
+    blocks read them."""
+    out = _run(tmp_path, VLLM_034, CALLS_DECODE, {"vllm": release})
     assert out["True"] == {"sets": True, "untouched": True, "logits_bytes": 4}
     assert out["False"] == {"sets": True, "untouched": True, "logits_bytes": 4 * 96 * 4}
     assert set(out["outcomes"].values()) == {"applied"} and len(out["outcomes"]) == 2, out["outcomes"]
 
 
-def test_vllm_025_logits_never_materialised(tmp_path):
-    out = _run(tmp_path, VLLM_025, CALLS_025, {"vllm": "0.25.1"})
-    assert out["sets"] and out["logits_bytes"] == 4 and out["shape"] == [6, 260]
+@pytest.mark.parametrize("release", ["0.25.1", "0.32.0"])
+def test_vllm_025_to_032_prefill_logits_never_materialised(tmp_path, release):
+    out = _run(tmp_path, VLLM_025, CALLS_025, {"vllm": release})
+    assert out["sets"] and out["untouched"] and out["logits_bytes"] == 4 and out["shape"] == [6, 260]
     assert out["vllm_topk_calls"] == 0 and out["other_ops"] == "original indexer_k_quant_and_cache"
     assert {out["outcomes"][n][0] for n in ("vllm.sparse_attn_indexer.fp8_fp4_mqa_logits",
                                             "vllm.sparse_attn_indexer.ops")} == {"applied"}
 
 
-def test_vllm_025_under_dcp_keeps_real_logits(tmp_path):
-    """vLLM 0.25.1 merges DCP shards' top-k from the logits: real logits and vLLM's top-k."""
-    out = _run(tmp_path, VLLM_025, CALLS_025, {"vllm": "0.25.1"}, env={"DCP": "2"})
+@pytest.mark.parametrize("env", [{"DCP": "2"}, {"CANDIDATES": "1"}], ids=["dcp", "v4.1 candidates"])
+def test_vllm_prefill_keeps_real_logits_for_other_readers(tmp_path, env):
+    """DCP's merge (0.25.1 on) and v4.1 candidate blocks (0.30.0 on) read the prefill logits:
+    real logits and vLLM's top-k."""
+    out = _run(tmp_path, VLLM_025, CALLS_025, {"vllm": "0.31.0"}, env=env)
     assert out["sets"] and out["logits_bytes"] == 6 * 260 * 4 and out["vllm_topk_calls"] == 1
 
 
 def test_out_of_range_releases_are_skipped_with_the_range(tmp_path):
-    """vLLM 0.33.0's prefill feeds the logits to more readers (v4.1 candidates, an FP32 upcast):
-    the pair is skipped there, naming the range, and vLLM's own path runs."""
+    """vLLM 0.33.0's prefill calls the logits with max_seqlen_k and upcasts them: the pair is
+    skipped there, naming the range, and vLLM's own path runs."""
     out = _run(tmp_path, VLLM_025, CALLS_025, {"vllm": "0.33.0"})
     state, reason = out["outcomes"]["vllm.sparse_attn_indexer.fp8_fp4_mqa_logits"]
-    assert state == "skipped" and ">=0.22.1,<0.26" in reason
+    assert state == "skipped" and ">=0.22.1,<0.33" in reason
     assert out["sets"] and out["vllm_topk_calls"] == 1
+
+
+DECODE_ROUTES = [f"{form} {route}" for form in ("2d", "b1") for route in ("persistent", "cooperative", "per_row")]
+
+
+def test_vllm_025_decode_logits_never_materialised(tmp_path):
+    """vLLM 0.22.1-0.29.0 decode: whichever top-k vLLM picks (torch.ops._C.persistent_topk /
+    cooperative_topk, ops.top_k_per_row_decode), the paged logits are a placeholder and the
+    indices are vLLM's top-k of the real logits; vLLM's ops are not called, and the replaced
+    namespace attribute still answers for the op's overloads."""
+    out = _run(tmp_path, VLLM_025, CALLS_025_DECODE, {"vllm": "0.25.1"})
+    for route in DECODE_ROUTES:
+        assert out[route] == {"sets": True, "untouched": True, "logits_bytes": 4, "vllm_topk_calls": []}, route
+    assert out["default"] == "_C.persistent_topk.default"
+    names = ("fp8_fp4_paged_mqa_logits", "persistent_topk", "cooperative_topk", "ops")
+    assert {out["outcomes"][f"vllm.sparse_attn_indexer.{n}"][0] for n in names} == {"applied"}, out["outcomes"]
+    assert out["outcomes"]["vllm.sparse_attn_indexer.get_indexer_topk"][0] == "skipped"
+
+
+@pytest.mark.parametrize("release,env", [("0.25.1", {"DCP": "2"}),
+                                         ("0.25.1", {"SM12X_SKIP": "vllm.sparse_attn_indexer.cooperative_topk"}),
+                                         ("0.22.1", {})], ids=["dcp", "one reader skipped", "reader out of range"])
+def test_vllm_025_decode_real_logits_unless_every_reader_is_ours(tmp_path, release, env):
+    """Real logits and vLLM's own top-k whenever a placeholder could reach a reader that is not
+    sm12x's: DCP's merge, a top-k op whose record is skipped, or (0.22.1, older than the
+    cooperative_topk record's range) not in range."""
+    out = _run(tmp_path, VLLM_025, CALLS_025_DECODE, {"vllm": release}, env=env)
+    for route in DECODE_ROUTES:
+        real = {"sets": True, "untouched": True, "logits_bytes": 4 * 96 * 4}
+        assert {k: v for k, v in out[route].items() if k != "vllm_topk_calls"} == real, route
+        assert len(out[route]["vllm_topk_calls"]) == 1, route
 
 
 SGLANG_0523 = {

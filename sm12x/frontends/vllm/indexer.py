@@ -15,6 +15,12 @@ Two call shapes, read from vLLM's own sources (``vllm/model_executor/layers/spar
   and ``IndexerTopkSelector`` runs the fused paged top-k for it. Row (b, t) sees positions p <
   seq_lens[b, t] for seq_lens [B, next_n], p < seq_lens[b] - next_n + 1 + t for [B, 1] (vLLM's
   ``SparseIndexerTopk._row_ends``); indices are those positions, -1 padded.
+- vLLM 0.22.1-0.25.1 decode: the same paged logits call (with ``clean_logits=False``), then on
+  CUDA ``torch.ops._C.persistent_topk(logits, seq_lens, topk_indices, workspace, topk, max_len)``
+  for topk 512 / 1024 / 2048 (0.25.1: ``torch.ops._C.cooperative_topk``, same arguments, for at
+  most 32 rows outside the SM12x family), ``ops.top_k_per_row_decode(logits, next_n, seq_lens,
+  topk_indices, rows, stride0, stride1, topk)`` otherwise. ``decode_topk`` runs the fused paged
+  top-k for a placeholder in each of them; rows and indices as in 0.33.
 - vLLM 0.22.1-0.25.1 prefill chunks call ``fp8_fp4_mqa_logits((q, q_scale), (k, k_scale), weights,
   ks, ke, clean_logits=False)`` and pass the [rows, keys] logits straight to
   ``ops.top_k_per_row_prefill(logits, ks, ke, out, rows, stride0, stride1, topk)``.
@@ -101,11 +107,45 @@ def top_k_per_row_prefill(original, logits, cu_seqlen_ks, cu_seqlen_ke, raw_topk
     return None
 
 
+def decode_topk(op, compute, topk_indices, topk_tokens) -> None:
+    """A decode top-k reader given placeholder logits: the fused paged top-k (``compute`` from
+    ``deferred_paged_mqa_logits``) into the reader's index buffer ``topk_indices`` ([rows, >= topk])."""
+    require(isinstance(topk_tokens, int) and topk_indices.shape[-1] >= topk_tokens, op, "topk_tokens",
+            topk_tokens, lambda: f"an int <= the index buffer's width ({topk_indices.shape[-1]})")
+    compute(topk_tokens, topk_indices[:, :topk_tokens])
+
+
+def top_k_per_row_decode(original, logits, next_n, seq_lens, topk_indices, num_rows, stride0, stride1,
+                         topk_tokens) -> None:
+    """``ops.top_k_per_row_decode`` (vLLM 0.22.1-0.25.1): the fused paged top-k for a placeholder
+    from ``deferred_paged_mqa_logits``, vLLM's kernel (``original``) for real logits."""
+    compute = pending(logits)
+    if compute is None:
+        return original(logits, next_n, seq_lens, topk_indices, num_rows, stride0, stride1, topk_tokens)
+    op = "top_k_per_row_decode"
+    require(num_rows == logits.shape[0], op, "num_rows", num_rows, lambda: f"the logits rows ({logits.shape[0]})")
+    decode_topk(op, compute, topk_indices, topk_tokens)
+    return None
+
+
+def radix_topk(original, logits, seq_lens, topk_indices, workspace, topk_tokens, max_seq_len) -> None:
+    """``torch.ops._C.persistent_topk`` / ``cooperative_topk`` as vLLM 0.22.1-0.25.1's decode calls
+    them: the fused paged top-k for a placeholder (the workspace and ``max_seq_len``, a bound on
+    the rows' lengths, are not needed: the placeholder carries the call's lengths), vLLM's kernel
+    (``original``) for real logits."""
+    compute = pending(logits)
+    if compute is None:
+        return original(logits, seq_lens, topk_indices, workspace, topk_tokens, max_seq_len)
+    decode_topk(getattr(original, "__name__", "persistent_topk"), compute, topk_indices, topk_tokens)
+    return None
+
+
 def deferred_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, schedule_metadata, max_model_len,
                               indices=None):
-    """vLLM's decode ``fp8_fp4_paged_mqa_logits`` (0.33.0-0.34.0) without computing the logits: a
-    [B*next_n, max_model_len] placeholder for ``IndexerTopkSelector``. ``indices`` (SM100 varlen
-    rows) only shapes DeepGEMM's schedule; the rows carry their own lengths."""
+    """vLLM's decode ``fp8_fp4_paged_mqa_logits`` without computing the logits: a [B*next_n,
+    max_model_len] placeholder for the decode top-k readers (0.33.0-0.34.0: ``IndexerTopkSelector``;
+    0.22.1-0.25.1: ``radix_topk``, ``top_k_per_row_decode``). ``indices`` (SM100 varlen rows) only
+    shapes DeepGEMM's schedule; the rows carry their own lengths."""
     op = "fp8_fp4_paged_mqa_logits"
     require(isinstance(q, (tuple, list)) and len(q) == 2, op, "q", type(q).__name__, "(values, scale or None)")
     qv, qs = q[0], _packed_q_scale(q[1])
@@ -137,8 +177,5 @@ class IndexerTopkSelector:
         compute = pending(logits)
         if compute is None:
             return self.__sm12x_selector__(logits, seq_lens, next_n, topk_indices, topk_tokens, max_seq_len)
-        op = "indexer_topk"
-        require(isinstance(topk_tokens, int) and topk_indices.shape[-1] >= topk_tokens, op, "topk_tokens",
-                topk_tokens, lambda: f"an int <= the index buffer's width ({topk_indices.shape[-1]})")
-        compute(topk_tokens, topk_indices[:, :topk_tokens])
+        decode_topk("indexer_topk", compute, topk_indices, topk_tokens)
         return None

@@ -8,13 +8,20 @@ chunk does, ``fused_mqa_topk_key_scales`` for float32 key scales and ``fused_mqa
 the indices. vLLM answers no on every GPU outside the SM100 family; the replacements answer yes
 where sm12x's fused top-k serves the layer and do the work.
 
-vLLM 0.33.0-0.34.0 decode (``vllm.model_executor.layers.sparse_attn_indexer``): that module's
-copies of ``fp8_fp4_paged_mqa_logits`` and ``get_indexer_topk`` are replaced as a pair: the decode
-logits come back as a placeholder and the selector computes the fused paged top-k for it.
+``vllm.model_executor.layers.sparse_attn_indexer``, decode (0.22.1-0.34.0): the module's copy of
+``fp8_fp4_paged_mqa_logits`` returns a placeholder when every top-k its decode may hand the
+logits to is sm12x's placeholder-aware one, which computes the fused paged top-k for it: from
+0.30.0 the selector ``get_indexer_topk(backend)`` (the module's copy, replaced); up to 0.29.0 the
+ops looked up through ``torch.ops._C`` at call time, ``persistent_topk`` (0.25.1 on also
+``cooperative_topk``), whose attributes on that namespace are replaced by ``RadixTopk`` (in
+0.22.1-0.28.0 sparse_attn_indexer is their only caller; 0.29.0's qsa.py, an AMD path, is the
+other; real logits go to vLLM's op), and ``ops.top_k_per_row_decode``.
 
-vLLM 0.22.1-0.25.1 (``vllm.model_executor.layers.sparse_attn_indexer``): that module's copy of
-``fp8_fp4_mqa_logits`` and its ``ops`` (``vllm._custom_ops``) are replaced as a pair: the logits
-come back as a placeholder and ``ops.top_k_per_row_prefill`` computes the fused top-k for it.
+Same module, prefill (0.22.1-0.32.0): the copy of ``fp8_fp4_mqa_logits`` and ``ops``
+(``vllm._custom_ops``) are replaced as a pair: the logits come back as a placeholder and
+``ops.top_k_per_row_prefill`` computes the fused top-k for it.
+
+Both pairs keep real logits where another reader needs them: DCP's merge, v4.1 candidate blocks.
 """
 from __future__ import annotations
 
@@ -98,28 +105,19 @@ def make_fused_mqa_topk_prefill(original):
     return fused_mqa_topk_prefill
 
 
-def _dcp_world_size() -> int:
-    """vLLM's decode-context-parallel world size (1 when its groups are not set up)."""
-    state = sys.modules.get("vllm.distributed.parallel_state")
-    try:
-        return int(state.get_dcp_group().world_size) if state is not None else 1
-    except Exception:
-        return 1
-
-
 def make_deferred_mqa_logits(original):
-    """``sparse_attn_indexer``'s ``fp8_fp4_mqa_logits`` (vLLM 0.22.1-0.25.1): a placeholder for
-    ``ops.top_k_per_row_prefill``. Under DCP (world size > 1) vLLM 0.25.1 merges the shards'
-    top-k by reading the logits, so those calls go to ``original`` (DeepGEMM's logits, which
-    sm12x's DeepGEMM records serve)."""
+    """``sparse_attn_indexer``'s ``fp8_fp4_mqa_logits`` (vLLM 0.22.1-0.32.0): a placeholder for
+    ``ops.top_k_per_row_prefill`` when the indexer's ``ops`` is ours (its record applied) and
+    ``_caller_reads_only_topk``: under DCP vLLM merges the shards' top-k by reading the logits
+    (0.25.1 on), and v4.1 candidate blocks select or mask on them (0.30.0 on); those calls go to
+    ``original`` (DeepGEMM's logits, which sm12x's DeepGEMM records serve)."""
     api = _api()
 
     @functools.wraps(original)
     def fp8_fp4_mqa_logits(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits=True):
-        # a placeholder only for the reader that knows it: the indexer's ``ops`` must be ours
-        # (its record applied) and no DCP merge may read the logits
         indexer = sys.modules.get(INDEXER_MODULE)
-        if not isinstance(getattr(indexer, "ops", None), IndexerOps) or _dcp_world_size() > 1:
+        if (not isinstance(getattr(indexer, "ops", None), IndexerOps)
+                or not _caller_reads_only_topk(sys._getframe(1))):
             return original(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits)
         return api.deferred_mqa_logits(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits)
 
@@ -128,8 +126,8 @@ def make_deferred_mqa_logits(original):
 
 class IndexerOps:
     """``vllm._custom_ops`` as ``sparse_attn_indexer`` sees it: every attribute is the module's
-    own, except ``top_k_per_row_prefill``, which computes the fused top-k for placeholder logits
-    and calls vLLM's kernel for real ones."""
+    own, except ``top_k_per_row_prefill`` and ``top_k_per_row_decode``, which compute the fused
+    top-k for placeholder logits and call vLLM's kernels for real ones."""
 
     def __init__(self, ops):
         self.__sm12x_ops__ = ops
@@ -141,6 +139,9 @@ class IndexerOps:
     def top_k_per_row_prefill(self, *args, **kwargs):
         return _api().top_k_per_row_prefill(self.__sm12x_ops__.top_k_per_row_prefill, *args, **kwargs)
 
+    def top_k_per_row_decode(self, *args, **kwargs):
+        return _api().top_k_per_row_decode(self.__sm12x_ops__.top_k_per_row_decode, *args, **kwargs)
+
     def __repr__(self):
         return f"<sm12x indexer view of {self.__name__}>"
 
@@ -149,11 +150,58 @@ def make_indexer_ops(original):
     return IndexerOps(original)
 
 
-def _decode_caller_reads_only_topk(frame) -> bool:
-    """Whether the decode logits call comes from ``sparse_attn_indexer`` itself with nothing but
-    the top-k selector to read the logits: no v4.1 candidate blocks (``_select_candidate_blocks``
-    and ``_apply_candidate_mask`` read them) and no DCP (its merge reads them). Those are the
-    function's own arguments; the logits call cannot see them otherwise."""
+class RadixTopk:
+    """``torch.ops._C.persistent_topk`` / ``cooperative_topk`` (vLLM 0.22.1-0.25.1): a call with
+    placeholder logits gets the fused paged top-k, any other vLLM's op; every attribute (its
+    overloads, ``.default``) is the op's own."""
+
+    def __init__(self, op):
+        self.__sm12x_op__ = op
+        self.__name__ = getattr(op, "__name__", "persistent_topk")
+
+    def __getattr__(self, name):
+        return getattr(self.__sm12x_op__, name)
+
+    def __call__(self, logits, seq_lens, topk_indices, workspace, topk_tokens, max_seq_len):
+        return _api().radix_topk(self.__sm12x_op__, logits, seq_lens, topk_indices, workspace, topk_tokens,
+                                 max_seq_len)
+
+    def __repr__(self):
+        return f"<sm12x placeholder-aware {self.__name__}>"
+
+
+def make_radix_topk(original):
+    return RadixTopk(original)
+
+
+def _torch_op_is_ours(name) -> bool:
+    torch = sys.modules.get("torch")
+    namespace = getattr(getattr(torch, "ops", None), "_C", None)
+    return isinstance(getattr(namespace, "__dict__", {}).get(name), RadixTopk)
+
+
+def _decode_readers_are_ours(frame) -> bool:
+    """Whether every decode top-k the calling code may hand the logits to is one of sm12x's
+    placeholder-aware readers: the names it uses (0.33-0.34: ``get_indexer_topk``; 0.22.1-0.25.1:
+    ``persistent_topk``, ``cooperative_topk``, ``ops.top_k_per_row_decode``) against what is
+    installed now (a reader whose record was skipped would read a placeholder as NaN logits)."""
+    indexer = sys.modules.get(INDEXER_MODULE)
+    readers = {
+        "get_indexer_topk": lambda: isinstance(getattr(indexer, "get_indexer_topk", None), CachedSelectors),
+        "top_k_per_row_decode": lambda: isinstance(getattr(indexer, "ops", None), IndexerOps),
+        "persistent_topk": lambda: _torch_op_is_ours("persistent_topk"),
+        "cooperative_topk": lambda: _torch_op_is_ours("cooperative_topk"),
+    }
+    used = [ours for name, ours in readers.items() if name in frame.f_code.co_names]
+    return bool(used) and all(ours() for ours in used)
+
+
+def _caller_reads_only_topk(frame) -> bool:
+    """Whether a logits call comes from ``sparse_attn_indexer`` itself with nothing but the top-k
+    to read the logits: no v4.1 candidate blocks (``_select_candidate_blocks`` and
+    ``_apply_candidate_mask`` read them) and no DCP (its merge reads them). Those are the
+    function's own arguments (absent in releases without the feature); the logits call cannot
+    see them otherwise."""
     if frame is None or frame.f_code.co_name != "sparse_attn_indexer":
         return False
     names = frame.f_locals
@@ -161,20 +209,22 @@ def _decode_caller_reads_only_topk(frame) -> bool:
 
 
 def make_deferred_paged_mqa_logits(original):
-    """``sparse_attn_indexer``'s ``fp8_fp4_paged_mqa_logits`` (vLLM 0.33.0-0.34.0): a placeholder
-    for the decode top-k selector when the selector is ours, the logits are float32 (so vLLM's
-    ``as_fp32_logits`` passes them through) and ``_decode_caller_reads_only_topk``; ``original``
-    (DeepGEMM's logits, which sm12x's DeepGEMM records serve) otherwise."""
+    """``sparse_attn_indexer``'s ``fp8_fp4_paged_mqa_logits`` (vLLM 0.22.1-0.25.1, 0.33.0-0.34.0):
+    a placeholder for the decode top-k when ``_decode_readers_are_ours``, the logits are float32
+    (so 0.33's ``as_fp32_logits`` passes them through) and ``_caller_reads_only_topk``;
+    ``original`` (DeepGEMM's logits, which sm12x's DeepGEMM records serve) otherwise.
+    ``clean_logits`` (0.22.1-0.25.1 pass False) only says whether DeepGEMM fills the columns past
+    a row's end with -inf; the fused top-k never reads them."""
     api = _api()
 
     @functools.wraps(original)
     def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, schedule_metadata,
                                  max_model_len, *rest, **kwargs):
-        indexer = sys.modules.get(INDEXER_MODULE)
         dtype = kwargs.get("logits_dtype")
-        if (rest or (dtype is not None and str(dtype) != "torch.float32") or set(kwargs) - {"logits_dtype", "indices"}
-                or not isinstance(getattr(indexer, "get_indexer_topk", None), CachedSelectors)
-                or not _decode_caller_reads_only_topk(sys._getframe(1))):
+        caller = sys._getframe(1)
+        if (rest or (dtype is not None and str(dtype) != "torch.float32")
+                or set(kwargs) - {"logits_dtype", "indices", "clean_logits"}
+                or not _caller_reads_only_topk(caller) or not _decode_readers_are_ours(caller)):
             return original(q, kv_cache, weights, context_lens, block_tables, schedule_metadata, max_model_len,
                             *rest, **kwargs)
         return api.deferred_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, schedule_metadata,
