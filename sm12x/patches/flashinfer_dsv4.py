@@ -14,8 +14,9 @@ has no SM120 path at all. The record's factory decides per call from shapes only
 vLLM 0.33 and 0.34 also refuse, in the attention layer's constructor, a (padded heads, SWA width)
 pair missing from that table ("requires a FlashInfer DSV4 sparse MLA decode specialization");
 the second record answers yes there when sm12x serves the pair and the decode record is applied.
-With the FlashInfer those releases pin (0.7.2.post1, 0.7.3: a 1-128 heads predicate) the check
-already passes and nearly every call stays with FlashInfer.
+With the FlashInfer those releases pin (0.33: 0.7.2.post1, read: its table is a 1-128 heads
+predicate; 0.34: 0.7.3, not on PyPI, taken to behave as 0.7.2.post1 and 0.7.4) the check already
+passes and nearly every call stays with FlashInfer.
 """
 from __future__ import annotations
 
@@ -40,8 +41,9 @@ PATCHES = (
                      "vllm.models.deepseek_v41.nvidia.flashinfer_sparse",
                      "vllm.models.deepseek_v41.nvidia.specialized_decode.attention.sparse_mla"),
           why="FlashInfer's SM120 DeepSeek-V4 sparse MLA serves a fixed set of (tokens, heads, topk, "
-              "page) shapes and aborts the process or raises on the others (MTP / EAGLE / DSpark "
-              "verify widths, TP16 head counts); " + _ROUTES,
+              "page) shapes and aborts the process or raises on the others (DSpark's verify width "
+              "256 before FlashInfer 0.6.18, TP16's 8 heads in prefill chunks before 0.6.18, every "
+              "call with the 0.6.13 that vLLM 0.24/0.25 pin); " + _ROUTES,
           upstream="vllm models/deepseek_v4/nvidia/flashinfer_sparse.py "
                    "DeepseekV4FlashInferSM120Attention; flashinfer mla/_sparse_mla_sm120 "
                    "_DECODE_DSV4_DISPATCH, csrc/sparse_mla_sm120_prefill.cu; vllm#50720, vllm#55526, "

@@ -38,6 +38,24 @@ FLASHINFER_0614 = {
         "Metadata-Version: 2.1\nName: flashinfer-python\nVersion: 0.6.14\n",
 }
 
+# FlashInfer 0.6.13 (the pin of vLLM 0.24 / 0.25): no SM120 path, and a signature without the
+# SM120 keywords, so vLLM's call raises TypeError (vllm#48054)
+FLASHINFER_0613 = {
+    "flashinfer/__init__.py": "",
+    "flashinfer/decode.py": "from flashinfer.mla._core import trtllm_batch_decode_sparse_mla_dsv4\n",
+    "flashinfer/mla/__init__.py": "",
+    "flashinfer/mla/_core.py": """
+        CALLS = []
+        def trtllm_batch_decode_sparse_mla_dsv4(query, swa_kv_cache, workspace_buffer, sparse_indices,
+                compressed_kv_cache, sparse_topk_lens, seq_lens, out=None, bmm1_scale=1.0, bmm2_scale=1.0,
+                sinks=None, kv_layout="HND", cum_seq_lens_q=None, max_q_len=None, enable_pdl=None):
+            CALLS.append([query.shape[0], query.shape[1], sparse_indices.shape[-1]])
+            return out.fill_(3.0)
+    """,
+    "flashinfer_python-0.6.13.dist-info/METADATA":
+        "Metadata-Version: 2.1\nName: flashinfer-python\nVersion: 0.6.13\n",
+}
+
 VLLM_UTILS = """
     import functools, importlib
 
@@ -153,9 +171,9 @@ print(json.dumps(res))
 """
 
 
-def run_release(tmp_path, vllm_release):
+def run_release(tmp_path, vllm_release, flashinfer=FLASHINFER_0614):
     release = tuple(int(p) for p in vllm_release.split("."))
-    root = write_tree(tmp_path, {**FLASHINFER_0614, **vllm_tree(release),
+    root = write_tree(tmp_path, {**flashinfer, **vllm_tree(release),
                                  **dist_infos({"vllm": vllm_release})})
     return last_json(run_py(CALLS.format(repo=REPO), pythonpath=[root], env={"TRITON_INTERPRET": "1"}))
 
@@ -184,3 +202,13 @@ def test_release_outside_the_range_keeps_flashinfer(tmp_path):
     assert out["dspark_verify"].startswith("Check failed: num_tokens > 64"), out
     assert out["mtp_verify"] == "flashinfer"
     assert set(out["outcomes"].values()) == {"skipped"}, out
+
+
+def test_flashinfer_without_sm120_path(tmp_path):
+    """vLLM 0.25.1 with the FlashInfer it pins (0.6.13): every SM120 call is sm12x's, including
+    the MTP shape FlashInfer 0.6.14 would have served."""
+    pytest.importorskip("triton")
+    out = run_release(tmp_path, "0.25.1", FLASHINFER_0613)
+    for call in ("dspark_verify", "mtp_verify"):
+        assert isinstance(out[call], float) and out[call] < 2e-3, out
+    assert out["flashinfer_calls"] == [], out
