@@ -21,9 +21,12 @@ What each release runs for DeepSeek-V4's experts on SM12x, and why only two choi
   serves NVFP4 is the image's own ``--moe-runner-backend flashinfer_cutlass`` (which passes the
   SwiGLU clamp from 0.5.23 on); sm12x has no NVFP4 grouped GEMM.
 - The DeepGEMM runner (``--moe-runner-backend deep_gemm``, DeepEP): its grouped GEMMs are the
-  ``deep_gemm`` records of :mod:`sm12x.patches.deep_gemm_moe` (sgl-deep-gemm 0.1.4); 0.5.15.post1
-  and 0.5.19 switch DeepGEMM off on sm_120 (``deep_gemm_wrapper/configurer.py``), so there the
-  runner reaches them on sm_121 only, with ``SGLANG_ENABLE_JIT_DEEPGEMM`` on.
+  ``deep_gemm`` records of :mod:`sm12x.patches.deep_gemm_moe` where the installed DeepGEMM has no
+  SM120 kernels (sgl-deep-gemm 0.1.4). SGLang 0.5.15.post1 and 0.5.19 run no DeepGEMM on SM12x
+  (``deep_gemm_wrapper/configurer.py`` on 12.0; on 12.1 through :mod:`sm12x.patches.gb10`), so the
+  runner cannot run there at all (``deep_gemm_wrapper`` never imports ``deep_gemm``) and the hybrid
+  record does not pick it; 0.5.23 turns DeepGEMM on for SM12x only when the installed DeepGEMM
+  has SM120 kernels (sgl-deep-gemm 0.2.3.post2, its own).
 
 Record names: ``sglang.moe.<config>.get_quant_method``; ``SM12X_SKIP=sglang.moe`` keeps SGLang's
 choices.
@@ -44,7 +47,7 @@ PATCHES = (
               "always gets FlashInfer's TRT-LLM MXFP4 MoE, SM100-only, whatever "
               "--speculative-moe-runner-backend says; on SM12x it gets Fp8Config's method for that "
               "runner when it has SM12x kernels (marlin, flashinfer_mxfp4 from 0.5.19, humming, "
-              "deep_gemm), else SGLang's MXFP4 Marlin",
+              "deep_gemm while SGLang runs DeepGEMM), else SGLang's MXFP4 Marlin",
           upstream="sglang 0.5.15.post1-0.5.23 srt/layers/quantization/modelopt_quant.py "
                    "(HybridFp8NvFp4Config.get_quant_method: 'Fall back to MXFP4 for MTP MoE layers'); "
                    + _TRTLLM.format(v="0.5.15.post1-0.5.23")

@@ -157,6 +157,10 @@ def standin_sglang(release):
         "sglang/srt/layers/moe/__init__.py": "",
         "sglang/srt/layers/moe/utils.py": _UTILS,
         "sglang/srt/layers/moe/fused_moe_triton/__init__.py": "class FusedMoE:\n    pass\n",
+        # ENABLE_JIT_DEEPGEMM: off on SM12x in 0.5.15.post1 / 0.5.19; 0.5.23 with an SM120 DeepGEMM
+        "sglang/srt/layers/deep_gemm_wrapper/__init__.py": "",
+        "sglang/srt/layers/deep_gemm_wrapper/configurer.py":
+            "import os\nENABLE_JIT_DEEPGEMM = os.environ.get('STANDIN_DEEP_GEMM') == '1'\n",
         q + "__init__.py": "",
         q + "fp8.py": _fp8_module(release),
         q + "modelopt_quant.py": _MODELOPT,
@@ -211,16 +215,19 @@ def _build(tmp_path, release, target="flashinfer_trtllm_routed", install_first=T
     return last_json(run_py(code, pythonpath=[root], env=env))
 
 
-@pytest.mark.parametrize("release", ["0.5.15.post1", "0.5.19", "0.5.23"])
+@pytest.mark.parametrize("release,deep_gemm", [("0.5.15.post1", "0"), ("0.5.19", "0"), ("0.5.23", "0"),
+                                               ("0.5.23", "1")])
 @pytest.mark.parametrize("install_first", [True, False], ids=["sitecustomize", "plugin"])
-def test_mtp_experts_leave_the_sm100_kernel(tmp_path, release, install_first):
+def test_mtp_experts_leave_the_sm100_kernel(tmp_path, release, deep_gemm, install_first):
     """The MTP layer's MXFP4 experts: the runner the user names when its method has SM12x kernels,
-    Marlin otherwise (the inherited flashinfer_trtllm_routed, triton); nothing else changes."""
-    out = _build(tmp_path, release, install_first=install_first)
+    Marlin otherwise (the inherited flashinfer_trtllm_routed, triton, deep_gemm while SGLang runs
+    no DeepGEMM); nothing else changes."""
+    out = _build(tmp_path, release, install_first=install_first, env={"STANDIN_DEEP_GEMM": deep_gemm})
     draft = out["draft"]
     assert draft["inherited"] == MARLIN and draft["triton"] == MARLIN, out
     assert draft["marlin"] == MARLIN, out
-    assert draft["deep_gemm"] == "fp8-moe runner deep_gemm", out  # DeepGEMM's grouped GEMMs
+    # DeepGEMM's grouped GEMMs when SGLang runs DeepGEMM
+    assert draft["deep_gemm"] == ("fp8-moe runner deep_gemm" if deep_gemm == "1" else MARLIN), out
     # 0.5.15.post1's Fp8Config sends flashinfer_mxfp4 to TRT-LLM (then Marlin); 0.5.19+ to CUTLASS
     assert draft["flashinfer_mxfp4"] == (MARLIN if release == "0.5.15.post1" else CUTLASS), out
     assert out["target_experts"] == "nvfp4 experts" and out["linear"] == "Fp8LinearMethod", out

@@ -19,8 +19,8 @@ kernels built for SM100 only) on any GPU:
 On SM12x the replacements keep every other answer and swap that one: for the hybrid config, first
 ``Fp8Config``'s answer for the runner in effect when that answer has SM12x kernels (Marlin, the
 FlashInfer CUTLASS method SGLang picks on SM120 from 0.5.19, Humming, or ``Fp8MoEMethod`` under the
-``deep_gemm`` runner, whose grouped GEMMs are DeepGEMM's: sm12x's where the installed DeepGEMM has
-no SM120 kernel); otherwise SGLang's own MXFP4 Marlin method (W4A16; SGLang checks SM90 / SM120 for
+``deep_gemm`` runner while SGLang runs DeepGEMM, whose grouped GEMMs are DeepGEMM's: sm12x's where
+the installed DeepGEMM has no SM120 kernel); otherwise SGLang's own MXFP4 Marlin method (W4A16; SGLang checks SM90 / SM120 for
 it and picks it for DeepSeek-V4 on SM120 in 0.5.15.post1). Marlin is also what the TRT-LLM method is
 closest to for the layer SGLang already built: both wrap ``Fp8MoEMethod`` for the MXFP4 weights,
 take the standard top-k output, pad the intermediate size to 128 and order w13 themselves.
@@ -56,11 +56,25 @@ def _runner_backend() -> str:
     return str(getattr(backend, "value", backend))
 
 
+def _deep_gemm_enabled() -> bool:
+    """Whether SGLang runs DeepGEMM in this process (``deep_gemm_wrapper``'s ``ENABLE_JIT_DEEPGEMM``:
+    off on SM12x in 0.5.15.post1 / 0.5.19, and wherever ``SGLANG_ENABLE_JIT_DEEPGEMM=0``); without
+    it the DeepGEMM runner calls a ``deep_gemm`` the wrapper never imported."""
+    try:
+        from sglang.srt.layers.deep_gemm_wrapper import configurer
+    except ImportError:
+        return False
+    return bool(getattr(configurer, "ENABLE_JIT_DEEPGEMM", False))
+
+
 def serves_on_sm12x(method, runner: str) -> bool:
     """Whether quant method ``method`` (built under runner backend ``runner``) runs MXFP4 experts
-    on SM12x kernels: an SM12x MXFP4 method, or ``Fp8MoEMethod`` under the DeepGEMM runner."""
+    on SM12x kernels: an SM12x MXFP4 method, or ``Fp8MoEMethod`` under the DeepGEMM runner while
+    SGLang runs DeepGEMM."""
     name = type(method).__name__
-    return name in SM12X_MXFP4_METHODS or (name == FP8_MOE and runner == "deep_gemm")
+    if name in SM12X_MXFP4_METHODS:
+        return True
+    return name == FP8_MOE and runner == "deep_gemm" and _deep_gemm_enabled()
 
 
 def marlin_method(config, prefix: str):
