@@ -67,6 +67,20 @@ def test_rule_reads_the_installed_table():
     assert fi.rule_for(None) is fi.NO_SM120
 
 
+def test_rule_era_from_the_installed_table():
+    """A table holding (16, 256) comes with 8-head prefill (flashinfer#4380); a predicate table is
+    0.7's envelope; the release number only decides when the module does not import."""
+    old = types.SimpleNamespace(_DECODE_DSV4_DISPATCH=fi._TABLE_0614)
+    new = types.SimpleNamespace(_DECODE_DSV4_DISPATCH=fi._TABLE_0618)
+    prefill_8_heads = S(200, 8, 128, 64, 512, 64)
+    assert fi.routes_to_sm12x(prefill_8_heads, fi.rule_for("0.6.18rc1", old))
+    assert not fi.routes_to_sm12x(prefill_8_heads, fi.rule_for(None, new))
+    envelope = types.SimpleNamespace(_DECODE_DSV4_DISPATCH=fi._HeadsUpTo(), _DECODE_MAX_TOKENS=64)
+    rule = fi.rule_for(None, envelope)
+    assert not fi.routes_to_sm12x(S(8, 24, 1152, 128), rule)
+    assert fi.routes_to_sm12x(S(200, 24, 128, 64), rule)
+
+
 def call_inputs(tokens=3, heads=16, topk=24, extra_topk=16, extra_page=2, layout="NHD", seed=0):
     """A call as vLLM's DeepseekV4FlashInferSM120Attention makes it (keywords, packed caches)."""
     gen = torch.Generator().manual_seed(seed)

@@ -143,22 +143,23 @@ RULE_07 = FlashInferRule(
 
 
 def rule_for(version: Optional[str], module=None) -> FlashInferRule:
-    """The rule of FlashInfer ``version`` (None: not installed), with the decode table, token
-    limit and page of its ``flashinfer.mla._sparse_mla_sm120`` ``module`` when given (None: the
-    module does not import, which before 0.6.14 means no SM120 path)."""
+    """The rule of the installed FlashInfer: from its ``flashinfer.mla._sparse_mla_sm120``
+    ``module`` when that imports (its decode table, token limit and page; the table also tells the
+    prefill envelope: a set holding (16, 256) comes with flashinfer#4380, which added topk 192 /
+    256 and 8-head prefill in the same change; a table that is not a set is 0.7's predicate), else
+    from release ``version`` (None: not installed)."""
     from sm12x.platform import parse_release
 
-    if version is None:
-        return NO_SM120
-    release = parse_release(version)
-    if release < (0, 6, 14):
-        return NO_SM120
-    base = RULE_0614 if release < (0, 6, 18) else RULE_0618 if release < (0, 7) else RULE_07
-    if module is None:
-        return base
     table = getattr(module, "_DECODE_DSV4_DISPATCH", None)
     if table is None:
-        return base
+        if version is None or parse_release(version) < (0, 6, 14):
+            return NO_SM120
+        release = parse_release(version)
+        return RULE_0614 if release < (0, 6, 18) else RULE_0618 if release < (0, 7) else RULE_07
+    if isinstance(table, (set, frozenset)):
+        base = RULE_0618 if (16, 256) in table else RULE_0614
+    else:
+        base = RULE_07
     return dataclasses.replace(
         base, name=f"{base.name} (installed {version}: its _DECODE_DSV4_DISPATCH)", decode_table=table,
         decode_max_tokens=int(getattr(module, "_DECODE_MAX_TOKENS", base.decode_max_tokens)),
