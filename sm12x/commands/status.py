@@ -1,7 +1,8 @@
 """``sm12x status``: the platform facts and what each patch would do (or did, with ``--apply``).
 
 The text form is a short summary (GPU, frameworks found, how many patches apply and why the others
-do not), then the patches that apply or failed; ``--verbose`` lists every patch, ``--json`` prints
+do not, what serves DeepSeek-V4's MoE experts per installed release: ``moe_paths``), then the
+patches that apply or failed; ``--verbose`` lists every patch, ``--json`` prints
 everything (``status_data``).
 """
 from __future__ import annotations
@@ -27,6 +28,7 @@ def status_data(apply: bool = False) -> dict:
     """The ``status --json`` document."""
     from sm12x import apply as applier
     from sm12x import hooks, platform, shims
+    from sm12x.commands import moe_paths
     from sm12x.patches import all_patches
 
     hooks.install_watcher()
@@ -44,6 +46,7 @@ def status_data(apply: bool = False) -> dict:
         "versions": platform.versions(),
         "torch_build": platform.torch_build(),
         "patches": rows,
+        "moe": moe_paths.moe_rows(platform.versions(), rows),
         "shims": {name: shims.shim_state(name) for name in shims.SHIMS},
         "skip": {"items": applier.skip_items(), "unmatched": applier.unmatched_skips()},
         # records for one compute capability only (GB10's gates): shown on that GPU even when skipped
@@ -170,6 +173,10 @@ def print_status(data: dict, stream=None, verbose: bool = False) -> None:
                            for p in gates)
         print_(textwrap.fill(f"gates:      {len(gates)} for this GPU's compute capability only: {listed}", 100,
                              subsequent_indent=" " * 12))
+    for m in data.get("moe") or ():
+        via = f" [{m['via']}]" if m["via"] else ""
+        print_(textwrap.fill(f"{m['framework']} {m['version']}: {m['experts']}: {m['serves']}{via}", 100,
+                             initial_indent="MoE:        ", subsequent_indent=" " * 14))
     rows = [p for p in data["patches"] if verbose or p["state"] not in ("skipped",)]
     if rows:
         print_("")

@@ -1,0 +1,64 @@
+"""``sm12x status``'s MoE rows (:mod:`sm12x.commands.moe_paths`): per installed release, what serves
+DeepSeek-V4's experts on SM12x and through which records, or what runs when a record does not
+apply."""
+import json
+
+from tests_support import REPO, dist_infos, run_py, write_tree
+
+from sm12x.commands import moe_paths
+
+HYBRID = "sglang.moe.HybridFp8NvFp4Config.get_quant_method"
+FP8 = "sglang.moe.Fp8Config.get_quant_method"
+
+
+def _rows(versions, states):
+    patch_rows = [{"name": n, "state": s, "reason": r} for n, (s, r) in states.items()]
+    return {r["experts"]: r for r in moe_paths.moe_rows(versions, patch_rows)}
+
+
+def test_sglang_rows_follow_the_records():
+    rows = _rows({"sglang": "0.5.15.post1"}, {HYBRID: ("would-apply", ""), FP8: ("applied", "")})
+    draft = rows["MTP draft's MXFP4 experts of NVFP4 checkpoints"]
+    assert draft["serves"].startswith("SGLang's MXFP4 Marlin") and draft["via"] == f"sm12x records: {HYBRID}"
+    target = rows["MXFP4 experts of FP8 checkpoints (target and MTP draft)"]
+    assert target["serves"].startswith("Marlin W4A16") and FP8 in target["via"]
+    assert rows["DeepGEMM runner (--moe-runner-backend deep_gemm, DeepEP)"]["serves"].startswith("unavailable")
+
+    rows = _rows({"sglang": "0.5.15.post1"}, {HYBRID: ("skipped", "turned off by SM12X_SKIP"),
+                                              FP8: ("applied", "")})
+    draft = rows["MTP draft's MXFP4 experts of NVFP4 checkpoints"]
+    assert "SM100-only" in draft["serves"] and draft["via"] == f"{HYBRID} skipped (turned off by SM12X_SKIP)"
+
+
+def test_own_kernels_and_ranges():
+    rows = _rows({"sglang": "0.5.23", "vllm": "0.34.0"}, {HYBRID: ("would-apply", "")})
+    assert rows["MXFP4 routed experts"]["via"] == ""
+    assert "vendored DeepGEMM's own SM120" in rows["MXFP4 routed experts"]["serves"]
+    assert "CUTLASS" in rows["MXFP4 experts of FP8 checkpoints (target and MTP draft)"]["serves"]
+    assert "flashinfer_cutlass" in rows["NVFP4 routed experts (target)"]["serves"]
+    # a release no statement was checked for gets no row
+    assert _rows({"sglang": "0.5.10", "vllm": "0.23.0"}, {}) == {}
+
+
+def test_vllm_0221_without_the_records_names_marlin():
+    rows = _rows({"vllm": "0.22.1"}, {
+        "vllm.third_party.deep_gemm.m_grouped_fp8_fp4_gemm_nt_contiguous": ("would-apply", ""),
+        "vllm.fused_moe.DeepGemmFP4Experts._supports_current_device": ("skipped", "turned off by SM12X_SKIP")})
+    row = rows["MXFP4 routed experts"]
+    assert row["serves"].startswith("Marlin W4A16") and "_supports_current_device skipped" in row["via"]
+
+
+def test_status_prints_the_rows(tmp_path):
+    # an SGLang 0.5.23 install whose files hold the hybrid record's target
+    root = write_tree(tmp_path, {
+        "sglang/__init__.py": "", "sglang/srt/__init__.py": "", "sglang/srt/layers/__init__.py": "",
+        "sglang/srt/layers/quantization/__init__.py": "",
+        "sglang/srt/layers/quantization/modelopt_quant.py":
+            "class HybridFp8NvFp4Config:\n    def get_quant_method(self, layer, prefix):\n        pass\n",
+        **dist_infos({"sglang": "0.5.23"})})
+    code = f"import sys; sys.path.insert(0, {REPO!r}); from sm12x.cli import main; sys.exit(main(%r))"
+    text = run_py(code % (["status"],), pythonpath=[root], check=False).stdout
+    assert "MoE:        sglang 0.5.23: MTP draft's MXFP4 experts of NVFP4 checkpoints: SGLang's MXFP4" in text, text
+    data = json.loads(run_py(code % (["status", "--json"],), pythonpath=[root], check=False).stdout)
+    draft = [r for r in data["moe"] if r["experts"].startswith("MTP draft")]
+    assert draft and draft[0]["via"] == f"sm12x records: {HYBRID}", data["moe"]
