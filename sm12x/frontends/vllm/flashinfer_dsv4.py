@@ -13,7 +13,8 @@ offset, -1 invalid), ``swa_topk_lens`` / ``extra_sparse_topk_lens`` int32 [T], `
 row (a verify step's k + 1 tokens per request are k + 1 rows), so a call is (T, H, topk, page,
 extra topk, extra page).
 
-What FlashInfer serves on SM120 (``flashinfer/mla/_sparse_mla_sm120``, read at the releases below):
+What FlashInfer serves on SM120 (``flashinfer/mla/_sparse_mla_sm120`` and its csrc, read at tags
+v0.6.13, v0.6.14, v0.6.16.post4, v0.6.17, v0.6.18rc7 and in the 0.7.2.post1 and 0.7.4 wheels):
 - T <= 64 goes to its decode kernels when the SWA page is 64 tokens and (H, topk) is in
   ``_DECODE_DSV4_DISPATCH``: 0.6.14-0.6.17 {8, 16, 32, 64, 128} x {128, 512, 1024};
   0.6.18 adds topk 192 and 256; 0.7 makes the table a predicate (1 <= H <= 128, any topk, any
@@ -21,13 +22,13 @@ What FlashInfer serves on SM120 (``flashinfer/mla/_sparse_mla_sm120``, read at t
   process abort "num_tokens > 64 ... got num_tokens=N" up to 0.6.17, a ValueError from 0.6.18.
 - Larger T goes to that orchestrator (csrc/sparse_mla_sm120_prefill.cu): 0.6.14-0.6.17 serve
   H in {16, 32, 64, 128}, the main page 64, topk in {128, 512, 1024, 2048} with one cache and
-  topk 128 with a compressed cache of page 64 or 2; 0.6.18 adds H 8 and topk 192 / 256 for one
-  cache. 0.7 (attention_plan.h, attention_resolve.cu) serves any T with H in {8, 16, 32, 64, 128}
+  topk 128 with a compressed cache of page 64 or 2; 0.6.18 (flashinfer#4380) adds H 8 to both
+  and topk 192 / 256 for one cache. 0.7 (attention_plan.h, attention_resolve.cu) serves any T with H in {8, 16, 32, 64, 128}
   and topk a multiple of 64.
 - FlashInfer before 0.6.14 has no SM120 path (vLLM 0.24/0.25 pin 0.6.13, whose function rejects
   the ``swa_topk_lens`` keyword: vllm#48054), so it serves nothing.
-So DSpark's SWA width 256 (vllm#50720), TP16's 8 heads on 0.6.x prefill (vllm#55526) and short
-verify / prefill chunks of those shapes fail in FlashInfer 0.6.x; sm12x's decode serves them all
+So DSpark's SWA width 256 (vllm#50720) and 8 heads per rank in prefill chunks (vllm#55526) fail
+in FlashInfer before 0.6.18, at any token count; sm12x's decode serves them all
 (any H up to 128, any topk, any page, the same 584-byte cache).
 
 The decision reads shapes and dtypes only (no tensor values), so it is the same in every replay of
