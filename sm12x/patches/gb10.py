@@ -54,12 +54,12 @@ PATCHES = (
     Patch(name="sglang.gb10.deep_gemm_gate", target="sglang.srt.utils.common:get_device_sm",
           make=sglang_gates.make_get_device_sm,
           why="SGLang 0.5.15.post1-0.5.19 turn DeepGEMM off on SM120 by get_device_sm() == 120, so on GB10 "
-              "(121) ENABLE_JIT_DEEPGEMM stays on with SM90 settings (float32, not UE8M0, scales): the DeepGEMM "
-              "MoE runner (auto with DeepEP), its warm-up and the DeepGEMM wo_a / BMM options then run "
-              "recipes sgl-deep-gemm's SM12x kernels refuse (0.1.4 has none; 0.1.7 asserts power-of-two "
-              "scales, sglang#39482) where 12.0 runs SGLang's own paths; the configurer's question alone "
-              "is answered as on 12.0 (taken at import, so the patch must precede the configurer: "
-              "sitecustomize route)",
+              "(121) ENABLE_JIT_DEEPGEMM stays on with SM90 settings (float32, not UE8M0, scales): the FP8 MoE "
+              "runner (auto with DeepEP / Mooncake / NIXL), the JIT warm-up and the opt-in kv_b_proj BMM "
+              "(SGL_USE_DEEPGEMM_BMM) then run recipes DeepGEMM refuses on SM12x (sgl-deep-gemm 0.1.4 has no SM12x kernels; the SM12x kernels "
+              "assert power-of-two scales, sglang#39482) where 12.0 runs SGLang's own paths; the "
+              "configurer's question alone is answered as on 12.0 (asked once, at the configurer's import: "
+              "the patch must be in place before that)",
           upstream="sglang 0.5.15.post1 / 0.5.19 srt/layers/deep_gemm_wrapper/configurer.py:22 "
                    "(_compute_enable_deep_gemm: `if sm_version == 120: return False`); sgl-project/sglang#36551, "
                    "fixed by #39482 (0.5.23: `sm_version in (120, 121)`)",
