@@ -12,7 +12,7 @@ Patched:
   settings (record ``sglang.gb10.deep_gemm_gate``; SGLang 0.5.23 asks ``in (120, 121)`` itself).
 
 Read in vLLM 0.22.1, 0.25.1, 0.33.0, 0.34.0, SGLang 0.5.15.post1, 0.5.19, 0.5.23, sgl-kernel 0.4.10,
-sgl-deep-gemm 0.1.4-0.2.5 and left alone (12.1's answer is right, or the path is not one sm12x serves):
+sgl-deep-gemm 0.1.4-0.2.5, FlashInfer 0.6.14-0.7.4 and left alone (12.1's answer is right, or the path is not one sm12x serves):
 - vLLM ``CudaPlatformBase.support_deep_gemm`` (family 120, vllm#54125, PR #54600): GB10 answers as
   12.0; the GB10 faults reported were DeepGEMM pins without SM12x code (the same layout.hpp /
   hyperconnection.hpp errors 12.0 hits), and excluding SM121 broke GB10's FP8 linears (vllm#53055).
@@ -43,7 +43,11 @@ sgl-deep-gemm 0.1.4-0.2.5 and left alone (12.1's answer is right, or the path is
   the ``_SM120`` NVFP4 GEMM registrations, the opt-in SM120 MTP router top-22, Qwen / Nemotron
   kernels): 12.0-tuned kernels of paths sm12x does not serve; GB10 runs the generic path.
 - sgl-kernel 0.4.10 ``load_utils._load_architecture_specific_ops``: 12.0 and 12.1 both load ``sm100/``.
-- FlashInfer's own SM120/SM121 checks are not read here (no FlashInfer wheel among the releases).
+- FlashInfer 0.6.14, 0.7.2.post1, 0.7.4 (the DeepSeek-V4 sparse MLA vLLM calls, record
+  ``vllm.flashinfer_dsv4``): ``mla._core`` refuses only ``not is_sm12x_supported`` (major 12; SM121a
+  with CUDA >= 12.9), and the auto MLA policy takes ``is_sm120a_supported or is_sm121a_supported``.
+  ``cake_dsv41_mixed``'s ``unified_memory=(12, 1)`` is a deliberate GB10 setting; ``decode.py``'s
+  ``== (12, 0)`` guards an FA2 FP8 head-dim-256 decode, not DeepSeek's.
 """
 from __future__ import annotations
 
