@@ -922,6 +922,7 @@ def parse_args(argv=None):
     p.add_argument("--memory-cap-gib", type=float, default=64.0)
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--markdown", default="", help="also write the table to this file")
+    p.add_argument("--json", default="", help="also write every measured row (JSON list) to this file")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--release", help=argparse.SUPPRESS)
     p.add_argument("--mode", help=argparse.SUPPRESS)
@@ -967,6 +968,9 @@ def main(argv=None):
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(text + "\n")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
     for failure in failures:
         print(f"FAIL: {failure}", file=sys.stderr)
     return 1 if failures else 0
