@@ -171,8 +171,8 @@ def print_status(data: dict, stream=None, verbose: bool = False) -> None:
     if gates:
         listed = ", ".join(f"{p['name']} {p['state']}" + (f" ({p['reason']})" if p.get("reason") else "")
                            for p in gates)
-        print_(textwrap.fill(f"gates:      {len(gates)} for this GPU's compute capability only: {listed}", 100,
-                             subsequent_indent=" " * 12))
+        text = f"{len(gates)} for this GPU's compute capability only: {listed}"
+        print_(textwrap.fill(text, 100, initial_indent="gates:      ", subsequent_indent=" " * 12))
     for m in data.get("moe") or ():
         via = f" [{m['via']}]" if m["via"] else ""
         print_(textwrap.fill(f"{m['framework']} {m['version']}: {m['experts']}: {m['serves']}{via}", 100,

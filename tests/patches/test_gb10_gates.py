@@ -158,7 +158,8 @@ CONFIGURER = {
 
         ENABLE_JIT_DEEPGEMM = _compute_enable_deep_gemm()
         DEEPGEMM_BLACKWELL = ENABLE_JIT_DEEPGEMM and get_platform().is_sm100
-        DEEPGEMM_SCALE_UE8M0 = ENABLE_JIT_DEEPGEMM and (get_platform().is_sm100 or get_device_sm() in (120, 121))
+        DEEPGEMM_SCALE_UE8M0 = ENABLE_JIT_DEEPGEMM and (
+            get_platform().is_sm100 or get_device_sm() in (120, 121))
     """,
 }
 
@@ -192,13 +193,19 @@ print(json.dumps({{
 """
 
 
+def release_tree(release):
+    """The stand-in files of an SGLang ``release`` (with its dist-info)."""
+    return {**COMMON, "sglang/srt/layers/deep_gemm_wrapper/configurer.py": CONFIGURER[release],
+            **dist_infos({"sglang": release})}
+
+
 def run_release(tmp_path, release, sm12x_arch, standin_sm, extra_env=None, install=SITECUSTOMIZE):
     """Import a stand-in SGLang of ``release`` with sm12x installed by ``install``; sm12x told
     ``sm12x_arch``, SGLang's own capability query answering ``standin_sm``."""
-    tree = write_tree(tmp_path, {**COMMON, "sglang/srt/layers/deep_gemm_wrapper/configurer.py": CONFIGURER[release],
-                                 **dist_infos({"sglang": release})})
+    tree = write_tree(tmp_path, release_tree(release))
     env = {"SM12X_ARCH": sm12x_arch, "STANDIN_SM": str(standin_sm), **(extra_env or {})}
-    return last_json(run_py(PROBE.format(repo=REPO, gate=GATE, install=install), pythonpath=[tree], env=env))
+    code = PROBE.format(repo=REPO, gate=GATE, install=install)
+    return last_json(run_py(code, pythonpath=[tree], env=env))
 
 
 @pytest.mark.parametrize("release", ["0.5.15.post1", "0.5.19"])
@@ -260,9 +267,13 @@ def test_deep_gemm_gate_skipped_outside_its_range(tmp_path):
 STATUS = """
 import json, sys
 sys.path.insert(0, {repo!r})
+import io
 from sm12x.commands import status
 data = status.status_data()
+text = io.StringIO()
+status.print_status(data, stream=text)
 print(json.dumps({{"gates": [[p["name"], p["state"]] for p in status.arch_gate_rows(data)],
+                   "gates_line": [line for line in text.getvalue().splitlines() if line.startswith("gates:")],
                    "row": [[p["state"], p["reason"]] for p in data["patches"] if p["name"] == {gate!r}][0],
                    "skipped_by": status.summary(data)["skipped_by"]}}))
 """
@@ -274,13 +285,15 @@ def test_status_lists_the_gates_on_gb10(tmp_path, arch):
     on 12.0 they are skipped as records of another compute capability and not listed as gates."""
     pytest.importorskip("torch")
     pytest.importorskip("triton")
-    tree = write_tree(tmp_path, {**COMMON, "sglang/srt/layers/deep_gemm_wrapper/configurer.py": CONFIGURER["0.5.19"],
-                                 **dist_infos({"sglang": "0.5.19"})})
-    out = last_json(run_py(STATUS.format(repo=REPO, gate=GATE), pythonpath=[tree], env={"SM12X_ARCH": arch}))
+    tree = write_tree(tmp_path, release_tree("0.5.19"))
+    code = STATUS.format(repo=REPO, gate=GATE)
+    out = last_json(run_py(code, pythonpath=[tree], env={"SM12X_ARCH": arch}))
     if arch == "12.1":
         assert out["gates"] == [[GATE, "would-apply"]], out
+        assert len(out["gates_line"]) == 1 and f"{GATE} would-apply" in out["gates_line"][0], out
         assert out["row"] == ["would-apply", ""], out
     else:
-        assert out["gates"] == [], out
-        assert out["row"][0] == "skipped" and out["row"][1].startswith("only for compute capability 12.1"), out
+        assert out["gates"] == [] and out["gates_line"] == [], out
+        state, reason = out["row"]
+        assert state == "skipped" and reason.startswith("only for compute capability 12.1"), out
         assert out["skipped_by"].get("for another compute capability", 0) >= 1, out
