@@ -15,8 +15,8 @@ Read in vLLM 0.22.1, 0.25.1, 0.33.0, 0.34.0, SGLang 0.5.15.post1, 0.5.19, 0.5.23
 sgl-deep-gemm 0.1.4-0.2.5, FlashInfer 0.6.14-0.7.4 and left alone (12.1's answer is right, or the path
 is not one sm12x serves):
 - vLLM ``CudaPlatformBase.support_deep_gemm`` (family 120, vllm#54125, PR #54600): GB10 answers as
-  12.0; the GB10 faults reported were DeepGEMM pins without SM12x code (the same layout.hpp /
-  hyperconnection.hpp errors 12.0 hits), and excluding SM121 broke GB10's FP8 linears (vllm#53055).
+  12.0; the GB10 failures traced in vllm#52732 / #53055 came from DeepGEMM pins without SM12x code
+  (layout.hpp / hyperconnection.hpp errors 12.0 hits too), and excluding SM121 broke GB10's FP8 linears.
 - DeepGEMM's JIT target on GB10: vLLM 0.25.1's vendored ``DeviceRuntime::get_arch`` and sgl-deep-gemm
   0.1.7 give 12.1 its own branch (sm_121a, or sm_120f with nvcc family support; read from the
   disassembly); later builds carry no 12.0-only ``120a`` string (vLLM 0.33/0.34: ``100f`` only;
