@@ -754,8 +754,8 @@ def compare(kind, inputs, keys, got, want, topk):
     if differ:
         dim = inputs.q_prefill.shape[-1]
         k = dequant_paged_cache(inputs.cache[:-(-keys // BLOCK)], dim, fp4=False).reshape(-1, dim)[:keys]
-    for i in range(0, len(differ), 16):  # reference logits for 16 rows at a time
-        rows = differ[i:i + 16]
+    for i in range(0, len(differ), 64):  # reference logits for 64 rows at a time
+        rows = differ[i:i + 64]
         scores = reference_scores(kind, inputs, keys, k, rows)
         for s, row in zip(scores, rows):
             kth = torch.topk(s, min(topk, s.numel())).values[-1]
@@ -787,6 +787,11 @@ def worker(args):
     for kind in PASSES[args.release]:
         for keys in args.context_list:
             row = {"release": args.release, "mode": args.mode, "pass": kind, "keys": keys}
+            if args.deadline and time.time() > args.deadline:
+                row.update(ok=False, error="not run: --budget-s spent")
+                print(json.dumps(row), flush=True)
+                results.append(row)
+                continue
             try:
                 if top == "vllm":
                     call = vllm_pass(module, args.release, kind, inputs, keys, args.topk)
@@ -827,6 +832,8 @@ def indexer_topk_record_names():
 
 
 def run_worker(args, release, mode, work):
+    """Run one (release, mode) worker; its rows stream to stderr as they come (a log that a
+    time limit cuts still shows the passes done)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SM12X_")}
     env["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     env["SM12X_FORCE"] = "1"
@@ -839,20 +846,22 @@ def run_worker(args, release, mode, work):
            "--src", args.src, "--work", work, "--device", args.device, "--contexts", ",".join(map(str, contexts)),
            "--keys", str(args.keys), "--queries", str(args.queries), "--decode-rows", str(args.decode_rows),
            "--topk", str(args.topk), "--heads", str(args.heads), "--dim", str(args.dim), "--reps", str(args.reps),
-           "--memory-cap-gib", str(args.memory_cap_gib)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO)
-    rows, outcomes = [], None
-    for line in proc.stdout.splitlines():
-        if line.startswith("{"):
+           "--memory-cap-gib", str(args.memory_cap_gib), "--deadline", str(args.deadline)]
+    rows, outcomes, other = [], None, []
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO) as proc:
+        for line in proc.stdout:
+            if not line.startswith("{"):
+                other.append(line.rstrip())
+                continue
             item = json.loads(line)
             if "outcomes" in item:
                 outcomes = item["outcomes"]
             else:
                 rows.append(item)
+                print(f"[{release} {mode}] {line.rstrip()}", file=sys.stderr, flush=True)
     if proc.returncode != 0 or outcomes is None:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-15:]
         rows.append({"release": release, "mode": mode, "pass": "worker", "keys": 0, "ok": False,
-                     "error": f"worker exited {proc.returncode}: " + " | ".join(tail)})
+                     "error": f"worker exited {proc.returncode}: " + " | ".join(other[-15:])})
     return rows, outcomes or {}
 
 
@@ -919,7 +928,10 @@ def parse_args(argv=None):
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--contexts", default="", help="unpatched step-up, comma-separated keys "
                    "(default: --keys / 8, / 4, / 2, --keys, those >= --queries)")
-    p.add_argument("--memory-cap-gib", type=float, default=64.0)
+    p.add_argument("--memory-cap-gib", type=float, default=32.0,
+                   help="the unpatched step-up stops where a pass needs more (default: an RTX 5090's 32 GiB)")
+    p.add_argument("--budget-s", type=float, default=0.0,
+                   help="wall-clock budget: passes not started by then are reported as not run")
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--markdown", default="", help="also write the table to this file")
     p.add_argument("--json", default="", help="also write every measured row (JSON list) to this file")
@@ -927,12 +939,15 @@ def parse_args(argv=None):
     p.add_argument("--release", help=argparse.SUPPRESS)
     p.add_argument("--mode", help=argparse.SUPPRESS)
     p.add_argument("--work", help=argparse.SUPPRESS)
+    p.add_argument("--deadline", type=float, default=0.0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.contexts:
         args.context_list = sorted(int(c) for c in args.contexts.split(","))
     else:
         args.context_list = sorted({max(args.queries, args.keys >> s) for s in (3, 2, 1, 0)})
     args.release_list = [r for r in args.releases.split(",") if r]
+    if args.budget_s and not args.worker:
+        args.deadline = time.time() + args.budget_s
     unknown = set(args.release_list) - set(RELEASES)
     if unknown:
         p.error(f"--releases: {sorted(unknown)} not among {RELEASES}")
