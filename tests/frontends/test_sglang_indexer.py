@@ -97,3 +97,47 @@ def test_bad_inputs_name_the_op(device):
     logits = api.deferred_nonpaged_mqa_logits(**call, rows=slice(0, 7))
     with pytest.raises(ValueError, match="topk_transform.*seq_lens"):
         api.topk_transform(logits, seq_lens[:3], page_table, torch.empty((7, topk), dtype=torch.int32), page_size)
+
+
+def sglang_dsa_topk_unfused(logits, lengths, topk, row_starts):
+    """SGLang 0.5.23 ``dsa_topk_backend._topk_unfused``: per row the topk best columns of
+    [row_starts, row_starts + lengths) as column - row_starts, -1 where none is left."""
+    out = torch.full((logits.shape[0], topk), -1, dtype=torch.int32)
+    for r in range(logits.shape[0]):
+        lo, n = int(row_starts[r]), int(lengths[r])
+        m = min(topk, n)
+        if m:
+            out[r, :m] = torch.topk(logits[r, lo:lo + n].float(), m).indices.int()
+    return out
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_dsa_placeholder_then_topk_transform(device, fused):
+    """SGLang's DSA ragged prefill: the placeholder logits and ``dsa_topk_transform`` give the
+    row-local top-k SGLang's torch backend gives (unfused), plus topk_indices_offset for the
+    fused RAGGED transform; real logits go to SGLang's method; PAGED is refused by name."""
+    g = torch.Generator().manual_seed(9)
+    ks = torch.tensor([0, 0, 0, 150, 150], dtype=torch.int32)
+    lengths = torch.tensor([148, 149, 150, 7, 80], dtype=torch.int32)
+    q = torch.randn(5, 16, 64, generator=g).to(torch.float8_e4m3fn).to(device)
+    k, k_sf = quant_fp8_per_token(torch.randn(230, 64, generator=g))
+    w = torch.rand(5, 16, generator=g).to(device)
+    ks, lengths, k, k_sf = ks.to(device), lengths.to(device), k.to(device), k_sf.to(device)
+    logits = api.deferred_dsa_mqa_logits(q, (k, k_sf), w, ks, ks + lengths)
+    assert logits.shape == (5, 230) and logits.untyped_storage().nbytes() == 4
+    ragged = types.SimpleNamespace(name="RAGGED")
+    offset = torch.tensor([7, 7, 7, 500, 500], dtype=torch.int32, device=device)
+    calls = []
+    got = api.dsa_topk_transform(lambda: calls.append(1), logits, lengths, 16, fused, ragged,
+                                 topk_indices_offset=offset, row_starts=ks)
+    real = deep_gemm_api.fp8_fp4_mqa_logits((q, None), (k, k_sf), w, ks, ks + lengths, clean_logits=False)
+    want = sglang_dsa_topk_unfused(real.cpu(), lengths.cpu(), 16, ks.cpu())
+    if fused:
+        want = torch.where(want >= 0, want + offset.cpu()[:, None], -1)
+    assert not calls and as_sets(got) == as_sets(want)
+    assert int((got[3] >= 0).sum()) == 7  # a row seeing fewer keys than topk: -1 after them
+    assert api.dsa_topk_transform(lambda: "sglang", real, lengths, 16, fused, ragged) == "sglang"
+    if fused:
+        with pytest.raises(ValueError, match="topk_transform.*topk_transform_method"):
+            api.dsa_topk_transform(None, logits, lengths, 16, True, types.SimpleNamespace(name="PAGED"),
+                                   row_starts=ks)

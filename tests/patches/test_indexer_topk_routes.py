@@ -563,3 +563,169 @@ def test_sglang_0523_paged_indexer_sm120_default(tmp_path):
     assert states["sglang.dsv4.paged_indexer.tilelang"] == ["applied", ""], states
     assert states["sglang.dsa.tilelang_paged_logits"][0] == "applied", states
     assert "via sglang.dsv4.paged_indexer.tilelang" in states["sglang.dsa.tilelang_paged_logits"][1], states
+
+
+SGLANG_0523_DSA = {
+    **packages("sglang", "sglang/srt", "sglang/srt/layers", "sglang/srt/layers/attention",
+               "sglang/srt/layers/attention/dsa"),
+    "sglang/srt/layers/attention/dsa/utils.py": """
+        import functools
+        from sm12x.kernels.indexer.reference import ref_mqa_logits
+        CALLS = []
+        def _fp8_mqa_logits(q_fp8, kv, weights, ks, ke, clean_logits=False, max_seqlen_k=0):  # DeepGEMM's
+            CALLS.append(q_fp8.shape[0])
+            return ref_mqa_logits(q_fp8.float(), kv[0].float(), kv[1], weights, ks, ke)
+        @functools.lru_cache(maxsize=1)
+        def resolve_fp8_mqa_logits_fn():
+            return _fp8_mqa_logits
+    """,
+    # SGLang's top-k step (its torch backend's _topk_unfused, and the fused transforms' meaning:
+    # RAGGED adds the row's ragged-KV offset, PAGED maps through a page_size=1 table)
+    "sglang/srt/layers/attention/dsa/dsa_topk_backend.py": """
+        import enum, os, types
+        import torch
+        class _Flag:
+            def get(self):
+                return os.environ.get("SGLANG_DSA_FUSE_TOPK", "1") == "1"
+        envs = types.SimpleNamespace(SGLANG_DSA_FUSE_TOPK=_Flag())
+        CALLS = []
+        class TopkTransformMethod(enum.IntEnum):
+            PAGED = 1
+            RAGGED = 2
+        def _topk_unfused(score, lengths, topk, row_starts=None):
+            out = torch.full((score.shape[0], topk), -1, dtype=torch.int32)
+            starts = torch.zeros_like(lengths) if row_starts is None else row_starts
+            cols = torch.arange(score.shape[1])[None, :]
+            valid = (cols >= starts[:, None]) & (cols < (starts + lengths)[:, None])
+            n = min(topk, score.shape[1])
+            vals, idx = score.masked_fill(~valid, float("-inf")).topk(n, dim=-1)
+            out[:, :n] = (idx.int() - starts[:, None]).masked_fill(vals == float("-inf"), -1)
+            return out
+        class DSATopKBackend(enum.Enum):
+            SGL_KERNEL = "sgl-kernel"
+            def topk_transform(self, logits, lengths, topk, topk_transform_method, attn_metadata,
+                               cu_seqlens_q_topk=None, topk_indices_offset=None, row_starts=None,
+                               batch_idx_list=None, force_unfused_topk=False):
+                CALLS.append(logits.untyped_storage().nbytes())
+                raw = _topk_unfused(logits, lengths, topk, row_starts)
+                if not envs.SGLANG_DSA_FUSE_TOPK.get() or force_unfused_topk:
+                    return raw
+                if topk_transform_method == TopkTransformMethod.RAGGED:
+                    return torch.where(raw >= 0, raw + topk_indices_offset[:, None], -1)
+                slots = attn_metadata.page_table_1[0, raw.clamp(min=0).long()]  # (one request's table here)
+                return torch.where(raw >= 0, slots, -1)
+    """,
+    # DSAIndexer._get_topk_ragged: logits for the extend rows (in row chunks past the budget),
+    # init / local token marks written into them, then metadata.topk_transform
+    "sglang/srt/layers/attention/dsa/dsa_indexer.py": """
+        import dataclasses
+        import torch
+        from sglang.srt.layers.attention.dsa.utils import resolve_fp8_mqa_logits_fn
+        from sglang.srt.layers.attention.dsa.dsa_topk_backend import DSATopKBackend, TopkTransformMethod
+        @dataclasses.dataclass(frozen=True)
+        class DSAIndexerMetadata:
+            attn_metadata: object
+            topk_transform_method: TopkTransformMethod
+            topk_backend: DSATopKBackend = DSATopKBackend.SGL_KERNEL
+            force_unfused_topk: bool = False
+            def topk_transform(self, logits, topk, ks=None, ke_offset=None, topk_indices_offset_override=None):
+                a = self.attn_metadata
+                offset = a.topk_indices_offset if topk_indices_offset_override is None else topk_indices_offset_override
+                lengths = a.seqlens_expanded if ke_offset is None else ke_offset
+                return self.topk_backend.topk_transform(logits, lengths, topk, self.topk_transform_method, a, None,
+                                                        offset, ks, None, self.force_unfused_topk)
+        class DSAIndexer:
+            def __init__(self, topk, init_tokens=0):
+                self.index_topk, self.num_init_tokens, self.num_local_tokens = topk, init_tokens, 0
+            def _mask_init_and_local_tokens(self, logits, lengths, row_starts):
+                if self.num_init_tokens == 0 and self.num_local_tokens == 0:
+                    return logits
+                idx = row_starts[:, None].long() + torch.arange(self.num_init_tokens)[None, :]
+                logits.scatter_(1, idx, float("inf"))
+            def _get_topk_ragged(self, q_fp8, kv_fp8, weights, metadata, max_rows):
+                a = metadata.attn_metadata
+                ks, ke, lengths, rows = a.ks, a.ke, a.seqlens_expanded, q_fp8.shape[0]
+                if max_rows >= rows:
+                    logits = resolve_fp8_mqa_logits_fn()(q_fp8, kv_fp8, weights, ks, ke, clean_logits=False)
+                    self._mask_init_and_local_tokens(logits, lengths, ks)
+                    return metadata.topk_transform(logits, self.index_topk, ks=ks), logits
+                out = torch.full((rows, self.index_topk), -1, dtype=torch.int32)
+                for start in range(0, rows, max_rows):
+                    end = min(rows, start + max_rows)
+                    logits = resolve_fp8_mqa_logits_fn()(q_fp8[start:end], kv_fp8, weights[start:end], ks[start:end],
+                                                         ke[start:end], clean_logits=False)
+                    self._mask_init_and_local_tokens(logits, lengths[start:end], ks[start:end])
+                    out[start:end] = metadata.topk_transform(
+                        logits, self.index_topk, ks=ks[start:end], ke_offset=lengths[start:end],
+                        topk_indices_offset_override=a.topk_indices_offset[start:end])
+                return out, logits
+    """,
+}
+
+CALLS_SGLANG_DSA = """
+import json, os, types, torch
+import sglang  # the watcher route
+from sglang.srt.layers.attention.dsa import dsa_indexer, dsa_topk_backend as backend, utils
+from sm12x.kernels.indexer.cache import quant_fp8_per_token
+from sm12x import apply
+g = torch.Generator().manual_seed(4)
+h, d, topk = 16, 64, 24
+new, prefix = [3, 2], [150, 90]  # two requests' extend rows over their gathered keys
+ks, lengths, start = [], [], 0
+for n, p in zip(new, prefix):
+    ks += [start] * n
+    lengths += [p + t + 1 for t in range(n)]
+    start += p + n
+rows, keys = len(ks), start
+ks, lengths = torch.tensor(ks, dtype=torch.int32), torch.tensor(lengths, dtype=torch.int32)
+q = torch.randn(rows, h, d, generator=g).to(torch.float8_e4m3fn)
+kv = quant_fp8_per_token(torch.randn(keys, d, generator=g))
+w = torch.rand(rows, h, generator=g)
+attn = types.SimpleNamespace(ks=ks, ke=ks + lengths, seqlens_expanded=lengths, topk_indices_offset=ks + 1000,
+                             page_table_1=torch.randperm(4 * keys, generator=g)[:keys].int().view(1, keys))
+method = getattr(backend.TopkTransformMethod, os.environ.get("METHOD", "RAGGED"))
+res = {}
+for max_rows in (rows, 2):
+    metadata = dsa_indexer.DSAIndexerMetadata(attn, method)
+    utils.CALLS.clear()
+    got, logits = dsa_indexer.DSAIndexer(topk, int(os.environ.get("INIT", "0")))._get_topk_ragged(q, kv, w, metadata,
+                                                                                                 max_rows)
+    logits_calls = list(utils.CALLS)
+    real = utils._fp8_mqa_logits(q, kv, w, ks, ks + lengths)
+    if int(os.environ.get("INIT", "0")):
+        dsa_indexer.DSAIndexer(topk, int(os.environ["INIT"]))._mask_init_and_local_tokens(real, lengths, ks)
+    sglang_transform = backend.DSATopKBackend.topk_transform
+    want = getattr(sglang_transform, "__sm12x_original__", sglang_transform)(
+        backend.DSATopKBackend.SGL_KERNEL, real, lengths, topk, method, attn, None, attn.topk_indices_offset, ks)
+    res[f"max_rows={max_rows}"] = {"sets": [sorted(r) for r in got.tolist()] == [sorted(r) for r in want.tolist()],
+                                   "logits_bytes": logits.untyped_storage().nbytes(), "logits_calls": logits_calls}
+res["outcomes"] = {k: v for k, v in apply.OUTCOMES.items() if k.startswith("sglang.dsa.ragged_indexer")}
+print(json.dumps(res))
+"""
+
+
+@pytest.mark.parametrize("env", [{}, {"SGLANG_DSA_FUSE_TOPK": "0", "METHOD": "PAGED"}], ids=["ragged", "unfused"])
+def test_sglang_0523_dsa_ragged_prefill(tmp_path, env):
+    """SGLang's DSA ragged prefill (whole batch, and row chunks under the logits budget): the
+    logits are a placeholder and the indices SGLang's top-k of the real logits, row-local
+    (unfused) or plus the ragged-KV offset (fused RAGGED)."""
+    out = _run(tmp_path, SGLANG_0523_DSA, CALLS_SGLANG_DSA, {"sglang": "0.5.23"}, env=env)
+    for case in ("max_rows=5", "max_rows=2"):
+        assert out[case] == {"sets": True, "logits_bytes": 4, "logits_calls": []}, (case, out[case])
+    assert {v[0] for v in out["outcomes"].values()} == {"applied"} and len(out["outcomes"]) == 2, out["outcomes"]
+
+
+@pytest.mark.parametrize("env", [{"METHOD": "PAGED"}, {"INIT": "2"}], ids=["fused paged", "init tokens"])
+def test_sglang_0523_dsa_keeps_real_logits(tmp_path, env):
+    """The fused PAGED transform (sm12x does not write it) and init-token marks (written into the
+    logits) get real logits and SGLang's own top-k."""
+    out = _run(tmp_path, SGLANG_0523_DSA, CALLS_SGLANG_DSA, {"sglang": "0.5.23"}, env=env)
+    assert out["max_rows=5"] == {"sets": True, "logits_bytes": 5 * 245 * 4, "logits_calls": [5]}
+    assert out["max_rows=2"]["sets"] and out["max_rows=2"]["logits_calls"] == [2, 2, 1]
+
+
+def test_sglang_dsa_out_of_range(tmp_path):
+    out = _run(tmp_path, SGLANG_0523_DSA, CALLS_SGLANG_DSA, {"sglang": "0.5.19"})
+    assert out["max_rows=5"]["sets"] and out["max_rows=5"]["logits_calls"] == [5]
+    state, reason = out["outcomes"]["sglang.dsa.ragged_indexer.topk_transform"]
+    assert state == "skipped" and ">=0.5.23,<0.5.24" in reason

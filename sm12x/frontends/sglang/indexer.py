@@ -27,6 +27,19 @@ to ``out_raw_indices`` when given, and as page slots (page_tables[row, p // page
 p % page_size, -1 kept) to ``out_page_indices`` (positions when ``page_tables`` is None, as the v2
 kernel does). Order: SGLang's transforms are unordered (``sorted=False``); ours come best first,
 equal scores lower position first; the set differs only among keys tied at the k-th score.
+
+DSA (DeepSeek-V3.2 / GLM-5) ragged prefill, read from SGLang 0.5.23
+``srt/layers/attention/dsa/dsa_indexer.py`` (``DSAIndexer._get_topk_ragged``) and
+``dsa_topk_backend.py``: per extend batch (or per row chunk under the logits budget) the indexer
+calls ``resolve_fp8_mqa_logits_fn()(q [rows, H, 128] fp8, (k fp8 [N, 128], scale fp32 [N]),
+weights [rows, H], ks, ke, clean_logits=False)`` -> [rows, N] float32 and passes them to
+``metadata.topk_transform`` -> ``DSATopKBackend.topk_transform(logits, lengths, topk, method,
+attn_metadata, cu_seqlens_q_topk, topk_indices_offset, row_starts, batch_idx_list,
+force_unfused_topk)``. Row i ranks columns row_starts[i] <= j < row_starts[i] + lengths[i]; the
+result is j - row_starts[i] (``_topk_unfused``, SGLang's torch top-k, -1 padded), with the fused
+RAGGED transform that plus ``topk_indices_offset[i]`` (``fast_topk_transform_ragged_fused``).
+``deferred_dsa_mqa_logits`` returns a placeholder and ``dsa_topk_transform`` computes those for
+it; order and ties as above.
 """
 from __future__ import annotations
 
@@ -106,3 +119,42 @@ def topk_transform(scores, seq_lens, page_tables, out_page_indices, page_size, o
     positions = compute(out_page_indices.shape[1], seq_lens)
     write_page_indices(positions, seq_lens, page_tables, out_page_indices, page_size, out_raw_indices)
     return True
+
+
+def deferred_dsa_mqa_logits(q, kv, weights, ks, ke):
+    """DeepGEMM's ``fp8_mqa_logits`` as SGLang's DSA ragged prefill calls it, without the logits:
+    a [rows, N] placeholder for ``dsa_topk_transform``. Inputs are checked here."""
+    op = "fp8_mqa_logits"
+    require(isinstance(kv, (tuple, list)) and len(kv) == 2, op, "kv", type(kv).__name__, "(k, k_scale)")
+    k, k_sf = kv
+    check_mqa(op, q, None, k, k_sf, weights, ks, ke)
+
+    def compute(topk, starts, ends):
+        require(starts.shape == ks.shape and ends.shape == ke.shape, "topk_transform", "lengths",
+                lambda: f"{ends.shape[0]} rows", lambda: f"the logits call's rows ({q.shape[0]})")
+        return mqa_topk_indices(q, (k, k_sf), weights, starts, ends, topk)
+
+    return placeholder(q.shape[0], k.shape[0], q.device, compute)
+
+
+def dsa_topk_transform(original, logits, lengths, topk, fused, topk_transform_method, topk_indices_offset=None,
+                       row_starts=None, force_unfused_topk=False, **rest):
+    """``DSATopKBackend.topk_transform`` for placeholder logits from ``deferred_dsa_mqa_logits``
+    (``fused``: SGLANG_DSA_FUSE_TOPK): the row-local top-k, plus ``topk_indices_offset`` for
+    the fused RAGGED transform. ``original()`` (SGLang's, with the same arguments) for real
+    logits."""
+    compute = pending(logits)
+    if compute is None:
+        return original()
+    op = "topk_transform"
+    require(isinstance(topk, int) and topk >= 1, op, "topk", topk, "an int >= 1")
+    lengths = lengths.reshape(-1).to(torch.int32)
+    starts = torch.zeros_like(lengths) if row_starts is None else row_starts.reshape(-1).to(torch.int32)
+    local = compute(topk, starts.contiguous(), (starts + lengths.clamp(min=0)).contiguous())
+    if not fused or force_unfused_topk:
+        return local
+    require(getattr(topk_transform_method, "name", None) == "RAGGED" and topk_indices_offset is not None, op,
+            "topk_transform_method", lambda: getattr(topk_transform_method, "name", topk_transform_method),
+            "RAGGED with topk_indices_offset (the only fused transform sm12x writes for placeholder logits)")
+    offset = topk_indices_offset.reshape(-1, 1).to(torch.int32)
+    return torch.where(local >= 0, local + offset, -1)

@@ -14,6 +14,11 @@ returns a placeholder, and the top-k transforms that ``forward_c4_indexer`` may 
 ``topk_transform_paged`` / ``_v2``) run the fused top-k for it. Only that module's names are
 replaced: the transforms in ``sglang.kernels.ops.attention.dsv4`` stay SGLang's for every other
 caller.
+
+SGLang 0.5.23's DSA indexer (DeepSeek-V3.2 / GLM-5) ragged prefill: the indexer module's copy of
+``resolve_fp8_mqa_logits_fn`` hands ``_get_topk_ragged`` a logits function that returns a
+placeholder, and ``DSATopKBackend.topk_transform`` (every DSA top-k goes through it) computes the
+fused top-k for it; real logits everywhere else.
 """
 from __future__ import annotations
 
@@ -21,6 +26,8 @@ import functools
 import sys
 
 DSV4_INDEXER = "sglang.srt.layers.attention.dsv4.indexer"
+DSA_INDEXER = "sglang.srt.layers.attention.dsa.dsa_indexer"
+DSA_TOPK = "sglang.srt.layers.attention.dsa.dsa_topk_backend"
 # the transforms forward_c4_indexer's run_topk_transform may call (module globals there; the
 # FlashInfer ones are bound to the backend instance from these globals at construction)
 TRANSFORMS = ("topk_transform_paged", "topk_transform_paged_v2", "topk_transform_pytorch_vectorized",
@@ -112,3 +119,93 @@ def make_topk_transform_v2(original):
         return None
 
     return topk_transform_paged_v2
+
+
+def _dsa_fused_topk() -> bool:
+    """SGLANG_DSA_FUSE_TOPK (on by default) as the DSA top-k module reads it."""
+    envs = getattr(sys.modules.get(DSA_TOPK), "envs", None)
+    try:
+        return bool(envs.SGLANG_DSA_FUSE_TOPK.get()) if envs is not None else True
+    except Exception:
+        return True
+
+
+def _dsa_serves(q, kv) -> bool:
+    """Whether sm12x's fused top-k takes a DSA logits call: FP8 queries of a head count and head
+    dim the kernels take, FP8 keys with float32 scales (other calls get DeepGEMM's logits)."""
+    import torch
+
+    from sm12x.kernels.indexer.validation import FP8_DIMS, HEADS
+
+    k, scale = kv if isinstance(kv, (tuple, list)) and len(kv) == 2 else (None, None)
+    return (isinstance(q, torch.Tensor) and q.dim() == 3 and q.dtype == torch.float8_e4m3fn
+            and q.shape[1] in HEADS and q.shape[2] in FP8_DIMS and isinstance(k, torch.Tensor)
+            and k.dtype == torch.float8_e4m3fn and isinstance(scale, torch.Tensor) and scale.dtype == torch.float32)
+
+
+def _dsa_ragged_reads_only_topk(frame) -> bool:
+    """Whether a logits call comes from the DSA indexer's ``_get_topk_ragged`` with only a top-k
+    sm12x writes to read them: no init / local token marks (``_mask_init_and_local_tokens``
+    writes into the logits), DSAIndexerMetadata over a DSATopKBackend whose ``topk_transform``
+    is ours, and a transform it knows (unfused, or the fused RAGGED one; PAGED prefill keeps
+    real logits)."""
+    if (frame is None or frame.f_code.co_name != "_get_topk_ragged"
+            or frame.f_globals.get("__name__") != DSA_INDEXER):
+        return False
+    indexer, metadata = frame.f_locals.get("self"), frame.f_locals.get("metadata")
+    if getattr(indexer, "num_init_tokens", 1) or getattr(indexer, "num_local_tokens", 1):
+        return False
+    backend = getattr(metadata, "topk_backend", None)
+    if (type(metadata).__name__ != "DSAIndexerMetadata"
+            or not getattr(getattr(type(backend), "topk_transform", None), "__sm12x_patch__", None)):
+        return False
+    if not _dsa_fused_topk() or getattr(metadata, "force_unfused_topk", False):
+        return True
+    return getattr(getattr(metadata, "topk_transform_method", None), "name", None) == "RAGGED"
+
+
+def make_resolve_fp8_mqa_logits_fn(original):
+    """The DSA indexer module's ``resolve_fp8_mqa_logits_fn``: SGLang's resolved function (DeepGEMM's
+    ``fp8_mqa_logits``, or its torch fallback), wrapped so that ``_get_topk_ragged``'s calls
+    return a placeholder when ``_dsa_ragged_reads_only_topk`` and ``_dsa_serves``."""
+    wrapped = {}
+
+    def logits_fn(fn):
+        api = _api()
+
+        @functools.wraps(fn)
+        def fp8_mqa_logits(q, kv, weights, ks, ke, *rest, **kwargs):
+            if (rest or set(kwargs) - {"clean_logits"} or not _dsa_serves(q, kv)
+                    or not _dsa_ragged_reads_only_topk(sys._getframe(1))):
+                return fn(q, kv, weights, ks, ke, *rest, **kwargs)
+            return api.deferred_dsa_mqa_logits(q, kv, weights, ks, ke)
+
+        return fp8_mqa_logits
+
+    @functools.wraps(original)
+    def resolve_fp8_mqa_logits_fn():
+        fn = original()
+        if id(fn) not in wrapped:
+            wrapped[id(fn)] = (fn, logits_fn(fn))
+        return wrapped[id(fn)][1]
+
+    return resolve_fp8_mqa_logits_fn
+
+
+def make_dsa_topk_transform(original):
+    """``DSATopKBackend.topk_transform``: the fused top-k for placeholder logits, SGLang's method
+    for real ones."""
+    api = _api()
+
+    @functools.wraps(original)
+    def topk_transform(self, logits, lengths, topk, topk_transform_method, attn_metadata, cu_seqlens_q_topk=None,
+                       topk_indices_offset=None, row_starts=None, batch_idx_list=None, force_unfused_topk=False):
+        def sglang():
+            return original(self, logits, lengths, topk, topk_transform_method, attn_metadata, cu_seqlens_q_topk,
+                            topk_indices_offset, row_starts, batch_idx_list, force_unfused_topk)
+
+        return api.dsa_topk_transform(sglang, logits, lengths, topk, _dsa_fused_topk(), topk_transform_method,
+                                      topk_indices_offset=topk_indices_offset, row_starts=row_starts,
+                                      force_unfused_topk=force_unfused_topk)
+
+    return topk_transform
