@@ -54,7 +54,6 @@ import importlib.machinery
 import importlib.util
 import json
 import logging
-import math
 import os
 import statistics
 import subprocess
@@ -307,7 +306,6 @@ def vllm_stand_ins(release):
     import enum
 
     import torch
-
     import triton
     import triton.language as tl
 
@@ -612,7 +610,7 @@ def vllm_pass(module, release, kind, inputs, keys, topk):
     device = inputs.cache.device
     vllm_cache = inputs.cache.squeeze(2)  # vLLM's indexer cache: [pages, block, dim + 4]
     q, w = (inputs.q_prefill, inputs.w_prefill) if kind == "prefill" else (inputs.q_decode, inputs.w_decode)
-    rows, heads, dim = q.shape
+    rows, _, dim = q.shape
     buffer = torch.full((rows, topk), -7, dtype=torch.int32, device=device)
     if kind == "prefill":
         metadata = VllmIndexerMetadata(
@@ -780,10 +778,11 @@ def worker(args):
     records = set(indexer_topk_record_names())
     outcomes = {k: v[0] for k, v in apply.OUTCOMES.items() if k in records}
     if device.type == "cuda" and args.memory_cap_gib:
-        total = torch.cuda.get_device_properties(device).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, args.memory_cap_gib * 2 ** 30 / total), device)
+        index = torch.cuda.current_device() if device.index is None else device.index
+        total = torch.cuda.get_device_properties(index).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, args.memory_cap_gib * 2 ** 30 / total), index)
     inputs = make_inputs(args, device)
-    results = []
+    results, call, out, want = [], None, None, None
     for kind in PASSES[args.release]:
         for keys in args.context_list:
             row = {"release": args.release, "mode": args.mode, "pass": kind, "keys": keys}
@@ -811,6 +810,7 @@ def worker(args):
                                            f"{str(e).splitlines()[0][:120]}")
             except Exception as e:  # a failing pass is a result: reported, stepping stops
                 row.update(ok=False, error=f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
+            call = out = want = None  # this pass's buffers go before the next one is measured
             RUN.workspaces.clear()
             _sync(device)
             torch.cuda.empty_cache() if device.type == "cuda" else None
@@ -876,12 +876,18 @@ def _ms(t):
 def table(args, rows):
     """One markdown table: per release and pass, the unpatched function's longest run and the
     patched one at that context and at the full --keys."""
-    lines = [f"Indexer pass through the frameworks' own functions: {args.queries}-row prefill chunk / "
-             f"{args.decode_rows} decode rows, {args.heads} heads x {args.dim}, top-{args.topk}; "
-             f"memory cap {args.memory_cap_gib} GiB.", "",
-             "| framework function | pass | keys | unpatched peak | unpatched time | sm12x peak | sm12x time | "
-             "peak ratio | speed-up | top-k calls on logits (unpatched / sm12x) | rows same / tied / wrong | "
-             "unpatched beyond its last step |",
+    head = (f"Indexer pass through the frameworks' own functions, one {args.queries}-row prefill chunk (the "
+            f"last {args.queries} tokens of the context) and {args.decode_rows} decode rows, {args.heads} heads x "
+            f"{args.dim}, top-{args.topk}. sm12x: every indexer top-k record applied; unpatched: those records "
+            f"skipped ([rows, keys] logits from sm12x's DeepGEMM-surface kernels, then the framework's top-k). "
+            f"Peak: most memory allocated during the pass above its inputs; time: median of {args.reps} calls "
+            f"after a warm-up. The unpatched function steps up the context until a pass fails or passes the "
+            f"{args.memory_cap_gib:g} GiB cap. Tied rows: index sets that differ only by keys within "
+            f"{TIE_TOL:g} (relative) of the row's k-th reference score.")
+    lines = [head, "",
+             ("| framework function | pass | keys | unpatched peak | unpatched time | sm12x peak | sm12x time | "
+              "peak ratio | speed-up | top-k calls on logits (unpatched / sm12x) | rows same / tied / wrong | "
+              "unpatched beyond its last step |"),
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     failures = []
     by = {(r["release"], r["mode"], r["pass"], r["keys"]): r for r in rows}
@@ -993,7 +999,6 @@ def main(argv=None):
 
 def _versions(device):
     import torch
-
     import triton
 
     gpu = torch.cuda.get_device_name() if device == "cuda" and torch.cuda.is_available() else "CPU (interpreter)"
