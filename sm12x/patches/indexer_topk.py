@@ -29,8 +29,9 @@ pair where the release's source shows it:
 - SGLang 0.5.23's DSA indexer (DeepSeek-V3.2, GLM-5), ragged prefill (``_get_topk_ragged``, whole
   batch or budget row chunks): the indexer module's copy of ``resolve_fp8_mqa_logits_fn`` hands it
   a logits function that returns a placeholder, and ``DSATopKBackend.topk_transform`` writes the
-  fused top-k for it (row-local when unfused, plus the ragged-KV offset for the fused RAGGED
-  transform); real logits for the fused PAGED transform and init / local token marks.
+  fused top-k for it as sgl-kernel's transforms do (row-local when unfused, plus the ragged-KV
+  offset for RAGGED, page slots of the row's request for PAGED); real logits for FlashInfer's
+  PAGED transform and init / local token marks.
 
 Not covered (see the front ends' docstrings): vLLM 0.33.0 prefill (its logits call takes
 ``max_seqlen_k`` and feeds ``as_fp32_logits``; 0.34.0 prefill goes through the fused seam above);
@@ -39,11 +40,9 @@ SGLang's DeepSeek-V4 paged indexer when its logits come from ``deep_gemm`` itsel
 TILELANG_INDEXER=0 and SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=0: the function is shared with the DSA
 indexers, and SGLang then chunks the rows by a logits budget); SGLang's DSA indexer outside the
 0.5.23 ragged prefill: its decode (``_get_topk_paged``: paged logits through DeepGEMM / CuteDSL /
-sgl-kernel, then the PAGED transform), its PAGED-transform prefill (the default unless the
-prefill runs flashmla_sparse* / triton_sparse_mla on an FP8 cache), prefill context parallel
-(``_get_topk_ragged_with_cp``), and 0.5.15.post1 / 0.5.19, whose indexer calls
-``deep_gemm.fp8_mqa_logits`` directly (the DeepGEMM records' global target).
-No ``max_model_len`` / context gate whose only reason is the indexer's memory or DeepGEMM's 32-bit
+sgl-kernel, then the PAGED transform), prefill context parallel (``_get_topk_ragged_with_cp``),
+and 0.5.15.post1 / 0.5.19, whose indexer calls ``deep_gemm.fp8_mqa_logits`` directly (the
+DeepGEMM records' global target). No ``max_model_len`` / context gate whose only reason is the indexer's memory or DeepGEMM's 32-bit
 offsets exists in vLLM 0.25.1 / 0.34.0 or SGLang 0.5.23: past 256K stock crashes (CUDA error
 719) rather than refusing.
 """
@@ -204,7 +203,7 @@ SGLANG_DSA_PATCHES = (
           make=sglang_wrappers.make_resolve_fp8_mqa_logits_fn,
           why=f"{_DSA_WHY}; the logits function it resolves returns a placeholder for the fused top-k when "
               f"_get_topk_ragged calls it with FP8 queries sm12x serves and only a top-k sm12x writes reads them "
-              f"(the original's logits for the paged fused transform, init / local token marks, other callers)",
+              f"(the original's logits for FlashInfer's PAGED transform, init / local token marks, other callers)",
           upstream=_DSA_UPSTREAM, library="sglang", versions=">=0.5.23,<0.5.24",
           # the deprecated nsa shim star-imports the module (its copy is not what _get_topk_ragged calls)
           consumers=("sglang.srt.layers.attention.nsa.nsa_indexer",)),
@@ -212,7 +211,8 @@ SGLANG_DSA_PATCHES = (
           target=f"{sglang_wrappers.DSA_TOPK}:DSATopKBackend.topk_transform",
           make=sglang_wrappers.make_dsa_topk_transform,
           why=f"{_DSA_WHY}; every DSA top-k goes through this method: for the placeholder it writes the fused "
-              f"top-k, row-local (unfused) or plus topk_indices_offset (the fused RAGGED transform), SGLang's "
+              f"top-k as sgl-kernel's transforms do: row-local (unfused), plus topk_indices_offset (RAGGED) or "
+              f"as page slots of the row's request (PAGED, SM120's default prefill transform); SGLang's "
               f"backends for real logits",
           upstream=_DSA_UPSTREAM, library="sglang", versions=">=0.5.23,<0.5.24"),
 )

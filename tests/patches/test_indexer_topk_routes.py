@@ -579,8 +579,9 @@ SGLANG_0523_DSA = {
         def resolve_fp8_mqa_logits_fn():
             return _fp8_mqa_logits
     """,
-    # SGLang's top-k step (its torch backend's _topk_unfused, and the fused transforms' meaning:
-    # RAGGED adds the row's ragged-KV offset, PAGED maps through a page_size=1 table)
+    # SGLang's top-k step (its torch backend's _topk_unfused, and sgl-kernel's fused transforms:
+    # RAGGED adds the row's ragged-KV offset, PAGED maps through the page_size=1 table of the
+    # row's request, found from cu_seqlens_q)
     "sglang/srt/layers/attention/dsa/dsa_topk_backend.py": """
         import enum, os, types
         import torch
@@ -603,6 +604,7 @@ SGLANG_0523_DSA = {
             return out
         class DSATopKBackend(enum.Enum):
             SGL_KERNEL = "sgl-kernel"
+            FLASHINFER = "flashinfer"
             def topk_transform(self, logits, lengths, topk, topk_transform_method, attn_metadata,
                                cu_seqlens_q_topk=None, topk_indices_offset=None, row_starts=None,
                                batch_idx_list=None, force_unfused_topk=False):
@@ -612,7 +614,11 @@ SGLANG_0523_DSA = {
                     return raw
                 if topk_transform_method == TopkTransformMethod.RAGGED:
                     return torch.where(raw >= 0, raw + topk_indices_offset[:, None], -1)
-                slots = attn_metadata.page_table_1[0, raw.clamp(min=0).long()]  # (one request's table here)
+                table = attn_metadata.page_table_1
+                table = table if batch_idx_list is None else table[batch_idx_list]
+                cu = cu_seqlens_q_topk.tolist()
+                owner = [next(b for b in range(len(cu) - 1) if cu[b] <= i < cu[b + 1]) for i in range(raw.shape[0])]
+                slots = table[torch.tensor(owner)[:, None], raw.clamp(min=0).long()]
                 return torch.where(raw >= 0, slots, -1)
     """,
     # DSAIndexer._get_topk_ragged: logits for the extend rows (in row chunks past the budget),
@@ -628,12 +634,19 @@ SGLANG_0523_DSA = {
             topk_transform_method: TopkTransformMethod
             topk_backend: DSATopKBackend = DSATopKBackend.SGL_KERNEL
             force_unfused_topk: bool = False
-            def topk_transform(self, logits, topk, ks=None, ke_offset=None, topk_indices_offset_override=None):
+            def topk_transform(self, logits, topk, ks=None, cu_seqlens_q=None, ke_offset=None, batch_idx_list=None,
+                               topk_indices_offset_override=None):
                 a = self.attn_metadata
-                offset = a.topk_indices_offset if topk_indices_offset_override is None else topk_indices_offset_override
+                if topk_indices_offset_override is not None:
+                    cu, offset = None, topk_indices_offset_override
+                elif cu_seqlens_q is not None:
+                    cu = torch.nn.functional.pad(cu_seqlens_q.cumsum(0), (1, 0)).int()
+                    offset = torch.repeat_interleave(cu[:-1], cu_seqlens_q)
+                else:
+                    cu, offset = a.cu_seqlens_q, a.topk_indices_offset
                 lengths = a.seqlens_expanded if ke_offset is None else ke_offset
-                return self.topk_backend.topk_transform(logits, lengths, topk, self.topk_transform_method, a, None,
-                                                        offset, ks, None, self.force_unfused_topk)
+                return self.topk_backend.topk_transform(logits, lengths, topk, self.topk_transform_method, a, cu,
+                                                        offset, ks, batch_idx_list, self.force_unfused_topk)
         class DSAIndexer:
             def __init__(self, topk, init_tokens=0):
                 self.index_topk, self.num_init_tokens, self.num_local_tokens = topk, init_tokens, 0
@@ -655,9 +668,12 @@ SGLANG_0523_DSA = {
                     logits = resolve_fp8_mqa_logits_fn()(q_fp8[start:end], kv_fp8, weights[start:end], ks[start:end],
                                                          ke[start:end], clean_logits=False)
                     self._mask_init_and_local_tokens(logits, lengths[start:end], ks[start:end])
+                    ragged = a.topk_indices_offset is not None  # else each row is its own sequence
                     out[start:end] = metadata.topk_transform(
                         logits, self.index_topk, ks=ks[start:end], ke_offset=lengths[start:end],
-                        topk_indices_offset_override=a.topk_indices_offset[start:end])
+                        cu_seqlens_q=None if ragged else torch.ones(end - start, dtype=torch.int32),
+                        batch_idx_list=None if ragged else a.token_to_batch_idx[start:end],
+                        topk_indices_offset_override=a.topk_indices_offset[start:end] if ragged else None)
                 return out, logits
     """,
 }
@@ -681,12 +697,16 @@ ks, lengths = torch.tensor(ks, dtype=torch.int32), torch.tensor(lengths, dtype=t
 q = torch.randn(rows, h, d, generator=g).to(torch.float8_e4m3fn)
 kv = quant_fp8_per_token(torch.randn(keys, d, generator=g))
 w = torch.rand(rows, h, generator=g)
-attn = types.SimpleNamespace(ks=ks, ke=ks + lengths, seqlens_expanded=lengths, topk_indices_offset=ks + 1000,
-                             page_table_1=torch.randperm(4 * keys, generator=g)[:keys].int().view(1, keys))
 method = getattr(backend.TopkTransformMethod, os.environ.get("METHOD", "RAGGED"))
+attn = types.SimpleNamespace(ks=ks, ke=ks + lengths, seqlens_expanded=lengths,
+                             topk_indices_offset=ks + 1000 if method.name == "RAGGED" else None,
+                             cu_seqlens_q=torch.tensor([0, 3, 5], dtype=torch.int32),
+                             token_to_batch_idx=torch.tensor([0, 0, 0, 1, 1]),
+                             page_table_1=torch.randperm(4 * keys, generator=g)[:2 * 160].int().view(2, 160))
+topk_backend = getattr(backend.DSATopKBackend, os.environ.get("BACKEND", "SGL_KERNEL"))
 res = {}
 for max_rows in (rows, 2):
-    metadata = dsa_indexer.DSAIndexerMetadata(attn, method)
+    metadata = dsa_indexer.DSAIndexerMetadata(attn, method, topk_backend)
     utils.CALLS.clear()
     got, logits = dsa_indexer.DSAIndexer(topk, int(os.environ.get("INIT", "0")))._get_topk_ragged(q, kv, w, metadata,
                                                                                                  max_rows)
@@ -696,7 +716,7 @@ for max_rows in (rows, 2):
         dsa_indexer.DSAIndexer(topk, int(os.environ["INIT"]))._mask_init_and_local_tokens(real, lengths, ks)
     sglang_transform = backend.DSATopKBackend.topk_transform
     want = getattr(sglang_transform, "__sm12x_original__", sglang_transform)(
-        backend.DSATopKBackend.SGL_KERNEL, real, lengths, topk, method, attn, None, attn.topk_indices_offset, ks)
+        topk_backend, real, lengths, topk, method, attn, attn.cu_seqlens_q, attn.topk_indices_offset, ks)
     res[f"max_rows={max_rows}"] = {"sets": [sorted(r) for r in got.tolist()] == [sorted(r) for r in want.tolist()],
                                    "logits_bytes": logits.untyped_storage().nbytes(), "logits_calls": logits_calls}
 res["outcomes"] = {k: v for k, v in apply.OUTCOMES.items() if k.startswith("sglang.dsa.ragged_indexer")}
@@ -704,21 +724,24 @@ print(json.dumps(res))
 """
 
 
-@pytest.mark.parametrize("env", [{}, {"SGLANG_DSA_FUSE_TOPK": "0", "METHOD": "PAGED"}], ids=["ragged", "unfused"])
+@pytest.mark.parametrize("env", [{}, {"METHOD": "PAGED"}, {"SGLANG_DSA_FUSE_TOPK": "0", "METHOD": "PAGED"}],
+                         ids=["ragged", "paged", "unfused"])
 def test_sglang_0523_dsa_ragged_prefill(tmp_path, env):
     """SGLang's DSA ragged prefill (whole batch, and row chunks under the logits budget): the
     logits are a placeholder and the indices SGLang's top-k of the real logits, row-local
-    (unfused) or plus the ragged-KV offset (fused RAGGED)."""
+    (unfused), plus the ragged-KV offset (fused RAGGED) or as page slots of the row's request
+    (fused PAGED: per request in one call, per row with batch_idx_list in row chunks)."""
     out = _run(tmp_path, SGLANG_0523_DSA, CALLS_SGLANG_DSA, {"sglang": "0.5.23"}, env=env)
     for case in ("max_rows=5", "max_rows=2"):
         assert out[case] == {"sets": True, "logits_bytes": 4, "logits_calls": []}, (case, out[case])
     assert {v[0] for v in out["outcomes"].values()} == {"applied"} and len(out["outcomes"]) == 2, out["outcomes"]
 
 
-@pytest.mark.parametrize("env", [{"METHOD": "PAGED"}, {"INIT": "2"}], ids=["fused paged", "init tokens"])
+@pytest.mark.parametrize("env", [{"METHOD": "PAGED", "BACKEND": "FLASHINFER"}, {"INIT": "2"}],
+                         ids=["flashinfer paged", "init tokens"])
 def test_sglang_0523_dsa_keeps_real_logits(tmp_path, env):
-    """The fused PAGED transform (sm12x does not write it) and init-token marks (written into the
-    logits) get real logits and SGLang's own top-k."""
+    """FlashInfer's PAGED transform (sm12x does not write it) and init-token marks (written into
+    the logits) get real logits and SGLang's own top-k."""
     out = _run(tmp_path, SGLANG_0523_DSA, CALLS_SGLANG_DSA, {"sglang": "0.5.23"}, env=env)
     assert out["max_rows=5"] == {"sets": True, "logits_bytes": 5 * 245 * 4, "logits_calls": [5]}
     assert out["max_rows=2"]["sets"] and out["max_rows=2"]["logits_calls"] == [2, 2, 1]

@@ -36,8 +36,9 @@ weights [rows, H], ks, ke, clean_logits=False)`` -> [rows, N] float32 and passes
 ``metadata.topk_transform`` -> ``DSATopKBackend.topk_transform(logits, lengths, topk, method,
 attn_metadata, cu_seqlens_q_topk, topk_indices_offset, row_starts, batch_idx_list,
 force_unfused_topk)``. Row i ranks columns row_starts[i] <= j < row_starts[i] + lengths[i]; the
-result is j - row_starts[i] (``_topk_unfused``, SGLang's torch top-k, -1 padded), with the fused
-RAGGED transform that plus ``topk_indices_offset[i]`` (``fast_topk_transform_ragged_fused``).
+result is j - row_starts[i] (``_topk_unfused``, SGLang's torch top-k, -1 padded); the fused RAGGED transform adds
+``topk_indices_offset[i]`` (``fast_topk_transform_ragged_fused``), the fused PAGED one maps it
+through the page_size=1 table of the row's request (``fast_topk_transform_fused``).
 ``deferred_dsa_mqa_logits`` returns a placeholder and ``dsa_topk_transform`` computes those for
 it; order and ties as above.
 """
@@ -137,12 +138,16 @@ def deferred_dsa_mqa_logits(q, kv, weights, ks, ke):
     return placeholder(q.shape[0], k.shape[0], q.device, compute)
 
 
-def dsa_topk_transform(original, logits, lengths, topk, fused, topk_transform_method, topk_indices_offset=None,
-                       row_starts=None, force_unfused_topk=False, **rest):
+def dsa_topk_transform(original, logits, lengths, topk, fused, topk_transform_method, attn_metadata=None,
+                       cu_seqlens_q_topk=None, topk_indices_offset=None, row_starts=None, batch_idx_list=None,
+                       force_unfused_topk=False):
     """``DSATopKBackend.topk_transform`` for placeholder logits from ``deferred_dsa_mqa_logits``
-    (``fused``: SGLANG_DSA_FUSE_TOPK): the row-local top-k, plus ``topk_indices_offset`` for
-    the fused RAGGED transform. ``original()`` (SGLang's, with the same arguments) for real
-    logits."""
+    (``fused``: SGLANG_DSA_FUSE_TOPK): the row-local top-k (unfused), plus ``topk_indices_offset``
+    (fused RAGGED), or mapped through the page_size=1 table of the row's request (fused PAGED:
+    row i belongs to table row r with cu_seqlens_q_topk[r] <= i < cu_seqlens_q_topk[r + 1], the
+    table being ``attn_metadata.page_table_1``, or its ``batch_idx_list`` rows), as sgl-kernel's
+    ``fast_topk_transform_fused`` / ``_ragged_fused`` write them. ``original()`` (SGLang's, with
+    the same arguments) for real logits."""
     compute = pending(logits)
     if compute is None:
         return original()
@@ -153,8 +158,17 @@ def dsa_topk_transform(original, logits, lengths, topk, fused, topk_transform_me
     local = compute(topk, starts.contiguous(), (starts + lengths.clamp(min=0)).contiguous())
     if not fused or force_unfused_topk:
         return local
-    require(getattr(topk_transform_method, "name", None) == "RAGGED" and topk_indices_offset is not None, op,
-            "topk_transform_method", lambda: getattr(topk_transform_method, "name", topk_transform_method),
-            "RAGGED with topk_indices_offset (the only fused transform sm12x writes for placeholder logits)")
-    offset = topk_indices_offset.reshape(-1, 1).to(torch.int32)
-    return torch.where(local >= 0, local + offset, -1)
+    method = getattr(topk_transform_method, "name", topk_transform_method)
+    if method == "RAGGED":
+        require(topk_indices_offset is not None, op, "topk_indices_offset", None, "a tensor (RAGGED transform)")
+        return torch.where(local >= 0, local + topk_indices_offset.reshape(-1, 1).to(torch.int32), -1)
+    require(method == "PAGED" and cu_seqlens_q_topk is not None, op, "topk_transform_method",
+            lambda: f"{method} (cu_seqlens_q {'given' if cu_seqlens_q_topk is not None else 'None'})",
+            "RAGGED, or PAGED with cu_seqlens_q")
+    table = attn_metadata.page_table_1
+    if batch_idx_list is not None:
+        table = table[batch_idx_list]
+    rows = torch.arange(local.shape[0], dtype=torch.int32, device=local.device)
+    owner = torch.searchsorted(cu_seqlens_q_topk[1:].to(torch.int32).contiguous(), rows, right=True)
+    slots = table[owner.long()[:, None], local.clamp(min=0).long()]
+    return torch.where(local >= 0, slots.to(torch.int32), -1)

@@ -147,7 +147,8 @@ def _dsa_ragged_reads_only_topk(frame) -> bool:
     """Whether a logits call comes from the DSA indexer's ``_get_topk_ragged`` with only a top-k
     sm12x writes to read them: no init / local token marks (``_mask_init_and_local_tokens``
     writes into the logits), DSAIndexerMetadata over a DSATopKBackend whose ``topk_transform``
-    is ours, and a transform it knows (unfused, or the fused RAGGED one; PAGED prefill keeps
+    is ours, and a transform it writes (unfused, fused RAGGED, fused PAGED as sgl-kernel maps it;
+    FlashInfer's PAGED transform, which offsets the table by row_starts - cu_seqlens_k, keeps
     real logits)."""
     if (frame is None or frame.f_code.co_name != "_get_topk_ragged"
             or frame.f_globals.get("__name__") != DSA_INDEXER):
@@ -161,7 +162,8 @@ def _dsa_ragged_reads_only_topk(frame) -> bool:
         return False
     if not _dsa_fused_topk() or getattr(metadata, "force_unfused_topk", False):
         return True
-    return getattr(getattr(metadata, "topk_transform_method", None), "name", None) == "RAGGED"
+    method = getattr(getattr(metadata, "topk_transform_method", None), "name", None)
+    return method == "RAGGED" or (method == "PAGED" and getattr(backend, "value", None) != "flashinfer")
 
 
 def make_resolve_fp8_mqa_logits_fn(original):
@@ -205,7 +207,7 @@ def make_dsa_topk_transform(original):
                             topk_indices_offset, row_starts, batch_idx_list, force_unfused_topk)
 
         return api.dsa_topk_transform(sglang, logits, lengths, topk, _dsa_fused_topk(), topk_transform_method,
-                                      topk_indices_offset=topk_indices_offset, row_starts=row_starts,
-                                      force_unfused_topk=force_unfused_topk)
+                                      attn_metadata, cu_seqlens_q_topk, topk_indices_offset, row_starts,
+                                      batch_idx_list, force_unfused_topk)
 
     return topk_transform
