@@ -246,7 +246,7 @@ def test_target_flashinfer_mxfp4(tmp_path, release, expected):
 
 
 @pytest.mark.parametrize("env,release", [({"SM12X_SKIP": "sglang.moe"}, "0.5.23"),
-                                         ({"SM12X_ARCH": "10.0"}, "0.5.23"),
+                                         ({"SM12X_ARCH": "9.0"}, "0.5.23"),
                                          ({}, "0.5.24")])
 def test_sglang_keeps_its_choice(tmp_path, env, release):
     """Skipped by name, off SM12x, or past the checked range: SGLang's own choices, TRT-LLM included."""
