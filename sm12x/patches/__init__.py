@@ -10,8 +10,10 @@ proxies, because torch.compile traces through wrapt wrappers to the original sil
 The patch sets live in this package by what they patch: ``indexer_topk`` (the frameworks'
 indexer logits -> top-k), ``flash_mla`` (every FlashMLA route), ``deep_gemm`` (the DeepGEMM
 indexer surface), ``deep_gemm_dense`` (DeepGEMM's dense GEMMs, einsum and mHC pre-norm GEMM),
-``deep_gemm_moe`` (DeepGEMM's grouped MoE GEMMs) and ``flashinfer_dsv4`` (the DeepSeek-V4 shapes
-FlashInfer's SM120 attention does not serve in vLLM). ``all_patches()`` lists them all, in application
+``deep_gemm_moe`` (DeepGEMM's grouped MoE GEMMs), ``flashinfer_dsv4`` (the DeepSeek-V4 shapes
+FlashInfer's SM120 attention does not serve in vLLM), ``sglang_moe`` (SGLang's MoE expert-method
+choices that end on SM100-only kernels) and ``gb10`` (gates that answer 12.1 unlike 12.0).
+``all_patches()`` lists them all, in application
 order: ``indexer_topk`` first, because three of its records take targets of ``deep_gemm``'s and
 build on their factories.
 """
