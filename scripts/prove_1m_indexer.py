@@ -1,21 +1,24 @@
 """Prove the 1M-token indexer pass on the frameworks' own code: vLLM's ``sparse_attn_indexer``
-(0.34.0: prefill chunk and decode; 0.25.1: prefill chunks) and SGLang 0.5.23's DeepSeek-V4
-``C4IndexerBackendMixin.forward_c4_indexer`` (SM120's default paged route: prefill chunk and
-decode), run with sm12x's indexer top-k records applied and without them.
+(0.34.0 and 0.25.1: a prefill chunk and decode rows) and SGLang 0.5.23's DeepSeek-V4
+``C4IndexerBackendMixin.forward_c4_indexer`` (SM120's default paged route: a prefill chunk and
+decode rows), run with sm12x's indexer top-k records applied and without them.
 
     scripts/extract_indexer_sources.sh /tmp/moe-wheels .proof-src
-    SM12X_FORCE=1 python3 scripts/prove_1m_indexer.py --src .proof-src            # on a GPU
-    python3 scripts/prove_1m_indexer.py --src .proof-src --device cpu --keys 4096 --queries 64 \
-        --decode-rows 4 --topk 64 --heads 8 --dim 64                                # interpreter
+    python3 scripts/prove_1m_indexer.py --src .proof-src                          # on a GPU
+    python3 scripts/prove_1m_indexer.py --src .proof-src --device cpu --keys 512 --queries 16 --decode-rows 2 \\
+        --topk 16 --heads 8 --dim 128                                                       # interpreter
 
 What runs as the frameworks' code: the modules ``extract_indexer_sources.sh`` takes from the
 wheels (vLLM: ``sparse_attn_indexer``, and for 0.34 ``indexer_topk`` and ``fused_mqa_topk``;
 SGLang: ``srt/layers/attention/dsv4/indexer``). Every other module they import is a stand-in
-defined here (``STAND_INS``): configuration, distributed state, forward context, metadata
-classes, and the compiled kernels they call, which are absent on the device machine:
+defined here (``vllm_stand_ins``, ``sglang_stand_ins``): configuration, distributed state,
+forward context, metadata classes, and the compiled kernels they call, which are absent on the
+device machine:
 
-- DeepGEMM's logits (``vllm.utils.deep_gemm``, ``deep_gemm``) and SGLang's TileLang paged logits
-  are sm12x's DeepGEMM-surface kernels (on SM12x the DeepGEMM records put them there);
+- DeepGEMM's logits (vLLM's ``vllm.utils.deep_gemm`` wrappers) are sm12x's DeepGEMM front end;
+  SGLang's TileLang paged logits are a stand-in that sm12x's DeepGEMM record
+  ``sglang.dsa.tilelang_paged_logits`` replaces with its paged logits kernel (on SM12x those
+  records put these kernels there);
 - the frameworks' compiled top-k over materialised logits (vLLM's ``top_k_per_row_prefill`` and
   ``torch.ops._C.persistent_topk``, SGLang's ``topk_transform_paged``) are ``logits_topk``: the
   same selection semantics (the k best visible keys, -1 padded; SGLang: rows of at most topk keys
@@ -25,9 +28,10 @@ classes, and the compiled kernels they call, which are absent on the device mach
 
 "Unpatched" is the same process set-up with sm12x's indexer top-k records skipped
 (``SM12X_SKIP``): the framework computes [rows, keys] logits and runs its top-k on them, as
-SM12x serves it with only the DeepGEMM records. "Patched" applies every record
-(``SM12X_FORCE=1`` on a GPU that is not SM12x; ``SM12X_ARCH=12.0`` on the CPU). Each (release,
-mode) runs in its own interpreter so the records apply at import as they do in a server.
+SM12x serves it with only the DeepGEMM records. "Patched" applies every record. The workers get
+``SM12X_FORCE=1`` (the records on a GPU that is not SM12x, e.g. an H200) and on the CPU
+``SM12X_ARCH=12.0``. Each (release, mode) runs in its own interpreter, so the records apply at
+import as they do in a server.
 
 Shapes (defaults: DeepSeek-V3.2's indexer, 64 heads x 128, top-2048; ``--keys`` counts indexer
 keys, i.e. compressed entries for DeepSeek-V4's C4 indexer): one request whose prefill chunk is
@@ -37,9 +41,10 @@ share the cache pages). The unpatched function steps up the context (``--context
 fails or its peak passes ``--memory-cap-gib`` (enforced with
 ``torch.cuda.set_per_process_memory_fraction``); the patched one runs at every step and at the
 full ``--keys``. Where both ran, the indices are compared as sets per row; a row whose sets
-differ passes only when every differing key scores within ``TIE_TOL`` of the row's k-th score in
-the reference logits (``sm12x.kernels.indexer.reference``), i.e. a tie at the k-th score, which
-each top-k may break its own way; such rows are counted in the table. Any other difference, or a
+differ passes only when every differing key scores within ``TIE_TOL`` (relative: float32
+accumulation order) of the row's k-th score in the reference logits
+(``sm12x.kernels.indexer.reference``), i.e. a tie at the k-th score, which each top-k may break
+its own way; such rows are counted in the table. Any other difference, or a
 failing patched pass, exits 1.
 
 Memory: ``torch.cuda.max_memory_allocated`` during the pass minus what was allocated before it
