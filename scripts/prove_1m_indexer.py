@@ -73,10 +73,15 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 RELEASES = ("vllm-0.34.0", "vllm-0.25.1", "sglang-0.5.23")
+# SGLang's prefill runs twice: the paged route SM120 takes by default (TileLang logits for every
+# row) and the non-paged one a single-request extend takes with the TileLang and torch logits off
 PASSES = {"vllm-0.34.0": ("prefill", "decode"), "vllm-0.25.1": ("prefill", "decode"),
-          "sglang-0.5.23": ("prefill", "decode")}
+          "sglang-0.5.23": ("prefill", "prefill-nonpaged", "decode")}
 FRAMEWORK_CALL = {"vllm-0.34.0": "vllm 0.34.0 sparse_attn_indexer", "vllm-0.25.1": "vllm 0.25.1 sparse_attn_indexer",
-                  "sglang-0.5.23": "sglang 0.5.23 forward_c4_indexer (paged, SM120 default)"}
+                  "sglang-0.5.23": "sglang 0.5.23 forward_c4_indexer"}
+PASS_LABEL = {("sglang-0.5.23", "prefill"): "prefill (paged: TileLang, SM120 default)",
+              ("sglang-0.5.23", "prefill-nonpaged"): "prefill (non-paged: TileLang and torch logits off)",
+              ("sglang-0.5.23", "decode"): "decode (paged: TileLang)"}
 BLOCK = 64  # key-cache page size (vLLM's indexer cache and SGLang's C4 pages)
 TIE_TOL = 1e-5  # relative: a key this close to the k-th score counts as tied with it
 SEED = 1234
@@ -649,13 +654,28 @@ def vllm_pass(module, release, kind, inputs, keys, topk):
     return call
 
 
+def _gather_index_keys(cache, page_table, seq_len_sum):
+    """SGLang's get_index_k_scale_buffer for one request: its first ``seq_len_sum`` index keys
+    as (uint8 [N, dim] FP8 bytes, uint8 [N, 4] float32 scale bytes)."""
+    import torch
+
+    from sm12x.kernels.indexer.cache import paged_cache_parts
+
+    vals, scales = paged_cache_parts(cache, cache.shape[-1] - 4, fp4=False)
+    pages = page_table[0, :-(-seq_len_sum // BLOCK)].long()
+    k = vals[pages].reshape(-1, vals.shape[-1])[:seq_len_sum].contiguous()
+    s = scales[pages].reshape(-1)[:seq_len_sum].contiguous()
+    return k, s.view(torch.uint8).reshape(-1, 4)
+
+
 def sglang_pass(module, kind, inputs, keys, topk):
     import torch
 
     device = inputs.cache.device
-    q, w = (inputs.q_prefill, inputs.w_prefill) if kind == "prefill" else (inputs.q_decode, inputs.w_decode)
+    prefill = kind.startswith("prefill")
+    q, w = (inputs.q_prefill, inputs.w_prefill) if prefill else (inputs.q_decode, inputs.w_decode)
     rows = q.shape[0]
-    lens = prefill_ends(keys, rows, device) if kind == "prefill" else decode_lens(keys, rows, device)
+    lens = prefill_ends(keys, rows, device) if prefill else decode_lens(keys, rows, device)
     pages = -(-keys // BLOCK)
     cache = inputs.cache[:pages]
     flat = cache.reshape(pages, -1)  # SGLang's C4 index-key buffer: [pages, 64 x 132] bytes
@@ -667,7 +687,10 @@ def sglang_pass(module, kind, inputs, keys, topk):
         pass
 
     backend = Backend()
-    backend.token_to_kv_pool = types.SimpleNamespace(get_index_k_with_scale_buffer=lambda layer_id: flat)
+    backend.token_to_kv_pool = types.SimpleNamespace(
+        get_index_k_with_scale_buffer=lambda layer_id: flat,
+        get_index_k_scale_buffer=lambda layer_id, seq_len_tensor, page_indices, seq_len_sum, max_seq_len:
+            _gather_index_keys(cache, page_indices, seq_len_sum))
     backend.hisparse_coordinator = None
     backend.forward_metadata = types.SimpleNamespace(
         indexer_metadata=PagedIndexerMetadata(
@@ -680,13 +703,27 @@ def sglang_pass(module, kind, inputs, keys, topk):
     indexer = types.SimpleNamespace(layer_id=0, use_fp4_indexer=False, index_topk=topk,
                                     compute_weights=lambda x, skip_scale=False: weights3,
                                     compute_q=lambda q_lora, positions, weights, q_lora_quant=None: (q, weights))
-    mode = ForwardMode(ForwardMode.EXTEND if kind == "prefill" else ForwardMode.DECODE)
-    batch = types.SimpleNamespace(forward_mode=mode, _original_forward_mode=None, tbo_parent_token_range=None,
-                                  batch_size=1 if kind == "prefill" else rows, seq_lens=None)
+    # one request: its extend is the chunk's rows, its length the keys' tokens (4 per C4 entry)
+    tokens = torch.tensor([4 * keys], device=device)
+    batch = types.SimpleNamespace(
+        forward_mode=ForwardMode(ForwardMode.EXTEND if prefill else ForwardMode.DECODE), _original_forward_mode=None,
+        tbo_parent_token_range=None, batch_size=1 if prefill else rows, seq_lens=tokens, seq_lens_cpu=[4 * keys],
+        extend_seq_lens_cpu=[rows], extend_seq_lens=torch.tensor([rows], device=device),
+        extend_start_loc=torch.zeros(1, dtype=torch.int64, device=device), extend_num_tokens=rows)
+    flags = {"SGLANG_OPT_USE_TILELANG_INDEXER": kind != "prefill-nonpaged",
+             "SGLANG_FP8_PAGED_MQA_LOGITS_TORCH": kind != "prefill-nonpaged"}
+    envs = sys.modules["sglang.srt.environ"].envs
     x = torch.empty(rows, 1, device=device)
 
     def call():
-        backend.forward_c4_indexer(x=x, q_lora=x, c4_indexer=indexer, forward_batch=batch, skip_compressor=True)
+        for name, value in flags.items():
+            getattr(envs, name).value = value
+        backend.forward_metadata.indexer_metadata.nonpaged_plan = None  # SGLang plans once per forward
+        try:
+            backend.forward_c4_indexer(x=x, q_lora=x, c4_indexer=indexer, forward_batch=batch, skip_compressor=True)
+        finally:
+            for name in flags:
+                getattr(envs, name).value = SGLANG_ENV[name]
         return raw_out
 
     return call
@@ -738,8 +775,9 @@ def reference_scores(kind, inputs, keys, k, rows):
     from sm12x.kernels.indexer.reference import ref_mqa_logits
 
     device = inputs.cache.device
-    q, w = (inputs.q_prefill, inputs.w_prefill) if kind == "prefill" else (inputs.q_decode, inputs.w_decode)
-    ends = prefill_ends(keys, q.shape[0], device) if kind == "prefill" else decode_lens(keys, q.shape[0], device)
+    prefill = kind.startswith("prefill")
+    q, w = (inputs.q_prefill, inputs.w_prefill) if prefill else (inputs.q_decode, inputs.w_decode)
+    ends = prefill_ends(keys, q.shape[0], device) if prefill else decode_lens(keys, q.shape[0], device)
     idx = torch.tensor(rows, device=device)
     return ref_mqa_logits(q[idx].float(), k, torch.ones(keys, device=device), w[idx],
                           torch.zeros(len(rows), dtype=torch.int32, device=device), ends[idx])
@@ -774,6 +812,10 @@ def worker(args):
     import torch
 
     device = torch.device(args.device)
+    if device.type == "cpu":
+        # a CPU build of torch cannot ask CUDA whether a graph is being captured (SGLang's
+        # non-paged plan asks); the answer on the CPU is no
+        torch.cuda.is_current_stream_capturing = lambda: False
     install_framework(args.release, args.src)
     top = args.release.partition("-")[0]
     module = __import__("vllm.model_executor.layers.sparse_attn_indexer" if top == "vllm"
@@ -913,7 +955,7 @@ def table(args, rows):
                 speed = f"{u['ms'] / p['ms']:.2f}x" if u_ok and p_ok and u["ms"] and p["ms"] else ""
                 check = (f"{p['same']} / {p['ties']} / {p['wrong']}" if p_ok and "same" in p else "")
                 calls = f"{u['logits_topk_calls'] if u_ok else '-'} / {p['logits_topk_calls'] if p_ok else '-'}"
-                lines.append(f"| {FRAMEWORK_CALL[release]} | {kind} | {keys:,} | "
+                lines.append(f"| {FRAMEWORK_CALL[release]} | {PASS_LABEL.get((release, kind), kind)} | {keys:,} | "
                              f"{_gib(u['peak']) if u_ok else 'not run'} | {_ms(u['ms']) if u_ok else ''} | "
                              f"{_gib(p['peak']) if p_ok else 'FAILED'} | {_ms(p['ms']) if p_ok else ''} | {ratio} | "
                              f"{speed} | {calls} | {check} | {beyond if keys == shown[0] else ''} |")
