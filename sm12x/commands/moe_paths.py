@@ -42,12 +42,15 @@ PATHS = (
     MoePath("sglang", ">=0.5.15,<0.5.24", "MTP draft's MXFP4 experts of NVFP4 checkpoints",
             "SGLang's MXFP4 Marlin, or the --speculative-moe-runner-backend's method when it has SM12x "
             "kernels", ("sglang.moe.HybridFp8NvFp4Config.get_quant_method",), otherwise=_TRTLLM_FAILS),
-    MoePath("sglang", ">=0.5.15,<0.5.23", "NVFP4 routed experts (target)",
-            "nothing correct: auto picks flashinfer_trtllm_routed (SM100-only); flashinfer_cutlass runs "
-            "without DeepSeek-V4's SwiGLU clamp; sm12x has no NVFP4 grouped GEMM"),
-    MoePath("sglang", ">=0.5.23,<0.5.24", "NVFP4 routed experts (target)",
-            "--moe-runner-backend flashinfer_cutlass (SGLang's own, with the SwiGLU clamp); auto picks "
-            "flashinfer_trtllm_routed (SM100-only); sm12x has no NVFP4 grouped GEMM"),
+    MoePath("sglang", ">=0.5.15,<0.5.19", "NVFP4 routed experts (target)",
+            "nothing correct: auto picks flashinfer_trtllm_routed (SM100-only), flashinfer_cutlass runs "
+            "without DeepSeek-V4's SwiGLU clamp, marlin scales the routed output twice; sm12x has no "
+            "NVFP4 grouped GEMM"),
+    MoePath("sglang", ">=0.5.19,<0.5.24", "NVFP4 routed experts (target)",
+            "SGLang's NVFP4 Marlin (W4A16, with the SwiGLU clamp): a TRT-LLM runner (auto's "
+            "flashinfer_trtllm_routed) becomes marlin", ("sglang.moe.runner_choice",),
+            otherwise="auto picks flashinfer_trtllm_routed (SM100-only: fails); pass --moe-runner-backend "
+                      "marlin"),
     MoePath("sglang", ">=0.5.15,<0.5.19", "DeepGEMM runner (--moe-runner-backend deep_gemm, DeepEP)",
             "unavailable: SGLang runs no DeepGEMM on SM12x in this release"),
     MoePath("sglang", ">=0.5.23,<0.5.24", "DeepGEMM runner (--moe-runner-backend deep_gemm, DeepEP)",
@@ -72,7 +75,8 @@ def moe_rows(versions: dict, patch_rows: list) -> list:
         have = versions.get(path.framework)
         if have is None or not platform.in_range(have, path.versions):
             continue
-        blocked = [states[n] for n in path.records if states.get(n, {}).get("state") not in _SERVING]
+        blocked = [states.get(n, {"name": n, "state": "not registered"}) for n in path.records
+                   if states.get(n, {}).get("state") not in _SERVING]
         if not path.records:
             serves, via = path.serves, ""
         elif not blocked:

@@ -16,10 +16,16 @@ What each release runs for DeepSeek-V4's experts on SM12x, and why only two choi
   the NVFP4-excluded MTP layer): ``get_quant_method`` returns FlashInfer's TRT-LLM MXFP4 method for
   the MTP layer in every release, whatever ``--speculative-moe-runner-backend`` says, so the
   users' ``--speculative-moe-runner-backend marlin`` workaround changes nothing there: the hybrid
-  record. The target's NVFP4 experts are not replaced: the DeepSeek-V4 override picks
-  ``flashinfer_trtllm_routed`` (SM100-only) for ``auto`` on every GPU, and the SM120 kernel that
-  serves NVFP4 is the image's own ``--moe-runner-backend flashinfer_cutlass`` (which passes the
-  SwiGLU clamp from 0.5.23 on); sm12x has no NVFP4 grouped GEMM.
+  record. The target's NVFP4 experts: the DeepSeek-V4 override (a registered function, so not a
+  target) picks ``flashinfer_trtllm_routed`` (SM100-only) for ``auto`` on every GPU; sm12x has no
+  NVFP4 grouped GEMM. From 0.5.19 SGLang's own NVFP4 Marlin serves SM12x (W4A16; its Marlin runner
+  applies the SwiGLU clamp and the routed scaling, which the top-k then leaves out), so the
+  runner-choice record turns a TRT-LLM runner into ``marlin`` for these checkpoints in the MoE
+  kernel-config pass that runs after the override; the draft then inherits ``marlin``. Not in
+  0.5.15.post1: there the top-k scales by the routed factor for every NVFP4 method
+  (``fused_moe_triton/layer.py``) and the NVFP4 Marlin sum scales again (``fused_marlin_moe.py``),
+  ``flashinfer_cutlass`` runs without the clamp, and no SM12x path for these experts is correct.
+  ``flashinfer_cutlass`` passes the clamp from 0.5.23 on.
 - The DeepGEMM runner (``--moe-runner-backend deep_gemm``, DeepEP): its grouped GEMMs are the
   ``deep_gemm`` records of :mod:`sm12x.patches.deep_gemm_moe` where the installed DeepGEMM has no
   SM120 kernels (sgl-deep-gemm 0.1.4). SGLang 0.5.15.post1 and 0.5.19 run no DeepGEMM on SM12x
@@ -28,8 +34,8 @@ What each release runs for DeepSeek-V4's experts on SM12x, and why only two choi
   record does not pick it; 0.5.23 turns DeepGEMM on for SM12x only when the installed DeepGEMM
   has SM120 kernels (sgl-deep-gemm 0.2.3.post2, its own).
 
-Record names: ``sglang.moe.<config>.get_quant_method``; ``SM12X_SKIP=sglang.moe`` keeps SGLang's
-choices.
+Record names: ``sglang.moe.<config>.get_quant_method``, ``sglang.moe.runner_choice``;
+``SM12X_SKIP=sglang.moe`` keeps SGLang's choices.
 """
 from __future__ import annotations
 
@@ -63,4 +69,19 @@ PATCHES = (
                    "is_flashinfer_mxfp4 branch); 0.5.19 picks Mxfp4FlashinferCutlassMoEMethod on SM120; "
                    + _TRTLLM.format(v="0.5.15.post1"),
           library="sglang", versions=">=0.5.15,<0.5.19", fixed_in="0.5.19"),
+    Patch(name="sglang.moe.runner_choice",
+          target="sglang.srt.arg_groups.overrides:_moe_runner_backend_quant_constraints",
+          make=moe.make_runner_choice,
+          why="for DeepSeek-V4's FP8 + NVFP4 checkpoints SGLang's DeepSeek-V4 override turns "
+              "--moe-runner-backend auto into flashinfer_trtllm_routed (trtllm-gen, SM100-only) on every "
+              "GPU; on SM12x (no expert-parallel all-to-all) the MoE kernel-config pass answers marlin: "
+              "SGLang's NVFP4 Marlin for the routed experts, with the SwiGLU clamp, and MXFP4 Marlin for "
+              "the MTP layer through the speculative default",
+          upstream="sglang 0.5.19 / 0.5.23 srt/arg_groups/model_overrides/deepseek_v4.py (nvfp4_moe_meta -> "
+                   "flashinfer_trtllm_routed), arg_groups/overrides.py _moe_runner_backend_quant_constraints "
+                   "(run by arg_groups/moe_hook.py handle_moe_kernel_config); "
+                   "fused_moe_triton/layer.py _fuses_routed_scaling_factor_in_topk (not with Marlin); "
+                   "modelopt_quant.py ModelOptNvFp4FusedMoEMethod (marlin fallback), moe_runner/marlin.py "
+                   "(clamp_limit = gemm1_clamp_limit or swiglu_limit)",
+          library="sglang", versions=">=0.5.19,<0.5.24", consumers=("sglang.srt.arg_groups.moe_hook",)),
 )

@@ -9,6 +9,7 @@ from sm12x.commands import moe_paths
 
 HYBRID = "sglang.moe.HybridFp8NvFp4Config.get_quant_method"
 FP8 = "sglang.moe.Fp8Config.get_quant_method"
+RUNNER = "sglang.moe.runner_choice"
 
 
 def _rows(versions, states):
@@ -31,11 +32,14 @@ def test_sglang_rows_follow_the_records():
 
 
 def test_own_kernels_and_ranges():
-    rows = _rows({"sglang": "0.5.23", "vllm": "0.34.0"}, {HYBRID: ("would-apply", "")})
+    rows = _rows({"sglang": "0.5.23", "vllm": "0.34.0"}, {HYBRID: ("would-apply", ""), RUNNER: ("applied", "")})
     assert rows["MXFP4 routed experts"]["via"] == ""
     assert "vendored DeepGEMM's own SM120" in rows["MXFP4 routed experts"]["serves"]
     assert "CUTLASS" in rows["MXFP4 experts of FP8 checkpoints (target and MTP draft)"]["serves"]
-    assert "flashinfer_cutlass" in rows["NVFP4 routed experts (target)"]["serves"]
+    nvfp4 = rows["NVFP4 routed experts (target)"]
+    assert nvfp4["serves"].startswith("SGLang's NVFP4 Marlin") and nvfp4["via"] == f"sm12x records: {RUNNER}"
+    rows = _rows({"sglang": "0.5.15.post1"}, {RUNNER: ("skipped", "sglang 0.5.15.post1 outside the checked range")})
+    assert rows["NVFP4 routed experts (target)"]["serves"].startswith("nothing correct")
     # a release no statement was checked for gets no row
     assert _rows({"sglang": "0.5.10", "vllm": "0.23.0"}, {}) == {}
 

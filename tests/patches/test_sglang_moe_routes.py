@@ -261,3 +261,97 @@ def test_records_are_specific():
     for p in sglang_moe.PATCHES:
         assert p.library == "sglang" and p.versions not in ("", "*") and p.upstream and len(p.why) > 80
         assert p.name.startswith("sglang.moe.")
+
+
+# --- the runner choice (server arguments) -------------------------------------------------------
+
+def standin_arg_groups(release):
+    """SGLang's MoE kernel-config pass as ``release`` calls it: 0.5.19+ from ``moe_hook`` (a
+    module-level copy) with ``model_config_of``; 0.5.15.post1 from ``ServerArgs`` (imported at the
+    call) with the view's ``get_model_config``."""
+    overrides = """
+        def _moe_runner_backend_quant_constraints(view):
+            backend = view.moe_runner_backend
+            if backend == "auto" and view.quantization == "modelopt_fp4":
+                backend = "flashinfer_cutlass"
+            return {"moe_runner_backend": backend} if backend != view.moe_runner_backend else {}
+    """
+    if release == "0.5.15.post1":
+        caller = {"sglang/srt/server_args.py": """
+            def handle_moe_kernel_config(view):
+                from sglang.srt.arg_groups.overrides import _moe_runner_backend_quant_constraints
+                return _moe_runner_backend_quant_constraints(view).get("moe_runner_backend", view.moe_runner_backend)
+        """}
+    else:
+        overrides += """
+        def model_config_of(view):
+            return view.get_model_config()
+        """
+        caller = {"sglang/srt/arg_groups/moe_hook.py": """
+            from sglang.srt.arg_groups.overrides import _moe_runner_backend_quant_constraints
+
+            def handle_moe_kernel_config(view):
+                return _moe_runner_backend_quant_constraints(view).get("moe_runner_backend", view.moe_runner_backend)
+        """}
+    return {"sglang/__init__.py": "", "sglang/srt/__init__.py": "", "sglang/srt/arg_groups/__init__.py": "",
+            "sglang/srt/arg_groups/overrides.py": overrides, **caller}
+
+
+RESOLVE = """
+import json, sys, types
+sys.path.insert(0, {repo!r})
+if {install_first}:
+    import sm12x.plugin; sm12x.plugin.register()
+import importlib
+caller = importlib.import_module({caller!r})
+if not {install_first}:  # plugin route: moe_hook took its copy before sm12x
+    import sm12x.plugin; sm12x.plugin.register()
+
+def view(runner, arch="DeepseekV4ForCausalLM", nvfp4=True, a2a="none", quantization="fp8"):
+    config = types.SimpleNamespace(hf_config=types.SimpleNamespace(architectures=[arch]),
+                                   nvfp4_moe_meta={{"group_size": 16}} if nvfp4 else None)
+    return types.SimpleNamespace(moe_runner_backend=runner, moe_a2a_backend=a2a, quantization=quantization,
+                                 get_model_config=lambda: config)
+
+res = {{name: caller.handle_moe_kernel_config(v) for name, v in {{
+    "hybrid_routed": view("flashinfer_trtllm_routed"),
+    "hybrid_trtllm": view("flashinfer_trtllm"),
+    "hybrid_marlin": view("marlin"),
+    "hybrid_deepep": view("flashinfer_trtllm_routed", a2a="deepep"),
+    "fp4_experts": view("flashinfer_mxfp4", nvfp4=False),
+    "other_model": view("flashinfer_trtllm_routed", arch="DeepseekV3ForCausalLM"),
+    "modelopt_fp4": view("auto", nvfp4=False, quantization="modelopt_fp4"),
+}}.items()}}
+from sm12x import apply
+res["state"] = apply.OUTCOMES["sglang.moe.runner_choice"][0]
+print(json.dumps(res))
+"""
+
+
+def _resolve(tmp_path, release, install_first=True, env=None):
+    root = write_tree(tmp_path, {**standin_arg_groups(release), **dist_infos({"sglang": release})})
+    caller = "sglang.srt.server_args" if release == "0.5.15.post1" else "sglang.srt.arg_groups.moe_hook"
+    code = RESOLVE.format(repo=REPO, install_first=install_first, caller=caller)
+    return last_json(run_py(code, pythonpath=[root], env=env))
+
+
+@pytest.mark.parametrize("release", ["0.5.19", "0.5.23"])
+@pytest.mark.parametrize("install_first", [True, False], ids=["sitecustomize", "plugin"])
+def test_nvfp4_checkpoints_leave_trtllm(tmp_path, release, install_first):
+    """DeepSeek-V4 FP8 + NVFP4 checkpoints without all-to-all: a TRT-LLM runner becomes marlin;
+    every other resolution (other models, DeepEP, SGLang's own SM120 picks) is SGLang's."""
+    out = _resolve(tmp_path, release, install_first)
+    assert out["hybrid_routed"] == "marlin" and out["hybrid_trtllm"] == "marlin", out
+    assert out["hybrid_marlin"] == "marlin", out
+    assert out["hybrid_deepep"] == "flashinfer_trtllm_routed", out
+    assert out["fp4_experts"] == "flashinfer_mxfp4" and out["other_model"] == "flashinfer_trtllm_routed", out
+    assert out["modelopt_fp4"] == "flashinfer_cutlass" and out["state"] == "applied", out
+
+
+@pytest.mark.parametrize("release,env", [("0.5.15.post1", {}), ("0.5.23", {"SM12X_SKIP": "sglang.moe.runner_choice"}),
+                                         ("0.5.23", {"SM12X_ARCH": "9.0"})])
+def test_runner_choice_left_alone(tmp_path, release, env):
+    """0.5.15.post1 (its NVFP4 Marlin scales the routed output twice), skipped, or off SM12x:
+    SGLang's TRT-LLM pick stays."""
+    out = _resolve(tmp_path, release, env=env)
+    assert out["hybrid_routed"] == "flashinfer_trtllm_routed" and out["state"] == "skipped", out

@@ -132,3 +132,44 @@ def make_fp8_get_quant_method(original):
 
     return get_quant_method
 
+
+TRTLLM_RUNNERS = ("flashinfer_trtllm", "flashinfer_trtllm_routed")
+
+
+def _model_config(view):
+    """The model configuration behind a server-args view (0.5.19+: ``model_config_of``; 0.5.15.post1:
+    the view's ``get_model_config``)."""
+    from sglang.srt.arg_groups import overrides
+
+    of = getattr(overrides, "model_config_of", None)
+    return of(view) if of is not None else view.get_model_config()
+
+
+def _hybrid_nvfp4_deepseek_v4(view) -> bool:
+    """Whether the served model is a DeepSeek-V4 hybrid FP8 + NVFP4 checkpoint (NVFP4 routed experts,
+    MXFP4 MTP experts: the checkpoints SGLang's DeepSeek-V4 override sends to TRT-LLM)."""
+    config = _model_config(view)
+    architectures = getattr(getattr(config, "hf_config", None), "architectures", None) or [""]
+    return architectures[0] == "DeepseekV4ForCausalLM" and getattr(config, "nvfp4_moe_meta", None) is not None
+
+
+def make_runner_choice(original):
+    """SGLang's ``_moe_runner_backend_quant_constraints`` pass on SM12x: for a DeepSeek-V4 hybrid
+    FP8 + NVFP4 checkpoint without expert-parallel all-to-all, a TRT-LLM runner (trtllm-gen,
+    SM100-only; the DeepSeek-V4 override's ``auto`` answer) becomes ``marlin``: SGLang's NVFP4
+    Marlin for the routed experts (W4A16; the Marlin runner applies DeepSeek-V4's SwiGLU clamp) and,
+    through the speculative default, its MXFP4 Marlin for the MTP layer. Every other resolution is
+    SGLang's."""
+    @functools.wraps(original)
+    def moe_runner_backend_quant_constraints(view):
+        declared = original(view)
+        runner = declared.get("moe_runner_backend", view.moe_runner_backend)
+        if (runner in TRTLLM_RUNNERS and getattr(view, "moe_a2a_backend", "none") == "none"
+                and _hybrid_nvfp4_deepseek_v4(view)):
+            _log(f"sm12x: moe_runner_backend {runner} (trtllm-gen, SM100-only) -> marlin for the "
+                 "DeepSeek-V4 FP8 + NVFP4 checkpoint on SM12x")
+            return {**declared, "moe_runner_backend": "marlin"}
+        return declared
+
+    return moe_runner_backend_quant_constraints
+
