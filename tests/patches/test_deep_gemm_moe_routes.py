@@ -67,8 +67,7 @@ from sm12x.kernels.moe.cases import make_contiguous, make_masked, make_weights
 from sm12x.kernels.moe.reference import ref_grouped_contiguous, ref_grouped_masked
 
 # sm12x is installed before vLLM's wrapper resolves DeepGEMM (its _lazy_init runs on the first
-# kernel call). DeepGEMM binds m_grouped_fp8_gemm_nt_contiguous and the FP8 x FP4 name to one
-# object, so a copy cached earlier under another name is not rebound (the apply loop's alias rule).
+# kernel call); test_deep_gemm_moe_plugin_route.py covers _lazy_init running first.
 import sm12x.plugin; sm12x.plugin.register()
 import vllm.utils.deep_gemm as vdg
 import vllm.third_party.deep_gemm as vendored
