@@ -54,6 +54,7 @@ calls after one warm-up call (CUDA events). The table is markdown for docs/perfo
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -957,7 +958,8 @@ def table(args, rows):
                 calls = f"{u['logits_topk_calls'] if u_ok else '-'} / {p['logits_topk_calls'] if p_ok else '-'}"
                 lines.append(f"| {FRAMEWORK_CALL[release]} | {PASS_LABEL.get((release, kind), kind)} | {keys:,} | "
                              f"{_gib(u['peak']) if u_ok else 'not run'} | {_ms(u['ms']) if u_ok else ''} | "
-                             f"{_gib(p['peak']) if p_ok else 'FAILED'} | {_ms(p['ms']) if p_ok else ''} | {ratio} | "
+                             f"{_gib(p['peak']) if p_ok else ('FAILED' if p else 'not run')} | {_ms(p['ms']) if p_ok else ''} | "
+                             f"{ratio} | "
                              f"{speed} | {calls} | {check} | {beyond if keys == shown[0] else ''} |")
     for r in rows:
         if r["mode"] == "patched" and r.get("ok") and r.get("wrong"):
@@ -1026,24 +1028,31 @@ def main(argv=None):
                 got, applied = run_worker(args, release, mode, work)
                 rows += got
                 outcomes[(release, mode)] = applied
-    text, failures = table(args, rows)
-    versions = _versions(args.device)
-    print(f"{time.strftime('%Y-%m-%d')}, {versions}\n")
+                text, failures = report(args, rows)  # written after every worker: a cut-off run keeps them
     print(text)
     applied = {r: sorted(k for k, v in o.items() if v == "applied") for (r, m), o in outcomes.items() if m == "patched"}
     print("\nsm12x indexer top-k records applied (patched runs): "
           + "; ".join(f"{r}: {len(v)}" for r, v in applied.items()))
+    for failure in failures:
+        print(f"FAIL: {failure}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def report(args, rows):
+    """The table (with its date / GPU / versions line) and the failures so far; written to
+    ``--markdown`` and the rows to ``--json`` when given."""
+    table_text, failures = table(args, rows)
+    text = f"{time.strftime('%Y-%m-%d')}, {_versions(args.device)}\n\n{table_text}"
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(text + "\n")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
-    for failure in failures:
-        print(f"FAIL: {failure}", file=sys.stderr)
-    return 1 if failures else 0
+    return text, failures
 
 
+@functools.cache
 def _versions(device):
     import torch
     import triton
