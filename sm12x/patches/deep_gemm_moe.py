@@ -16,8 +16,13 @@ Only where the installed DeepGEMM has no SM120 grouped kernel (checked in each r
   ``deep_gemm_wrapper`` grouped entries (``grouped_gemm_nt_f8f8bf16_contig`` / ``_masked``) look up
   ``deep_gemm.m_grouped_fp8_gemm_nt_contiguous`` / ``deep_gemm.fp8_m_grouped_gemm_nt_masked`` at
   call time for its DeepGEMM MoE runner (``--moe-runner-backend deep_gemm``, DeepEP), which stop
-  with DeepGEMM's "Unsupported architecture or scaling factor types" on SM12x. sgl-deep-gemm 0.1.7
-  (SGLang 0.5.19) and 0.2.3.post2 (0.5.23) carry SM120 kernels and keep their own.
+  with DeepGEMM's "Unsupported architecture or scaling factor types" on SM12x. SGLang 0.5.15.post1
+  itself runs no DeepGEMM on SM12x (``deep_gemm_wrapper/configurer.py`` on 12.0, and on 12.1 with
+  :mod:`sm12x.patches.gb10`), so there these records serve a caller that runs this DeepGEMM anyway:
+  SGLang on 12.1 where the gb10 record could not precede the configurer (plugin route), or a vLLM
+  that imports it as ``deep_gemm`` (``_import_deep_gemm`` prefers it to the vendored copy).
+  sgl-deep-gemm 0.1.7 (SGLang 0.5.19) and 0.2.3.post2 (0.5.23) carry SM120 kernels and keep their
+  own.
 
 Record names are the target's dotted path, so ``SM12X_SKIP`` with a name, or with the prefix
 ``vllm.third_party.deep_gemm`` / ``deep_gemm``, keeps the originals (skipping the vLLM grouped GEMM
