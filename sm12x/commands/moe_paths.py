@@ -51,8 +51,8 @@ PATHS = (
             "flashinfer_trtllm_routed) becomes marlin", ("sglang.moe.runner_choice",),
             otherwise="auto picks flashinfer_trtllm_routed (SM100-only: fails); pass --moe-runner-backend "
                       "marlin"),
-    MoePath("sglang", ">=0.5.15,<0.5.19", "DeepGEMM runner (--moe-runner-backend deep_gemm, DeepEP)",
-            "unavailable: SGLang runs no DeepGEMM on SM12x in this release"),
+    MoePath("sglang", ">=0.5.15,<0.5.23", "DeepGEMM runner (--moe-runner-backend deep_gemm, DeepEP)",
+            "unavailable: SGLang runs no DeepGEMM on SM12x in this release (12.1: with sm12x's gb10 record)"),
     MoePath("sglang", ">=0.5.23,<0.5.24", "DeepGEMM runner (--moe-runner-backend deep_gemm, DeepEP)",
             "sgl-deep-gemm's own SM120 grouped kernels (SGLang turns DeepGEMM on for SM12x only with them)"),
     MoePath("deep_gemm", ">=0.1.4,<0.1.7", "grouped GEMMs of a caller that runs this DeepGEMM",

@@ -66,3 +66,11 @@ def test_status_prints_the_rows(tmp_path):
     data = json.loads(run_py(code % (["status", "--json"],), pythonpath=[root], check=False).stdout)
     draft = [r for r in data["moe"] if r["experts"].startswith("MTP draft")]
     assert draft and draft[0]["via"] == f"sm12x records: {HYBRID}", data["moe"]
+
+
+def test_every_checked_release_has_each_sglang_row():
+    """0.5.15.post1, 0.5.19 and 0.5.23 each get one row per kind of experts (no gap, no overlap)."""
+    for release in ("0.5.15.post1", "0.5.19", "0.5.23"):
+        rows = moe_paths.moe_rows({"sglang": release}, [])
+        kinds = [r["experts"] for r in rows]
+        assert len(kinds) == len(set(kinds)) == 4, (release, kinds)
