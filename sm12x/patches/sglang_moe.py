@@ -52,7 +52,7 @@ PATCHES = (
           why="the DeepSeek-V4 NVFP4 checkpoints' MTP draft layer (MXFP4 experts, excluded from NVFP4) "
               "always gets FlashInfer's TRT-LLM MXFP4 MoE, SM100-only, whatever "
               "--speculative-moe-runner-backend says; on SM12x it gets Fp8Config's method for that "
-              "runner when it has SM12x kernels (marlin, flashinfer_mxfp4 from 0.5.19, humming, "
+              "runner when that is not SM100-only (marlin, flashinfer_mxfp4 from 0.5.19, humming, "
               "deep_gemm while SGLang runs DeepGEMM), else SGLang's MXFP4 Marlin",
           upstream="sglang 0.5.15.post1-0.5.23 srt/layers/quantization/modelopt_quant.py "
                    "(HybridFp8NvFp4Config.get_quant_method: 'Fall back to MXFP4 for MTP MoE layers'); "

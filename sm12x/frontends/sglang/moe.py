@@ -17,11 +17,12 @@ kernels built for SM100 only) on any GPU:
   CUTLASS MXFP8 x MXFP4 method on SM120 itself.
 
 On SM12x the replacements keep every other answer and swap that one: for the hybrid config, first
-``Fp8Config``'s answer for the runner in effect when that answer has SM12x kernels (Marlin, the
-FlashInfer CUTLASS method SGLang picks on SM120 from 0.5.19, Humming, or ``Fp8MoEMethod`` under the
-``deep_gemm`` runner while SGLang runs DeepGEMM, whose grouped GEMMs are DeepGEMM's: sm12x's where
-the installed DeepGEMM has no SM120 kernel); otherwise SGLang's own MXFP4 Marlin method (W4A16; SGLang checks SM90 / SM120 for
-it and picks it for DeepSeek-V4 on SM120 in 0.5.15.post1). Marlin is also what the TRT-LLM method is
+``Fp8Config``'s answer for the runner in effect when it is not SM100-only (Marlin; the FlashInfer
+CUTLASS method SGLang picks on SM120 from 0.5.19; Humming, an explicit choice whose SM12x support
+is not checked here; ``Fp8MoEMethod`` under the ``deep_gemm`` runner while SGLang runs DeepGEMM,
+whose grouped GEMMs are DeepGEMM's: sm12x's where the installed DeepGEMM has no SM120 kernel);
+otherwise SGLang's own MXFP4 Marlin method (W4A16; SGLang checks SM90 / SM120 for it and picks it
+for DeepSeek-V4 on SM120 in 0.5.15.post1). Marlin is also what the TRT-LLM method is
 closest to for the layer SGLang already built: both wrap ``Fp8MoEMethod`` for the MXFP4 weights,
 take the standard top-k output, pad the intermediate size to 128 and order w13 themselves.
 SwiGLU with DeepSeek-V4's clamp and the activation handling stay SGLang's.
@@ -32,7 +33,7 @@ import functools
 import logging
 
 TRTLLM_MXFP4 = "Mxfp4FlashinferTrtllmMoEMethod"
-# Fp8Config's MXFP4-expert methods whose kernels run on SM12x
+# Fp8Config's MXFP4-expert methods that are not SM100-only (Humming: the user's explicit choice)
 SM12X_MXFP4_METHODS = ("Mxfp4MarlinMoEMethod", "Mxfp4FlashinferCutlassMoEMethod", "Mxfp4HummingMoEMethod")
 FP8_MOE = "Fp8MoEMethod"
 
