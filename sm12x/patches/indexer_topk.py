@@ -17,9 +17,10 @@ pair where the release's source shows it:
   0.29.0 ``torch.ops._C.persistent_topk`` / ``cooperative_topk`` (looked up through torch.ops at
   call time: replaced on that namespace, vLLM's op for real logits) and
   ``ops.top_k_per_row_decode``.
-- vLLM 0.22.1-0.32.0 prefill chunks call ``fp8_fp4_mqa_logits`` and pass the logits to
+- vLLM 0.22.1-0.34.0 prefill chunks call ``fp8_fp4_mqa_logits`` (0.33.0 on: DeepGEMM's
+  compressed layout, ``max_seqlen_k``, upcast by ``as_fp32_logits``) and pass the logits to
   ``ops.top_k_per_row_prefill``; both names are globals of ``sparse_attn_indexer``, replaced as a
-  pair.
+  pair (0.34.0 runs this dense path only for layers its fused seam does not take).
 - Both keep real logits where another reader needs them (DCP's merge, v4.1 candidate blocks from
   0.30.0), read from the indexer call's own arguments.
 - SGLang 0.5.23's DeepSeek-V4 indexer: the paged logits functions SM120 uses by default (TileLang,
@@ -33,9 +34,9 @@ pair where the release's source shows it:
   offset for RAGGED, page slots of the row's request for PAGED); real logits for FlashInfer's
   PAGED transform and init / local token marks.
 
-Not covered (see the front ends' docstrings): vLLM 0.33.0 prefill (its logits call takes
-``max_seqlen_k`` and feeds ``as_fp32_logits``; 0.34.0 prefill goes through the fused seam above);
-vLLM prefill and decode with DCP > 1 or v4.1 candidate blocks (real logits, stock top-k);
+Not covered (see the front ends' docstrings): vLLM prefill and decode with DCP > 1 or v4.1
+candidate blocks, BF16 logits or SM100 MX inputs (real logits, stock top-k); vLLM releases
+before 0.22.1;
 SGLang's DeepSeek-V4 paged indexer when its logits come from ``deep_gemm`` itself (SGLANG_OPT_USE_
 TILELANG_INDEXER=0 and SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=0: the function is shared with the DSA
 indexers, and SGLang then chunks the rows by a logits budget); SGLang's DSA indexer outside the
@@ -63,6 +64,9 @@ _UPSTREAM_DECODE = ("vllm 0.30.0-0.34.0 model_executor/layers/sparse_attn_indexe
                     "torch.ops._C.persistent_topk / cooperative_topk, ops.top_k_per_row_decode)")
 _UPSTREAM_RADIX = ("vllm 0.22.1-0.29.0 model_executor/layers/sparse_attn_indexer.py (decode: torch.ops._C.{op} on "
                    "CUDA for topk 512/1024/2048); csrc registers it in the _C torch library")
+_UPSTREAM_COMPRESSED = ("vllm 0.33.0 / 0.34.0 model_executor/layers/sparse_attn_indexer.py (prefill chunks: "
+                        "as_fp32_logits(fp8_fp4_mqa_logits(..., max_seqlen_k)) then ops.top_k_per_row_prefill); "
+                        "utils/deep_gemm.py (compressed logits)")
 _UPSTREAM_PREFILL = ("vllm 0.22.1-0.32.0 model_executor/layers/sparse_attn_indexer.py (prefill chunks: "
                      "fp8_fp4_mqa_logits then ops.top_k_per_row_prefill)")
 
@@ -131,11 +135,19 @@ VLLM_PATCHES = (
                   "fused top-k (real logits under DCP, whose merge reads them, and with v4.1 candidate "
                   "blocks, which select or mask on them)",
                   _UPSTREAM_PREFILL, ">=0.22.1,<0.33"),
+    Patch(name="vllm.sparse_attn_indexer.compressed_mqa_logits", target=f"{_VLLM_INDEXER}:fp8_fp4_mqa_logits",
+          make=vllm_wrappers.make_deferred_compressed_mqa_logits,
+          why="each prefill chunk (0.33.0; 0.34.0: layers the fused seam does not take, e.g. an FP4 indexer "
+              "cache) materialises DeepGEMM's compressed [rows, max_seqlen_k] logits, upcast to float32, only "
+              "for top_k_per_row_prefill; they come back as a placeholder for the fused top-k (real logits "
+              "under DCP, with v4.1 candidate blocks, for BF16 / SM100 MX inputs)",
+          upstream=_UPSTREAM_COMPRESSED, library="vllm", versions=">=0.33.0,<0.35"),
     _vllm_indexer("ops", vllm_wrappers.make_indexer_ops,
                   "the indexer's ops.top_k_per_row_prefill and ops.top_k_per_row_decode run the fused top-k "
                   "for the placeholder logits of its fp8_fp4_mqa_logits / fp8_fp4_paged_mqa_logits records "
                   "(vLLM's kernels for real logits; every other op is vllm._custom_ops' own)",
-                  _UPSTREAM_PREFILL + "; 0.22.1-0.29.0 decode (ops.top_k_per_row_decode)", ">=0.22.1,<0.33"),
+                  _UPSTREAM_PREFILL + "; 0.33.0-0.34.0 prefill; 0.22.1-0.29.0 decode (ops.top_k_per_row_decode)",
+                  ">=0.22.1,<0.35"),
 )
 
 _SGLANG_UPSTREAM = ("sglang 0.5.23 srt/layers/attention/dsv4/indexer.py (forward_c4_indexer, "

@@ -189,6 +189,37 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, s
     """,
 }
 
+# vLLM 0.33.0-0.34.0's prefill: DeepGEMM's compressed logits (row i's column c is key ks[i] + c),
+# upcast to float32, then the row top-k over [0, ke - ks)
+VLLM_033 = {
+    **VLLM_025,
+    "vllm/utils/deep_gemm.py": SEMANTICS + """
+def fp8_fp4_mqa_logits(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, max_seqlen_k, logits_dtype=None):
+    full = logits(q[0], kv[0], kv[1], weights, cu_seqlen_ks, cu_seqlen_ke)
+    cols = (cu_seqlen_ks[:, None].long() + torch.arange(max_seqlen_k)[None, :]).clamp(max=full.shape[1] - 1)
+    return full.gather(1, cols)
+""",
+    "vllm/model_executor/layers/sparse_attn_indexer.py": """
+        import torch
+        from vllm import _custom_ops as ops
+        from vllm.utils.deep_gemm import fp8_fp4_mqa_logits
+        def as_fp32_logits(logits, row_ends):
+            return logits if logits.dtype == torch.float32 else logits.float()
+        def sparse_attn_indexer(prefill, decode, topk_indices_buffer, topk_tokens, dcp_world_size=1,
+                                candidate_blocks=None):
+            q, k, k_scale, weights, ks, ke = prefill
+            topk_indices = topk_indices_buffer[:q.shape[0], :topk_tokens]
+            row_ends = ke - ks
+            logits = as_fp32_logits(fp8_fp4_mqa_logits((q, None), (k, k_scale), weights, ks, ke,
+                                                       int(row_ends.max())), row_ends)
+            if candidate_blocks is not None:
+                candidate_blocks.copy_(logits[:, :candidate_blocks.shape[1]])
+            ops.top_k_per_row_prefill(logits, torch.zeros_like(row_ends), row_ends, topk_indices, logits.shape[0],
+                                      logits.stride(0), logits.stride(1), topk_tokens)
+            return logits
+    """,
+}
+
 INPUTS = SEMANTICS + """
 import json, sys
 from sm12x.kernels.indexer.cache import quant_fp8_per_token
@@ -342,12 +373,28 @@ def test_vllm_prefill_keeps_real_logits_for_other_readers(tmp_path, env):
     assert out["sets"] and out["logits_bytes"] == 6 * 260 * 4 and out["vllm_topk_calls"] == 1
 
 
+@pytest.mark.parametrize("release,env", [("0.33.0", {}), ("0.34.0", {}), ("0.33.0", {"CANDIDATES": "1"})],
+                         ids=["0.33.0", "0.34.0", "0.33.0 v4.1 candidates"])
+def test_vllm_033_compressed_prefill_logits(tmp_path, release, env):
+    """vLLM 0.33.0-0.34.0's dense prefill (DeepGEMM's compressed layout, starts 0 and ends ke - ks
+    for the row top-k): a [rows, max_seqlen_k] placeholder and vLLM's indices; real logits where
+    v4.1 candidate blocks read them."""
+    out = _run(tmp_path, VLLM_033, CALLS_025, {"vllm": release}, env=env)
+    real = bool(env)
+    assert out["sets"] and out["untouched"] and out["shape"] == [6, 140]
+    assert out["logits_bytes"] == (6 * 140 * 4 if real else 4) and out["vllm_topk_calls"] == (1 if real else 0)
+    assert {out["outcomes"][n][0] for n in ("vllm.sparse_attn_indexer.compressed_mqa_logits",
+                                            "vllm.sparse_attn_indexer.ops")} == {"applied"}, out["outcomes"]
+    assert out["outcomes"]["vllm.sparse_attn_indexer.fp8_fp4_mqa_logits"][0] == "skipped"
+
+
 def test_out_of_range_releases_are_skipped_with_the_range(tmp_path):
-    """vLLM 0.33.0's prefill calls the logits with max_seqlen_k and upcasts them: the pair is
-    skipped there, naming the range, and vLLM's own path runs."""
-    out = _run(tmp_path, VLLM_025, CALLS_025, {"vllm": "0.33.0"})
+    """vLLM 0.35.0 is past every checked range: the pair is skipped there, naming the range, and
+    vLLM's own path runs."""
+    out = _run(tmp_path, VLLM_025, CALLS_025, {"vllm": "0.35.0"})
     state, reason = out["outcomes"]["vllm.sparse_attn_indexer.fp8_fp4_mqa_logits"]
     assert state == "skipped" and ">=0.22.1,<0.33" in reason
+    assert out["outcomes"]["vllm.sparse_attn_indexer.ops"][0] == "skipped"
     assert out["sets"] and out["vllm_topk_calls"] == 1
 
 

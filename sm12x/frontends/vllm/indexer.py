@@ -7,7 +7,7 @@ Two call shapes, read from vLLM's own sources (``vllm/model_executor/layers/spar
   there): q float8 [rows, H, D], k float8 [keys, D], scales float32 [keys], weights float32
   [rows, H], starts / ends int32 [rows] (row i sees keys starts[i] <= j < ends[i]), output int32
   [rows, topk] (a view of vLLM's topk_indices_buffer). ``fused_mqa_topk_prefill`` here fills it.
-- vLLM 0.33.0-0.34.0 decode: ``fp8_fp4_paged_mqa_logits((q [B, next_n, H, D], q_scale),
+- vLLM 0.30.0-0.34.0 decode: ``fp8_fp4_paged_mqa_logits((q [B, next_n, H, D], q_scale),
   kv_cache, weights [B*next_n, H], seq_lens, block_table, schedule_metadata, max_model_len=,
   [logits_dtype=,] indices=)`` -> [B*next_n, max_model_len] logits, passed (through
   ``as_fp32_logits``, the identity on float32) to ``get_indexer_topk(backend)(logits, seq_lens,
@@ -15,15 +15,17 @@ Two call shapes, read from vLLM's own sources (``vllm/model_executor/layers/spar
   and ``IndexerTopkSelector`` runs the fused paged top-k for it. Row (b, t) sees positions p <
   seq_lens[b, t] for seq_lens [B, next_n], p < seq_lens[b] - next_n + 1 + t for [B, 1] (vLLM's
   ``SparseIndexerTopk._row_ends``); indices are those positions, -1 padded.
-- vLLM 0.22.1-0.25.1 decode: the same paged logits call (with ``clean_logits=False``), then on
+- vLLM 0.22.1-0.29.0 decode: the same paged logits call (with ``clean_logits=False``), then on
   CUDA ``torch.ops._C.persistent_topk(logits, seq_lens, topk_indices, workspace, topk, max_len)``
-  for topk 512 / 1024 / 2048 (0.25.1: ``torch.ops._C.cooperative_topk``, same arguments, for at
-  most 32 rows outside the SM12x family), ``ops.top_k_per_row_decode(logits, next_n, seq_lens,
+  for topk 512 / 1024 / 2048 (0.25.1-0.29.0: ``torch.ops._C.cooperative_topk``, same arguments, for
+  few rows outside the SM12x family), ``ops.top_k_per_row_decode(logits, next_n, seq_lens,
   topk_indices, rows, stride0, stride1, topk)`` otherwise. ``decode_topk`` runs the fused paged
-  top-k for a placeholder in each of them; rows and indices as in 0.33.
-- vLLM 0.22.1-0.25.1 prefill chunks call ``fp8_fp4_mqa_logits((q, q_scale), (k, k_scale), weights,
+  top-k for a placeholder in each of them; rows and indices as above.
+- vLLM 0.22.1-0.32.0 prefill chunks call ``fp8_fp4_mqa_logits((q, q_scale), (k, k_scale), weights,
   ks, ke, clean_logits=False)`` and pass the [rows, keys] logits straight to
-  ``ops.top_k_per_row_prefill(logits, ks, ke, out, rows, stride0, stride1, topk)``.
+  ``ops.top_k_per_row_prefill(logits, ks, ke, out, rows, stride0, stride1, topk)``; 0.33.0-0.34.0
+  call ``fp8_fp4_mqa_logits(..., ks, ke, max_seqlen_k[, logits_dtype=])`` (DeepGEMM's compressed
+  [rows, max_seqlen_k] layout) and pass starts 0, ends ke - ks (``deferred_compressed_mqa_logits``).
   ``deferred_mqa_logits`` returns a placeholder (:mod:`sm12x.frontends.deferred_logits`) and
   ``top_k_per_row_prefill`` runs the fused top-k for it.
 
@@ -70,7 +72,7 @@ def fused_mqa_topk_key_scales(scales: torch.Tensor) -> torch.Tensor:
 
 
 def deferred_mqa_logits(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits=True):
-    """vLLM's ``fp8_fp4_mqa_logits`` as the 0.22.1-0.25.1 prefill calls it, without computing
+    """vLLM's ``fp8_fp4_mqa_logits`` as the 0.22.1-0.32.0 prefill calls it, without computing
     the logits: returns a [rows, keys] placeholder for ``top_k_per_row_prefill``. The inputs are
     checked here, so a bad call fails where it is made."""
     op = "fp8_fp4_mqa_logits"
@@ -89,6 +91,22 @@ def deferred_mqa_logits(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits
         mqa_topk_indices((qv, qs), (k, k_sf), weights, starts, ends, topk, out=out)
 
     return placeholder(qv.shape[0], k.shape[0], qv.device, compute)
+
+
+def deferred_compressed_mqa_logits(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, max_seqlen_k):
+    """vLLM 0.33.0-0.34.0's ``fp8_fp4_mqa_logits(q, kv, weights, ks, ke, max_seqlen_k)`` without the
+    logits: a [rows, max_seqlen_k] placeholder of DeepGEMM's compressed layout (row i's column c is
+    key ks[i] + c). vLLM passes those logits to ``top_k_per_row_prefill`` with starts 0 and ends
+    ke - ks, so its indices c are the flat layout's j - ks: the fused top-k over this call's
+    [ks, ke)."""
+    require(isinstance(max_seqlen_k, int) and max_seqlen_k >= 0, "fp8_fp4_mqa_logits", "max_seqlen_k",
+            max_seqlen_k, "an int >= 0")
+    flat = pending(deferred_mqa_logits(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke))
+
+    def compute(topk, out, starts, ends):
+        flat(topk, out, cu_seqlen_ks, cu_seqlen_ke)
+
+    return placeholder(cu_seqlen_ks.shape[0], max_seqlen_k, cu_seqlen_ks.device, compute)
 
 
 def top_k_per_row_prefill(original, logits, cu_seqlen_ks, cu_seqlen_ke, raw_topk_indices, num_rows,
@@ -117,7 +135,7 @@ def decode_topk(op, compute, topk_indices, topk_tokens) -> None:
 
 def top_k_per_row_decode(original, logits, next_n, seq_lens, topk_indices, num_rows, stride0, stride1,
                          topk_tokens) -> None:
-    """``ops.top_k_per_row_decode`` (vLLM 0.22.1-0.25.1): the fused paged top-k for a placeholder
+    """``ops.top_k_per_row_decode`` (vLLM 0.22.1-0.29.0): the fused paged top-k for a placeholder
     from ``deferred_paged_mqa_logits``, vLLM's kernel (``original``) for real logits."""
     compute = pending(logits)
     if compute is None:
@@ -129,7 +147,7 @@ def top_k_per_row_decode(original, logits, next_n, seq_lens, topk_indices, num_r
 
 
 def radix_topk(original, logits, seq_lens, topk_indices, workspace, topk_tokens, max_seq_len) -> None:
-    """``torch.ops._C.persistent_topk`` / ``cooperative_topk`` as vLLM 0.22.1-0.25.1's decode calls
+    """``torch.ops._C.persistent_topk`` / ``cooperative_topk`` as vLLM 0.22.1-0.29.0's decode calls
     them: the fused paged top-k for a placeholder (the workspace and ``max_seq_len``, a bound on
     the rows' lengths, are not needed: the placeholder carries the call's lengths), vLLM's kernel
     (``original``) for real logits."""
@@ -144,7 +162,7 @@ def deferred_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, 
                               indices=None):
     """vLLM's decode ``fp8_fp4_paged_mqa_logits`` without computing the logits: a [B*next_n,
     max_model_len] placeholder for the decode top-k readers (0.33.0-0.34.0: ``IndexerTopkSelector``;
-    0.22.1-0.25.1: ``radix_topk``, ``top_k_per_row_decode``). ``indices`` (SM100 varlen rows) only
+    0.22.1-0.29.0: ``radix_topk``, ``top_k_per_row_decode``). ``indices`` (SM100 varlen rows) only
     shapes DeepGEMM's schedule; the rows carry their own lengths."""
     op = "fp8_fp4_paged_mqa_logits"
     require(isinstance(q, (tuple, list)) and len(q) == 2, op, "q", type(q).__name__, "(values, scale or None)")

@@ -17,9 +17,11 @@ ops looked up through ``torch.ops._C`` at call time, ``persistent_topk`` (0.25.1
 0.22.1-0.28.0 sparse_attn_indexer is their only caller; 0.29.0's qsa.py, an AMD path, is the
 other; real logits go to vLLM's op), and ``ops.top_k_per_row_decode``.
 
-Same module, prefill (0.22.1-0.32.0): the copy of ``fp8_fp4_mqa_logits`` and ``ops``
-(``vllm._custom_ops``) are replaced as a pair: the logits come back as a placeholder and
-``ops.top_k_per_row_prefill`` computes the fused top-k for it.
+Same module, prefill (0.22.1-0.34.0): the copy of ``fp8_fp4_mqa_logits`` (0.33.0 on: DeepGEMM's
+compressed layout, ``make_deferred_compressed_mqa_logits``) and ``ops`` (``vllm._custom_ops``) are
+replaced as a pair: the logits come back as a placeholder and ``ops.top_k_per_row_prefill``
+computes the fused top-k for it (0.34.0 runs this dense path only for layers its fused seam does
+not take, e.g. an FP4 indexer cache).
 
 Both pairs keep real logits where another reader needs them: DCP's merge, v4.1 candidate blocks.
 """
@@ -120,6 +122,35 @@ def make_deferred_mqa_logits(original):
                 or not _caller_reads_only_topk(sys._getframe(1))):
             return original(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits)
         return api.deferred_mqa_logits(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits)
+
+    return fp8_fp4_mqa_logits
+
+
+def _mx_inputs(q, kv) -> bool:
+    """Whether a logits call carries the SM100 MX inputs (FP8 queries with UE8M0 scales, int32
+    key scales) that vLLM 0.33+ builds on the SM100 family only; sm12x's kernels take FP8 with
+    float32 key scales, or MXFP4."""
+    values, scale = q
+    fp8 = str(values.dtype).startswith("torch.float8")
+    return (fp8 and scale is not None) or (scale is None and str(kv[1].dtype) != "torch.float32")
+
+
+def make_deferred_compressed_mqa_logits(original):
+    """``sparse_attn_indexer``'s ``fp8_fp4_mqa_logits`` (vLLM 0.33.0-0.34.0: compressed logits,
+    ``max_seqlen_k``, 0.34 ``logits_dtype=``): a placeholder for ``ops.top_k_per_row_prefill``
+    under the same conditions as ``make_deferred_mqa_logits``, for float32 logits of inputs sm12x
+    takes; ``original`` otherwise (0.34's DeepSelect ranks BF16 logits, and only on SM100)."""
+    api = _api()
+
+    @functools.wraps(original)
+    def fp8_fp4_mqa_logits(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, max_seqlen_k, logits_dtype=None):
+        indexer = sys.modules.get(INDEXER_MODULE)
+        if ((logits_dtype is not None and str(logits_dtype) != "torch.float32")
+                or not isinstance(getattr(indexer, "ops", None), IndexerOps) or _mx_inputs(q, kv)
+                or not _caller_reads_only_topk(sys._getframe(1))):
+            more = {} if logits_dtype is None else {"logits_dtype": logits_dtype}  # 0.33.0 has no such argument
+            return original(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, max_seqlen_k, **more)
+        return api.deferred_compressed_mqa_logits(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, max_seqlen_k)
 
     return fp8_fp4_mqa_logits
 
