@@ -1,7 +1,7 @@
 """Patch records for SGLang's choices of DeepSeek-V4 MoE expert kernels that end on SM100-only
 kernels on SM12x (checked in the SGLang 0.5.15.post1, 0.5.19 and 0.5.23 wheels).
 
-What each release runs for DeepSeek-V4's experts on SM12x, and why only two choices are replaced:
+What each release runs for DeepSeek-V4's experts on SM12x, and which choices are replaced:
 
 - FP8 checkpoints with MXFP4 routed experts (DeepSeek-V4-Flash / -Pro), target and MTP draft
   alike (the draft's ``--speculative-moe-runner-backend`` defaults to the target's): SGLang's own
