@@ -193,9 +193,10 @@ class RadixTopk:
     def __getattr__(self, name):
         return getattr(self.__sm12x_op__, name)
 
-    def __call__(self, logits, seq_lens, topk_indices, workspace, topk_tokens, max_seq_len):
-        return _api().radix_topk(self.__sm12x_op__, logits, seq_lens, topk_indices, workspace, topk_tokens,
-                                 max_seq_len)
+    def __call__(self, logits, lengths, output, workspace, k, max_seq_len):
+        # the op's own schema: (Tensor logits, Tensor lengths, Tensor! output, Tensor workspace,
+        # int k, int max_seq_len) -> ()
+        return _api().radix_topk(self.__sm12x_op__, logits, lengths, output, workspace, k, max_seq_len)
 
     def __repr__(self):
         return f"<sm12x placeholder-aware {self.__name__}>"
