@@ -34,18 +34,18 @@ pair where the release's source shows it:
   offset for RAGGED, page slots of the row's request for PAGED); real logits for FlashInfer's
   PAGED transform and init / local token marks.
 
-Not covered (see the front ends' docstrings): vLLM prefill and decode with DCP > 1 or v4.1
-candidate blocks, BF16 logits or SM100 MX inputs (real logits, stock top-k); vLLM releases
-before 0.22.1;
-SGLang's DeepSeek-V4 paged indexer when its logits come from ``deep_gemm`` itself (SGLANG_OPT_USE_
-TILELANG_INDEXER=0 and SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=0: the function is shared with the DSA
-indexers, and SGLang then chunks the rows by a logits budget); SGLang's DSA indexer outside the
-0.5.23 ragged prefill: its decode (``_get_topk_paged``: paged logits through DeepGEMM / CuteDSL /
-sgl-kernel, then the PAGED transform), prefill context parallel (``_get_topk_ragged_with_cp``),
-and 0.5.15.post1 / 0.5.19, whose indexer calls ``deep_gemm.fp8_mqa_logits`` directly (the
-DeepGEMM records' global target). No ``max_model_len`` / context gate whose only reason is the indexer's memory or DeepGEMM's 32-bit
-offsets exists in vLLM 0.25.1 / 0.34.0 or SGLang 0.5.23: past 256K stock crashes (CUDA error
-719) rather than refusing.
+Not covered (see the front ends' docstrings): vLLM releases before 0.22.1; vLLM prefill and decode
+with DCP > 1 or v4.1 candidate blocks, BF16 logits or SM100 MX inputs (real logits, vLLM's top-k);
+SGLang's DeepSeek-V4 paged indexer when its logits come from ``deep_gemm`` itself
+(SGLANG_OPT_USE_TILELANG_INDEXER=0 and SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=0: the function is shared
+with the DSA indexers, and SGLang then chunks the rows by a logits budget); SGLang's DSA indexer
+outside the 0.5.23 ragged prefill: its decode and MTP verify (``_get_topk_paged``: paged logits
+through DeepGEMM's split / native wrappers, CuteDSL or sgl-kernel, then the PAGED transform;
+bounded by batch rows x context), prefill context parallel (``_get_topk_ragged_with_cp``), and
+0.5.15.post1 / 0.5.19, whose indexer calls ``deep_gemm.fp8_mqa_logits`` directly (the DeepGEMM
+records' global target). No ``max_model_len`` / context gate whose only reason is the indexer's
+memory or DeepGEMM's 32-bit offsets exists in vLLM 0.25.1 / 0.34.0 or SGLang 0.5.23: past 256K
+stock crashes (CUDA error 719) rather than refusing.
 """
 from __future__ import annotations
 
