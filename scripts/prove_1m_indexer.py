@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -112,10 +113,17 @@ class Absent:
 
 
 class StandInModule(types.ModuleType):
+    """A stand-in module (or package): a name it lacks is its submodule when the finder serves
+    one (``from vllm import _custom_ops``), else ``Absent``."""
+
     def __getattr__(self, attr):
         if attr.startswith("__"):
             raise AttributeError(attr)
-        return Absent(f"{self.__name__}.{attr}")
+        full = f"{self.__name__}.{attr}"
+        finder = self.__dict__.get("__proof_finder__")
+        if finder is not None and finder.find_spec(full) is not None:
+            return importlib.import_module(full)
+        return Absent(full)
 
 
 @dataclass
@@ -508,6 +516,7 @@ class FrameworkFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec):
         module = StandInModule(spec.name)
         module.__path__ = [os.path.join(self.src, *spec.name.split("."))]
+        module.__proof_finder__ = self
         return module
 
     def exec_module(self, module):
@@ -521,9 +530,12 @@ def install_framework(release, src):
     sm12x's import watcher, so the watcher applies the patch records as these modules import."""
     top = release.partition("-")[0]
     root = os.path.join(src, release)
-    sys.path.append(root)  # its dist-info, for the release sm12x reads
+    sys.path.insert(0, root)  # its dist-info first: the release sm12x reads is this one
     stand_ins = vllm_stand_ins(release) if top == "vllm" else sglang_stand_ins(release)
-    sys.meta_path.append(FrameworkFinder(top, root, stand_ins))
+    # after sm12x's watcher (which wraps what this finder loads), before the path finders: an
+    # installed copy of the framework must not be the one that runs
+    watchers = [i for i, f in enumerate(sys.meta_path) if getattr(f, "__sm12x_watcher__", False)]
+    sys.meta_path.insert(watchers[-1] + 1 if watchers else 0, FrameworkFinder(top, root, stand_ins))
     if top == "vllm":
         _register_radix_topk()
 
