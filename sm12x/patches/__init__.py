@@ -43,7 +43,9 @@ class Patch:
     versions: str  # release range of ``library``, e.g. ">=0.25.1,<0.35"
     fixed_in: str = ""  # first release of ``library`` that serves this target on SM12x
     versions_note: str = ""  # why the patch holds for every release (versions "*")
-    arch: str = "sm12x"  # "sm12x" (SM12x, or any GPU with SM12X_FORCE=1) or "any"
+    # "sm12x" (SM12x, or any GPU with SM12X_FORCE=1), "any", or one compute capability such as
+    # "12.1" (a gate only that GPU answers wrongly; SM12X_FORCE does not widen it)
+    arch: str = "sm12x"
     consumers: tuple = ()  # modules that hold `from <target module> import <name>` copies
 
     def __post_init__(self):
