@@ -27,9 +27,10 @@ pair where the release's source shows it:
   torch; these records take the DeepGEMM records' targets and must be applied before them, so this
   table comes first in ``all_patches()``), the non-paged prefill's ``_nonpaged_mqa_logits``, and
   the top-k transforms the indexer module binds.
-- SGLang 0.5.23's DSA indexer (DeepSeek-V3.2, GLM-5), ragged prefill (``_get_topk_ragged``, whole
-  batch or budget row chunks): the indexer module's copy of ``resolve_fp8_mqa_logits_fn`` hands it
-  a logits function that returns a placeholder, and ``DSATopKBackend.topk_transform`` writes the
+- SGLang 0.5.15.post1-0.5.23's DSA indexer (DeepSeek-V3.2, GLM-5), ragged prefill
+  (``_get_topk_ragged``, whole batch or budget row chunks): the logits function it calls returns a
+  placeholder (0.5.23: through the indexer module's copy of ``resolve_fp8_mqa_logits_fn``;
+  0.5.15.post1-0.5.19: the module's ``deep_gemm``, whose ``fp8_mqa_logits`` is wrapped), and ``DSATopKBackend.topk_transform`` writes the
   fused top-k for it as sgl-kernel's transforms do (row-local when unfused, plus the ragged-KV
   offset for RAGGED, page slots of the row's request for PAGED); real logits for FlashInfer's
   PAGED transform and init / local token marks.
@@ -39,11 +40,10 @@ with DCP > 1 or v4.1 candidate blocks, BF16 logits or SM100 MX inputs (real logi
 SGLang's DeepSeek-V4 paged indexer when its logits come from ``deep_gemm`` itself
 (SGLANG_OPT_USE_TILELANG_INDEXER=0 and SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=0: the function is shared
 with the DSA indexers, and SGLang then chunks the rows by a logits budget); SGLang's DSA indexer
-outside the 0.5.23 ragged prefill: its decode and MTP verify (``_get_topk_paged``: paged logits
+outside the ragged prefill: its decode and MTP verify (``_get_topk_paged``: paged logits
 through DeepGEMM's split / native wrappers, CuteDSL or sgl-kernel, then the PAGED transform;
 bounded by batch rows x context), prefill context parallel (``_get_topk_ragged_with_cp``), and
-0.5.15.post1 / 0.5.19, whose indexer calls ``deep_gemm.fp8_mqa_logits`` directly (the DeepGEMM
-records' global target). No ``max_model_len`` / context gate whose only reason is the indexer's
+0.5.20-0.5.22 (not read). No ``max_model_len`` / context gate whose only reason is the indexer's
 memory or DeepGEMM's 32-bit offsets exists in vLLM 0.25.1 / 0.34.0 or SGLang 0.5.23: past 256K
 stock crashes (CUDA error 719) rather than refusing.
 """
@@ -209,6 +209,11 @@ _DSA_WHY = ("SGLang's DSA indexer (DeepSeek-V3.2, GLM-5) ragged prefill material
             "for the extend batch, row-chunked only under a budget of up to 30% of GPU memory (a 1M-token prompt's "
             "8K-token chunk: 32 GiB of logits in budget-sized row chunks) and ranks them with the sgl-kernel / torch "
             "/ FlashInfer top-k")
+_DSA_UPSTREAM_OLD = ("sglang 0.5.15.post1 / 0.5.19 srt/layers/attention/dsa/dsa_indexer.py "
+                     "(DSAIndexer._get_topk_ragged: deep_gemm.fp8_mqa_logits, then metadata.topk_transform)")
+_DSA_WHY_OLD = ("SGLang 0.5.15.post1-0.5.19's DSA indexer (DeepSeek-V3.2, GLM-5) ragged prefill materialises "
+                "[rows, keys] float32 logits from deep_gemm.fp8_mqa_logits, row-chunked only under the logits "
+                "budget, for the DSA top-k")
 SGLANG_DSA_PATCHES = (
     Patch(name="sglang.dsa.ragged_indexer.resolve_fp8_mqa_logits_fn",
           target=f"{sglang_wrappers.DSA_INDEXER}:resolve_fp8_mqa_logits_fn",
@@ -219,6 +224,13 @@ SGLANG_DSA_PATCHES = (
           upstream=_DSA_UPSTREAM, library="sglang", versions=">=0.5.23,<0.5.24",
           # the deprecated nsa shim star-imports the module (its copy is not what _get_topk_ragged calls)
           consumers=("sglang.srt.layers.attention.nsa.nsa_indexer",)),
+    Patch(name="sglang.dsa.ragged_indexer.deep_gemm", target=f"{sglang_wrappers.DSA_INDEXER}:deep_gemm",
+          make=sglang_wrappers.make_indexer_deep_gemm,
+          why=f"{_DSA_WHY_OLD}; the indexer module's deep_gemm (every attribute DeepGEMM's own) answers "
+              f"_get_topk_ragged's fp8_mqa_logits calls with a placeholder for the fused top-k under the same "
+              f"conditions as 0.5.23's resolve_fp8_mqa_logits_fn record",
+          upstream=_DSA_UPSTREAM_OLD, library="sglang", versions=">=0.5.15,<0.5.20",
+          consumers=("sglang.srt.layers.attention.nsa.nsa_indexer",)),  # the nsa shim's star-import copy
     Patch(name="sglang.dsa.ragged_indexer.topk_transform",
           target=f"{sglang_wrappers.DSA_TOPK}:DSATopKBackend.topk_transform",
           make=sglang_wrappers.make_dsa_topk_transform,
@@ -226,7 +238,8 @@ SGLANG_DSA_PATCHES = (
               f"top-k as sgl-kernel's transforms do: row-local (unfused), plus topk_indices_offset (RAGGED) or "
               f"as page slots of the row's request (PAGED, SM120's default prefill transform); SGLang's "
               f"backends for real logits",
-          upstream=_DSA_UPSTREAM, library="sglang", versions=">=0.5.23,<0.5.24"),
+          upstream=_DSA_UPSTREAM + "; 0.5.15.post1 / 0.5.19 the same method", library="sglang",
+          versions=">=0.5.15,<0.5.24"),
 )
 
 PATCHES = VLLM_PATCHES + SGLANG_PATCHES + SGLANG_DSA_PATCHES

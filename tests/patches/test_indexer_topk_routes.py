@@ -622,6 +622,7 @@ SGLANG_0523_DSA = {
         def _fp8_mqa_logits(q_fp8, kv, weights, ks, ke, clean_logits=False, max_seqlen_k=0):  # DeepGEMM's
             CALLS.append(q_fp8.shape[0])
             return ref_mqa_logits(q_fp8.float(), kv[0].float(), kv[1], weights, ks, ke)
+        fp8_mqa_logits = _fp8_mqa_logits  # (the 0.5.19 stand-in binds this module as its deep_gemm)
         @functools.lru_cache(maxsize=1)
         def resolve_fp8_mqa_logits_fn():
             return _fp8_mqa_logits
@@ -725,6 +726,16 @@ SGLANG_0523_DSA = {
     """,
 }
 
+# SGLang 0.5.15.post1-0.5.19: the same indexer calling the module-level deep_gemm's fp8_mqa_logits
+SGLANG_0519_DSA = {
+    **SGLANG_0523_DSA,
+    "sglang/srt/layers/attention/dsa/dsa_indexer.py": SGLANG_0523_DSA["sglang/srt/layers/attention/dsa/dsa_indexer.py"]
+    .replace("from sglang.srt.layers.attention.dsa.utils import resolve_fp8_mqa_logits_fn",
+             "from sglang.srt.layers.attention.dsa import utils as deep_gemm")
+    .replace("resolve_fp8_mqa_logits_fn()(", "deep_gemm.fp8_mqa_logits("),
+}
+DSA_RELEASES = [(SGLANG_0523_DSA, "0.5.23"), (SGLANG_0519_DSA, "0.5.19")]
+
 CALLS_SGLANG_DSA = """
 import json, os, types, torch
 import sglang  # the watcher route
@@ -771,31 +782,36 @@ print(json.dumps(res))
 """
 
 
+@pytest.mark.parametrize("tree,release", DSA_RELEASES, ids=["0.5.23", "0.5.19"])
 @pytest.mark.parametrize("env", [{}, {"METHOD": "PAGED"}, {"SGLANG_DSA_FUSE_TOPK": "0", "METHOD": "PAGED"}],
                          ids=["ragged", "paged", "unfused"])
-def test_sglang_0523_dsa_ragged_prefill(tmp_path, env):
+def test_sglang_dsa_ragged_prefill(tmp_path, env, tree, release):
     """SGLang's DSA ragged prefill (whole batch, and row chunks under the logits budget): the
     logits are a placeholder and the indices SGLang's top-k of the real logits, row-local
     (unfused), plus the ragged-KV offset (fused RAGGED) or as page slots of the row's request
     (fused PAGED: per request in one call, per row with batch_idx_list in row chunks)."""
-    out = _run(tmp_path, SGLANG_0523_DSA, CALLS_SGLANG_DSA, {"sglang": "0.5.23"}, env=env)
+    out = _run(tmp_path, tree, CALLS_SGLANG_DSA, {"sglang": release}, env=env)
     for case in ("max_rows=5", "max_rows=2"):
         assert out[case] == {"sets": True, "logits_bytes": 4, "logits_calls": []}, (case, out[case])
-    assert {v[0] for v in out["outcomes"].values()} == {"applied"} and len(out["outcomes"]) == 2, out["outcomes"]
+    seam = "resolve_fp8_mqa_logits_fn" if release == "0.5.23" else "deep_gemm"
+    applied = {k.rpartition(".")[2] for k, v in out["outcomes"].items() if v[0] == "applied"}
+    assert applied == {seam, "topk_transform"}, out["outcomes"]
 
 
+@pytest.mark.parametrize("tree,release", DSA_RELEASES, ids=["0.5.23", "0.5.19"])
 @pytest.mark.parametrize("env", [{"METHOD": "PAGED", "BACKEND": "FLASHINFER"}, {"INIT": "2"}],
                          ids=["flashinfer paged", "init tokens"])
-def test_sglang_0523_dsa_keeps_real_logits(tmp_path, env):
+def test_sglang_dsa_keeps_real_logits(tmp_path, env, tree, release):
     """FlashInfer's PAGED transform (sm12x does not write it) and init-token marks (written into
     the logits) get real logits and SGLang's own top-k."""
-    out = _run(tmp_path, SGLANG_0523_DSA, CALLS_SGLANG_DSA, {"sglang": "0.5.23"}, env=env)
+    out = _run(tmp_path, tree, CALLS_SGLANG_DSA, {"sglang": release}, env=env)
     assert out["max_rows=5"] == {"sets": True, "logits_bytes": 5 * 245 * 4, "logits_calls": [5]}
     assert out["max_rows=2"]["sets"] and out["max_rows=2"]["logits_calls"] == [2, 2, 1]
 
 
 def test_sglang_dsa_out_of_range(tmp_path):
-    out = _run(tmp_path, SGLANG_0523_DSA, CALLS_SGLANG_DSA, {"sglang": "0.5.19"})
+    """A release past the checked ranges (0.5.24) keeps SGLang's own logits and top-k."""
+    out = _run(tmp_path, SGLANG_0523_DSA, CALLS_SGLANG_DSA, {"sglang": "0.5.24"})
     assert out["max_rows=5"]["sets"] and out["max_rows=5"]["logits_calls"] == [5]
     state, reason = out["outcomes"]["sglang.dsa.ragged_indexer.topk_transform"]
-    assert state == "skipped" and ">=0.5.23,<0.5.24" in reason
+    assert state == "skipped" and ">=0.5.15,<0.5.24" in reason

@@ -15,10 +15,12 @@ returns a placeholder, and the top-k transforms that ``forward_c4_indexer`` may 
 replaced: the transforms in ``sglang.kernels.ops.attention.dsv4`` stay SGLang's for every other
 caller.
 
-SGLang 0.5.23's DSA indexer (DeepSeek-V3.2 / GLM-5) ragged prefill: the indexer module's copy of
-``resolve_fp8_mqa_logits_fn`` hands ``_get_topk_ragged`` a logits function that returns a
-placeholder, and ``DSATopKBackend.topk_transform`` (every DSA top-k goes through it) computes the
-fused top-k for it; real logits everywhere else.
+SGLang's DSA indexer (DeepSeek-V3.2 / GLM-5) ragged prefill: the logits function
+``_get_topk_ragged`` calls (0.5.23: through the indexer module's copy of
+``resolve_fp8_mqa_logits_fn``; 0.5.15.post1-0.5.19: ``deep_gemm.fp8_mqa_logits`` of the module's
+``deep_gemm``, replaced by ``IndexerDeepGemm``) returns a placeholder, and
+``DSATopKBackend.topk_transform`` (every DSA top-k goes through it) computes the fused top-k for
+it; real logits everywhere else.
 """
 from __future__ import annotations
 
@@ -154,7 +156,8 @@ def _dsa_ragged_reads_only_topk(frame) -> bool:
             or frame.f_globals.get("__name__") != DSA_INDEXER):
         return False
     indexer, metadata = frame.f_locals.get("self"), frame.f_locals.get("metadata")
-    if getattr(indexer, "num_init_tokens", 1) or getattr(indexer, "num_local_tokens", 1):
+    if "_mask_init_and_local_tokens" in frame.f_code.co_names and (  # 0.5.19 on
+            getattr(indexer, "num_init_tokens", 1) or getattr(indexer, "num_local_tokens", 1)):
         return False
     backend = getattr(metadata, "topk_backend", None)
     if (type(metadata).__name__ != "DSAIndexerMetadata"
@@ -166,29 +169,64 @@ def _dsa_ragged_reads_only_topk(frame) -> bool:
     return method == "RAGGED" or (method == "PAGED" and getattr(backend, "value", None) != "flashinfer")
 
 
+def _dsa_logits_fn(fn):
+    """``fn`` (SGLang's DSA prefill logits function, DeepGEMM's ``fp8_mqa_logits`` signature) with
+    ``_get_topk_ragged``'s calls answered by a placeholder when ``_dsa_ragged_reads_only_topk``
+    and ``_dsa_serves``."""
+    api = _api()
+
+    @functools.wraps(fn)
+    def fp8_mqa_logits(q, kv, weights, ks, ke, *rest, **kwargs):
+        if (rest or set(kwargs) - {"clean_logits"} or not _dsa_serves(q, kv)
+                or not _dsa_ragged_reads_only_topk(sys._getframe(1))):
+            return fn(q, kv, weights, ks, ke, *rest, **kwargs)
+        return api.deferred_dsa_mqa_logits(q, kv, weights, ks, ke)
+
+    return fp8_mqa_logits
+
+
+class IndexerDeepGemm:
+    """``deep_gemm`` as SGLang 0.5.15.post1-0.5.19's DSA indexer module sees it: every attribute is
+    the module's own (looked up at call time, so sm12x's DeepGEMM records serve them), except
+    ``fp8_mqa_logits``, which ``_dsa_logits_fn`` wraps."""
+
+    def __init__(self, module):
+        self.__sm12x_module__ = module
+        self.__name__ = getattr(module, "__name__", "deep_gemm")
+        self._wrapped = (None, None)
+
+    def __getattr__(self, name):
+        return getattr(self.__sm12x_module__, name)
+
+    @property
+    def fp8_mqa_logits(self):
+        # the wrapped function itself (not a method calling it), so that the indexer is its caller
+        fn = self.__sm12x_module__.fp8_mqa_logits
+        if self._wrapped[0] is not fn:
+            self._wrapped = (fn, _dsa_logits_fn(fn))
+        return self._wrapped[1]
+
+    def __repr__(self):
+        return f"<sm12x DSA indexer view of {self.__name__}>"
+
+
+def make_indexer_deep_gemm(original):
+    if isinstance(original, BaseException):  # the indexer binds the ImportError when deep_gemm is missing
+        raise ImportError(f"the DSA indexer has no deep_gemm ({original})")
+    return IndexerDeepGemm(original)
+
+
 def make_resolve_fp8_mqa_logits_fn(original):
     """The DSA indexer module's ``resolve_fp8_mqa_logits_fn``: SGLang's resolved function (DeepGEMM's
     ``fp8_mqa_logits``, or its torch fallback), wrapped so that ``_get_topk_ragged``'s calls
     return a placeholder when ``_dsa_ragged_reads_only_topk`` and ``_dsa_serves``."""
     wrapped = {}
 
-    def logits_fn(fn):
-        api = _api()
-
-        @functools.wraps(fn)
-        def fp8_mqa_logits(q, kv, weights, ks, ke, *rest, **kwargs):
-            if (rest or set(kwargs) - {"clean_logits"} or not _dsa_serves(q, kv)
-                    or not _dsa_ragged_reads_only_topk(sys._getframe(1))):
-                return fn(q, kv, weights, ks, ke, *rest, **kwargs)
-            return api.deferred_dsa_mqa_logits(q, kv, weights, ks, ke)
-
-        return fp8_mqa_logits
-
     @functools.wraps(original)
     def resolve_fp8_mqa_logits_fn():
         fn = original()
         if id(fn) not in wrapped:
-            wrapped[id(fn)] = (fn, logits_fn(fn))
+            wrapped[id(fn)] = (fn, _dsa_logits_fn(fn))
         return wrapped[id(fn)][1]
 
     return resolve_fp8_mqa_logits_fn
