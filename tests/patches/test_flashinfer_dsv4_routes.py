@@ -34,8 +34,7 @@ FLASHINFER_0614 = {
                 raise RuntimeError({ABORT!r})
             return out.fill_(3.0)
     """,
-    "flashinfer_python-0.6.14.dist-info/METADATA":
-        "Metadata-Version: 2.1\nName: flashinfer-python\nVersion: 0.6.14\n",
+    **dist_infos({"flashinfer-python": "0.6.14"}),
 }
 
 # FlashInfer 0.6.13 (the pin of vLLM 0.24 / 0.25): no SM120 path, and a signature without the
@@ -52,8 +51,7 @@ FLASHINFER_0613 = {
             CALLS.append([query.shape[0], query.shape[1], sparse_indices.shape[-1]])
             return out.fill_(3.0)
     """,
-    "flashinfer_python-0.6.13.dist-info/METADATA":
-        "Metadata-Version: 2.1\nName: flashinfer-python\nVersion: 0.6.13\n",
+    **dist_infos({"flashinfer-python": "0.6.13"}),
 }
 
 VLLM_UTILS = """

@@ -16,7 +16,7 @@ import types
 
 import pytest
 import torch
-from tests_support import REPO, write_tree
+from tests_support import REPO, dist_infos, write_tree
 
 pytestmark = pytest.mark.cpu_only
 
@@ -26,12 +26,8 @@ TINY = ["--device", "cpu", "--keys", "256", "--queries", "16", "--decode-rows", 
         "--heads", "8", "--dim", "128", "--reps", "0", "--contexts", "128,256"]
 
 
-def _metadata(name, version):
-    return {f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"}
-
-
 VLLM_034 = {
-    **_metadata("vllm", "0.34.0"),
+    **dist_infos({"vllm": "0.34.0"}),
     "vllm/model_executor/kernels/attention/dsa/fused_mqa_topk.py": """
         import torch
         import vllm.envs as envs
@@ -172,7 +168,7 @@ def _vllm_025(topk_lens="decode.seq_lens"):
     as the rows' lengths (sm12x's fused top-k takes them from the logits call, so a wrong one
     changes only vLLM's own top-k)."""
     return {
-        **_metadata("vllm", "0.25.1"),
+        **dist_infos({"vllm": "0.25.1"}),
         "vllm/model_executor/layers/sparse_attn_indexer.py": """
             import torch
             from vllm import _custom_ops as ops
@@ -236,7 +232,7 @@ def _vllm_025(topk_lens="decode.seq_lens"):
 
 
 SGLANG_0523 = {
-    **_metadata("sglang", "0.5.23"),
+    **dist_infos({"sglang": "0.5.23"}),
     "sglang/srt/layers/attention/dsv4/indexer.py": """
         from __future__ import annotations
         import torch
