@@ -23,8 +23,8 @@ v0.6.13, v0.6.14, v0.6.16.post4, v0.6.17, v0.6.18rc7 and in the 0.7.2.post1 and 
 - Larger T goes to that orchestrator (csrc/sparse_mla_sm120_prefill.cu): 0.6.14-0.6.17 serve
   H in {16, 32, 64, 128}, the main page 64, topk in {128, 512, 1024, 2048} with one cache and
   topk 128 with a compressed cache of page 64 or 2; 0.6.18 (flashinfer#4380) adds H 8 to both
-  and topk 192 / 256 for one cache. 0.7 (attention_plan.h, attention_resolve.cu) serves any T with H in {8, 16, 32, 64, 128}
-  and topk a multiple of 64.
+  and topk 192 / 256 for one cache. 0.7 (attention_plan.h, attention_resolve.cu) serves any T with
+  H in {8, 16, 32, 64, 128} and topk a multiple of 64.
 - FlashInfer before 0.6.14 has no SM120 path (vLLM 0.24/0.25 pin 0.6.13, whose function rejects
   the ``swa_topk_lens`` keyword: vllm#48054), so it serves nothing.
 So DSpark's SWA width 256 (vllm#50720) and 8 heads per rank in prefill chunks (vllm#55526) fail
@@ -43,7 +43,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 from typing import Optional
+
+import torch
+
+from sm12x import platform
+from sm12x.kernels.common import checks
+from sm12x.kernels.sparse_mla.decode import sparse_mla_decode
 
 OP = "trtllm_batch_decode_sparse_mla_dsv4"
 
@@ -149,13 +156,11 @@ def rule_for(version: Optional[str], module=None) -> FlashInferRule:
     prefill envelope: a set holding (16, 256) comes with flashinfer#4380, which added topk 192 /
     256 and 8-head prefill in the same change; a table that is not a set is 0.7's predicate), else
     from release ``version`` (None: not installed)."""
-    from sm12x.platform import parse_release
-
     table = getattr(module, "_DECODE_DSV4_DISPATCH", None)
     if table is None:
-        if version is None or parse_release(version) < (0, 6, 14):
+        if version is None or platform.parse_release(version) < (0, 6, 14):
             return NO_SM120
-        release = parse_release(version)
+        release = platform.parse_release(version)
         return RULE_0614 if release < (0, 6, 18) else RULE_0618 if release < (0, 7) else RULE_07
     if isinstance(table, (set, frozenset)):
         base = RULE_0618 if (16, 256) in table else RULE_0614
@@ -170,12 +175,8 @@ def rule_for(version: Optional[str], module=None) -> FlashInferRule:
 @functools.lru_cache(maxsize=None)
 def installed_rule() -> FlashInferRule:
     """The rule of the installed FlashInfer (read once per process)."""
-    from sm12x import platform
-
     version = platform.versions().get("flashinfer-python")
     try:
-        import importlib
-
         module = importlib.import_module("flashinfer.mla._sparse_mla_sm120")
     except Exception:  # absent before 0.6.14, or FlashInfer itself does not import
         module = None
@@ -216,8 +217,6 @@ def _page_of(cache, layout):
 
 
 def _packed(cache):
-    import torch
-
     return cache is not None and cache.dtype == torch.uint8 and cache.shape[-1] == PACKED_BYTES
 
 
@@ -225,8 +224,6 @@ def call_shape(named: dict) -> Optional[CallShape]:
     """The shape of an SM120 packed-cache call (bf16 [T, H, 512] or [b, s_q, H, 512] query, uint8
     584-byte caches, float scales, no SM100-only argument), or None for any other call (left to
     FlashInfer). Reads shapes and dtypes only."""
-    import torch
-
     for name, value in named.items():
         if name in SM100_ONLY and value is not None:
             return None
@@ -278,11 +275,6 @@ def _rows(t, tokens, name):
 def sparse_mla_dsv4(named: dict):
     """Run one SM120-form call (``call_shape`` not None) on sm12x's sparse decode, writing into
     ``out`` as FlashInfer does (``out`` shaped like ``query``; allocated when None) -> ``out``."""
-    import torch
-
-    from sm12x.kernels.common import checks
-    from sm12x.kernels.sparse_mla.decode import sparse_mla_decode
-
     q, layout = named["query"], named.get("kv_layout", "HND")
     tokens, heads = (q.shape[0] if q.dim() == 3 else q.shape[0] * q.shape[1]), q.shape[-2]
     out = named.get("out")
