@@ -9,12 +9,13 @@ Two call shapes, read from vLLM's own sources (``vllm/model_executor/layers/spar
   [rows, topk] (a view of vLLM's topk_indices_buffer). ``fused_mqa_topk_prefill`` here fills it.
 - vLLM 0.30.0-0.34.0 decode: ``fp8_fp4_paged_mqa_logits((q [B, next_n, H, D], q_scale),
   kv_cache, weights [B*next_n, H], seq_lens, block_table, schedule_metadata, max_model_len=,
-  [logits_dtype=,] indices=)`` -> [B*next_n, max_model_len] logits, passed (through
-  ``as_fp32_logits``, the identity on float32) to ``get_indexer_topk(backend)(logits, seq_lens,
-  next_n, topk_indices, topk, max_seq_len)``. ``deferred_paged_mqa_logits`` returns a placeholder
-  and ``IndexerTopkSelector`` runs the fused paged top-k for it. Row (b, t) sees positions p <
-  seq_lens[b, t] for seq_lens [B, next_n], p < seq_lens[b] - next_n + 1 + t for [B, 1] (vLLM's
-  ``SparseIndexerTopk._row_ends``); indices are those positions, -1 padded.
+  [clean_logits=False (0.30.0-0.32.0) | logits_dtype= (0.34.0),] indices=)`` -> [B*next_n,
+  max_model_len] logits, passed (0.33.0 on through ``as_fp32_logits``, the identity on float32)
+  to ``get_indexer_topk(backend)(logits, seq_lens, next_n, topk_indices, topk, max_seq_len)``.
+  ``deferred_paged_mqa_logits`` returns a placeholder and ``IndexerTopkSelector`` runs the fused
+  paged top-k for it. Row (b, t) sees positions p < seq_lens[b, t] for seq_lens [B, next_n],
+  p < seq_lens[b] - next_n + 1 + t for [B, 1] (vLLM's ``SparseIndexerTopk._row_ends``); indices
+  are those positions, -1 padded.
 - vLLM 0.22.1-0.29.0 decode: the same paged logits call (with ``clean_logits=False``), then on
   CUDA ``torch.ops._C.persistent_topk(logits, seq_lens, topk_indices, workspace, topk, max_len)``
   for topk 512 / 1024 / 2048 (0.25.1-0.29.0: ``torch.ops._C.cooperative_topk``, same arguments, for

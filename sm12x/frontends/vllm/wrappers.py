@@ -182,7 +182,8 @@ def make_indexer_ops(original):
 
 
 class RadixTopk:
-    """``torch.ops._C.persistent_topk`` / ``cooperative_topk`` (vLLM 0.22.1-0.25.1): a call with
+    """``torch.ops._C.persistent_topk`` / ``cooperative_topk`` (vLLM 0.22.1-0.29.0; cooperative_topk
+    from 0.25.1), as ``sparse_attn_indexer``'s decode looks them up on ``torch.ops._C``: a call with
     placeholder logits gets the fused paged top-k, any other vLLM's op; every attribute (its
     overloads, ``.default``) is the op's own."""
 
@@ -214,18 +215,22 @@ def _torch_op_is_ours(name) -> bool:
 
 def _decode_readers_are_ours(frame) -> bool:
     """Whether every decode top-k the calling code may hand the logits to is one of sm12x's
-    placeholder-aware readers: the names it uses (0.33-0.34: ``get_indexer_topk``; 0.22.1-0.25.1:
+    placeholder-aware readers: the names it uses (0.30.0-0.34.0: ``get_indexer_topk``; 0.22.1-0.29.0:
     ``persistent_topk``, ``cooperative_topk``, ``ops.top_k_per_row_decode``) against what is
     installed now (a reader whose record was skipped would read a placeholder as NaN logits)."""
     indexer = sys.modules.get(INDEXER_MODULE)
-    readers = {
-        "get_indexer_topk": lambda: isinstance(getattr(indexer, "get_indexer_topk", None), CachedSelectors),
-        "top_k_per_row_decode": lambda: isinstance(getattr(indexer, "ops", None), IndexerOps),
-        "persistent_topk": lambda: _torch_op_is_ours("persistent_topk"),
-        "cooperative_topk": lambda: _torch_op_is_ours("cooperative_topk"),
-    }
-    used = [ours for name, ours in readers.items() if name in frame.f_code.co_names]
-    return bool(used) and all(ours() for ours in used)
+    used = [ours for name, ours in _DECODE_READERS.items() if name in frame.f_code.co_names]
+    return bool(used) and all(ours(indexer) for ours in used)
+
+
+# a decode top-k reader's name in the indexer's code -> whether the installed one (given the
+# indexer module) is sm12x's placeholder-aware reader
+_DECODE_READERS = {
+    "get_indexer_topk": lambda indexer: isinstance(getattr(indexer, "get_indexer_topk", None), CachedSelectors),
+    "top_k_per_row_decode": lambda indexer: isinstance(getattr(indexer, "ops", None), IndexerOps),
+    "persistent_topk": lambda indexer: _torch_op_is_ours("persistent_topk"),
+    "cooperative_topk": lambda indexer: _torch_op_is_ours("cooperative_topk"),
+}
 
 
 def _caller_reads_only_topk(frame) -> bool:
@@ -241,11 +246,11 @@ def _caller_reads_only_topk(frame) -> bool:
 
 
 def make_deferred_paged_mqa_logits(original):
-    """``sparse_attn_indexer``'s ``fp8_fp4_paged_mqa_logits`` (vLLM 0.22.1-0.25.1, 0.33.0-0.34.0):
+    """``sparse_attn_indexer``'s ``fp8_fp4_paged_mqa_logits`` (vLLM 0.22.1-0.34.0):
     a placeholder for the decode top-k when ``_decode_readers_are_ours``, the logits are float32
     (so 0.33's ``as_fp32_logits`` passes them through) and ``_caller_reads_only_topk``;
     ``original`` (DeepGEMM's logits, which sm12x's DeepGEMM records serve) otherwise.
-    ``clean_logits`` (0.22.1-0.25.1 pass False) only says whether DeepGEMM fills the columns past
+    ``clean_logits`` (0.22.1-0.32.0 pass False) only says whether DeepGEMM fills the columns past
     a row's end with -inf; the fused top-k never reads them."""
     api = _api()
 
