@@ -30,6 +30,7 @@ SwiGLU with DeepSeek-V4's clamp and the activation handling stay SGLang's.
 from __future__ import annotations
 
 import functools
+import logging
 
 TRTLLM_MXFP4 = "Mxfp4FlashinferTrtllmMoEMethod"
 # Fp8Config's MXFP4-expert methods that are not SM100-only (Humming: the user's explicit choice)
@@ -37,11 +38,14 @@ SM12X_MXFP4_METHODS = ("Mxfp4MarlinMoEMethod", "Mxfp4FlashinferCutlassMoEMethod"
 FP8_MOE = "Fp8MoEMethod"
 
 
+_LOGGED: set = set()
+
+
 def _log(message: str) -> None:
     """One info line per message on logger ``sm12x`` (whose level ``SM12X_LOG`` sets)."""
-    from sm12x.apply import log_once
-
-    log_once("info", message)
+    if message not in _LOGGED:
+        _LOGGED.add(message)
+        logging.getLogger("sm12x").info(message)
 
 
 def _runner_backend() -> str:
