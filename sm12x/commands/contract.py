@@ -41,6 +41,7 @@ import types
 from dataclasses import dataclass
 
 from sm12x import platform
+from sm12x.apply import consumer_module
 from sm12x.commands.release_files import (Binding, ContractError, Release, Resolver, absolute_module, library_of,
                                           source_signature, statements)
 
@@ -293,7 +294,8 @@ def consumer_report(release: Release, patch, names=()) -> dict:
     holders = _module_copies(release, module, name, names) if "." not in patch.qualname else {}
     listed = []
     # an entry "module:attribute" names a global the module fills from the target at run time
-    for c in dict.fromkeys(entry.partition(":")[0] for entry in patch.consumers):
+    consumers = dict.fromkeys(consumer_module(entry) for entry in patch.consumers)
+    for c in consumers:
         if not release.has_top(c):
             state = "in another distribution"
         elif c not in release.modules:
@@ -304,7 +306,7 @@ def consumer_report(release: Release, patch, names=()) -> dict:
             text = release.source(c) or ""
             state = "names it" if re.search(r"\b" + re.escape(name) + r"\b", text) else "no copy"
         listed.append({"module": c, "state": state})
-    uncovered = sorted(m for m in holders if m not in {entry.partition(":")[0] for entry in patch.consumers})
+    uncovered = sorted(m for m in holders if m not in consumers)
     return {"listed": listed, "copies": sorted(holders), "uncovered": uncovered}
 
 
@@ -514,7 +516,8 @@ examples:
 
 def add_contract_command(subparsers):
     p = subparsers.add_parser("contract", help="check the patch records against a framework wheel or folder",
-                              description=CONTRACT_HELP, formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+                              description=CONTRACT_HELP,
+                              formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
     p.add_argument("paths", nargs="+", metavar="WHEEL_OR_DIR", help="a wheel file, or a folder holding a release")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--json", action="store_true", help="every verdict as JSON (for scripts)")

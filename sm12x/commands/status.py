@@ -13,10 +13,11 @@ import platform as _python
 import sys
 import textwrap
 
+from sm12x.apply import ARCH_ONLY  # how sm12x.apply.exact_arch's skip reasons start
+
 FRAMEWORK_KEYS = ("vllm", "sglang")
 # libraries whose absence is expected on most machines: named once in the summary, not per patch
 NOT_INSTALLED = " is not installed"
-ARCH_ONLY = "only for compute capability"  # how sm12x.apply.exact_arch's skip reasons start
 BOOTSTRAP_OFF = (
     "not active in this process: sm12x's sitecustomize.py did not run when this Python started, so "
     "nothing is patched here. That is expected outside a container. Inside one it runs when the bundle "
