@@ -524,7 +524,6 @@ class FrameworkFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             setattr(module, name, value)
 
 
-
 def install_framework(release, src):
     """Put the finder for ``release`` (extracted under ``src/<release>``) on sys.meta_path, after
     sm12x's import watcher, so the watcher applies the patch records as these modules import."""
@@ -873,7 +872,8 @@ def worker(args):
             call = out = want = None  # this pass's buffers go before the next one is measured
             RUN.workspaces.clear()
             _sync(device)
-            torch.cuda.empty_cache() if device.type == "cuda" else None
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
             results.append(row)
             print(json.dumps(row), flush=True)
             if args.mode == "unpatched" and (not row["ok"] or (row.get("peak") or 0) > args.memory_cap_gib * 2 ** 30):
@@ -1019,6 +1019,8 @@ def parse_args(argv=None):
     args.release_list = [r for r in args.releases.split(",") if r]
     if args.budget_s and not args.worker:
         args.deadline = time.time() + args.budget_s
+    if not args.release_list:
+        p.error(f"--releases: none given (from {RELEASES})")
     unknown = set(args.release_list) - set(RELEASES)
     if unknown:
         p.error(f"--releases: {sorted(unknown)} not among {RELEASES}")

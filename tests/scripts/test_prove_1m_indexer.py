@@ -439,3 +439,8 @@ def test_table_fails_on_wrong_rows_and_on_a_failed_sm12x_pass(prove):
                                                                  **{"pass": "decode"})]
     _, failures = prove.table(args, bad)
     assert len(failures) == 2 and any("1 rows differ" in f for f in failures) and any("boom" in f for f in failures)
+
+
+def test_no_release_is_refused_by_name(prove):
+    with pytest.raises(SystemExit):
+        prove.parse_args(["--releases", ",", "--device", "cpu"])
