@@ -211,5 +211,6 @@ def test_deferred_decode_logits_then_025_readers(device, reader):
     assert as_sets(out) == as_sets(vllm_decode_top_k(real.cpu().float(), lens.cpu(), next_n, topk))
     run(real)
     assert len(calls) == 1 and calls[0][0] is real
-    with pytest.raises(ValueError, match="topk_tokens"):
-        run(logits, k=topk + 4)
+    for bad in (topk + 4, 0):
+        with pytest.raises(ValueError, match="topk_tokens"):
+            run(logits, k=bad)

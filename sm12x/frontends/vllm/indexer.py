@@ -129,8 +129,8 @@ def top_k_per_row_prefill(original, logits, cu_seqlen_ks, cu_seqlen_ke, raw_topk
 def decode_topk(op, compute, topk_indices, topk_tokens) -> None:
     """A decode top-k reader given placeholder logits: the fused paged top-k (``compute`` from
     ``deferred_paged_mqa_logits``) into the reader's index buffer ``topk_indices`` ([rows, >= topk])."""
-    require(isinstance(topk_tokens, int) and topk_indices.shape[-1] >= topk_tokens, op, "topk_tokens",
-            topk_tokens, lambda: f"an int <= the index buffer's width ({topk_indices.shape[-1]})")
+    require(isinstance(topk_tokens, int) and 1 <= topk_tokens <= topk_indices.shape[-1], op, "topk_tokens",
+            topk_tokens, lambda: f"an int from 1 to the index buffer's width ({topk_indices.shape[-1]})")
     compute(topk_tokens, topk_indices[:, :topk_tokens])
 
 
@@ -162,7 +162,7 @@ def radix_topk(original, logits, seq_lens, topk_indices, workspace, topk_tokens,
 def deferred_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, schedule_metadata, max_model_len,
                               indices=None):
     """vLLM's decode ``fp8_fp4_paged_mqa_logits`` without computing the logits: a [B*next_n,
-    max_model_len] placeholder for the decode top-k readers (0.33.0-0.34.0: ``IndexerTopkSelector``;
+    max_model_len] placeholder for the decode top-k readers (0.30.0-0.34.0: ``IndexerTopkSelector``;
     0.22.1-0.29.0: ``radix_topk``, ``top_k_per_row_decode``). ``indices`` (SM100 varlen rows) only
     shapes DeepGEMM's schedule; the rows carry their own lengths."""
     op = "fp8_fp4_paged_mqa_logits"
