@@ -74,3 +74,12 @@ def test_every_checked_release_has_each_sglang_row():
         rows = moe_paths.moe_rows({"sglang": release}, [])
         kinds = [r["experts"] for r in rows]
         assert len(kinds) == len(set(kinds)) == 4, (release, kinds)
+
+
+def test_paths_name_registered_records():
+    """A path's record names are real records (a misspelt one would read as 'not registered' and
+    show the path's fallback as what serves)."""
+    from sm12x.patches import all_patches
+
+    names = {p.name for p in all_patches()}
+    assert [r for path in moe_paths.PATHS for r in path.records if r not in names] == []
