@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class MoePath:
+    """One statement of what serves some experts on SM12x for a release range of a framework
+    (or of DeepGEMM), and the sm12x records it rests on."""
+
     framework: str  # key of sm12x.platform.DISTRIBUTIONS
     versions: str  # release range the statement was checked for
     experts: str  # which experts, of which checkpoints

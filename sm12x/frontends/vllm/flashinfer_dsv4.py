@@ -104,11 +104,16 @@ class FlashInferRule:
     prefill_page: Optional[int] = 64
 
     def decode_serves(self, s: CallShape) -> bool:
+        """Whether the decode kernels take ``s``: at most ``decode_max_tokens`` rows, the SWA page
+        ``decode_page`` and (heads, topk) in ``decode_table``."""
         return (self.decode_table is not None and s.tokens <= self.decode_max_tokens
                 and (self.decode_page is None or s.page == self.decode_page)
                 and (s.heads, s.topk) in self.decode_table)
 
     def prefill_serves(self, s: CallShape) -> bool:
+        """Whether the prefill orchestrator takes ``s``: from ``prefill_min_tokens`` rows, heads in
+        ``prefill_heads``, the SWA page ``prefill_page``, the SWA topk in ``prefill_topks`` (with a
+        compressed cache: ``prefill_dual_topks``, its page in ``prefill_extra_pages``)."""
         if (self.decode_table is None or s.tokens < self.prefill_min_tokens
                 or s.heads not in self.prefill_heads):
             return False

@@ -204,6 +204,8 @@ class RadixTopk:
 
 
 def make_radix_topk(original):
+    """The ``torch.ops._C`` op ``original`` (``persistent_topk`` / ``cooperative_topk``) as
+    ``RadixTopk``."""
     return RadixTopk(original)
 
 
