@@ -322,6 +322,8 @@ def dense_logits_rows(max_seqlen_k, max_logits_bytes=None):
 
 
 def vllm_stand_ins(release):
+    """{module: {name: value}} for what vLLM's indexer modules import (``release`` picks the
+    ``vllm.utils.deep_gemm`` signatures)."""
     import enum
 
     import torch
@@ -458,6 +460,7 @@ def _tilelang_paged_logits(q_fp8, kvcache_fp8, weight, seq_lens, page_table, dee
 
 
 def sglang_stand_ins(release):
+    """{module: {name: value}} for what SGLang 0.5.23's DeepSeek-V4 indexer module imports."""
     import torch
 
     return {
@@ -545,6 +548,8 @@ def install_framework(release, src):
 
 @dataclass
 class Inputs:
+    """The inputs of every pass, made once for the largest context."""
+
     cache: object  # uint8 [pages, BLOCK, 1, dim + 4] (DeepGEMM's paged indexer-cache layout)
     q_prefill: object  # float8 [queries, heads, dim]
     w_prefill: object  # float32 [queries, heads]
@@ -590,6 +595,7 @@ def decode_lens(keys, rows, device):
 
 
 def block_table(keys, rows, device):
+    """int32 [rows, pages of ``keys``]: every request maps its page p to cache page p."""
     import torch
 
     return torch.arange(-(-keys // BLOCK), dtype=torch.int32, device=device)[None].expand(rows, -1).contiguous()
@@ -627,6 +633,9 @@ def _vllm_prefill_chunks(release, keys, queries, device):
 
 
 def vllm_pass(module, release, kind, inputs, keys, topk):
+    """A call running vLLM's ``sparse_attn_indexer`` (in ``module``) with the metadata and forward
+    context vLLM builds for one pass at ``keys`` keys (``kind`` "prefill": the chunk's rows;
+    "decode": the decode rows, next_n 1); it returns the index buffer, int32 [rows, topk]."""
     import torch
 
     device = inputs.cache.device
@@ -681,6 +690,9 @@ def _gather_index_keys(cache, page_table, seq_len_sum):
 
 
 def sglang_pass(module, kind, inputs, keys, topk):
+    """A call running SGLang's ``forward_c4_indexer`` (``module.C4IndexerBackendMixin``) for one
+    pass at ``keys`` keys (``kind`` "prefill" on the paged route, "prefill-nonpaged", "decode");
+    it returns the raw (position) indices, int32 [rows, topk]."""
     import torch
 
     device = inputs.cache.device
@@ -821,6 +833,10 @@ def compare(kind, inputs, keys, got, want, topk):
 
 
 def worker(args):
+    """One (release, mode) process: installs the release (the records apply as its modules
+    import, or are skipped through SM12X_SKIP), runs every pass at each context, prints a JSON
+    row per pass (the patched rows compared with the unpatched run's saved indices) and the
+    records' outcomes last."""
     import torch
 
     device = torch.device(args.device)
