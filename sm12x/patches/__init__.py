@@ -46,13 +46,19 @@ class Patch:
     # "sm12x" (SM12x, or any GPU with SM12X_FORCE=1), "any", or one compute capability such as
     # "12.1" (a gate only that GPU answers wrongly; SM12X_FORCE does not widen it)
     arch: str = "sm12x"
-    consumers: tuple = ()  # modules that hold `from <target module> import <name>` copies
+    # modules that hold `from <target module> import <name>` copies, or "module:attribute" for one
+    # global a module filled from the target at run time (rebound whatever its aliases)
+    consumers: tuple = ()
 
     def __post_init__(self):
         if self.versions in ("", "*") and not self.versions_note:
             raise ValueError(f"patch {self.name}: versions '*' needs versions_note (why every release)")
         if self.fixed_in and not self.fixed_in.replace(".", "").isdigit():
             raise ValueError(f"patch {self.name}: fixed_in {self.fixed_in!r} is not a release number")
+        major, _, minor = self.arch.partition(".")
+        if self.arch not in ("sm12x", "any") and not (major.isdigit() and minor.isdigit()):
+            raise ValueError(f"patch {self.name}: arch {self.arch!r} is not 'sm12x', 'any' or a compute "
+                             f"capability such as '12.1'")
 
     @property
     def module(self) -> str:

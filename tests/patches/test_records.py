@@ -24,4 +24,7 @@ def test_a_star_range_needs_a_reason():
     with pytest.raises(ValueError, match="fixed_in"):
         Patch(name="x", target="m:f", make=None, why="w", upstream="u", library="vllm",
               versions=">=1", fixed_in="none known")
+    with pytest.raises(ValueError, match="arch 'gb10'"):
+        Patch(name="x", target="m:f", make=None, why="w", upstream="u", library="vllm",
+              versions=">=1", arch="gb10")
 
