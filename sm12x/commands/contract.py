@@ -469,7 +469,9 @@ def render_markdown(reports: list, stream) -> None:
             for r in rows:
                 print(f"| `{r['name']}` | `{r['target']}` | `{r['versions']}` | {verdict(r)} |", file=stream)
             print(file=stream)
-        held = [r for r in report["patches"] if r.get("consumers") and r["consumers"]["uncovered"]]
+        # a record that skips or is retired here installs nothing, so its copies do not matter
+        held = [r for r in report["patches"] if r["in_range"] in ("yes", "not this library")
+                and r.get("consumers") and r["consumers"]["uncovered"]]
         for r in held:
             print(f"- `from X import` copies of `{r['target']}` not in `{r['name']}`'s consumers: "
                   + ", ".join(f"`{m}`" for m in r["consumers"]["uncovered"]), file=stream)

@@ -279,6 +279,7 @@ def test_exit_code_and_output(release):
 def test_markdown_matrix(release):
     patches = [record("fine", "vllm.ops.kernels:logits", consumers=("vllm.layers.listed",)),
                record("out", "vllm.ops.kernels:gone", versions=">=0.31"),
+               record("old", "vllm.ops.kernels:logits", versions="<0.30"),
                record("broken", "vllm.ops.kernels:gone")]
     out = io.StringIO()
     assert contract.run([release], stream=out, patches=patches, markdown=True) == 1
@@ -288,6 +289,7 @@ def test_markdown_matrix(release):
     assert "| `out` | `vllm.ops.kernels:gone` | `>=0.31` | skips: outside >=0.31 |" in text
     assert "| `broken` | `vllm.ops.kernels:gone` | `>=0.30,<0.31` | **record bug**: attribute missing |" in text
     assert "`vllm.layers.unlisted`" in text  # a copy the record does not list
+    assert "not in `old`'s consumers" not in text  # a record that skips here installs nothing
 
 
 def test_cli(release, capsys, tmp_path):
