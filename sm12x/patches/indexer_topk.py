@@ -34,15 +34,21 @@ pair where the release's source shows it:
   fused top-k for it as sgl-kernel's transforms do (row-local when unfused, plus the ragged-KV
   offset for RAGGED, page slots of the row's request for PAGED); real logits for FlashInfer's
   PAGED transform and init / local token marks.
+- SGLang 0.5.15.post1-0.5.23's DSA indexer decode, MTP verify and draft extend (``_get_topk_paged``):
+  the module's copies of ``deepgemm_paged_mqa_logits_split`` / ``_native`` (DeepGEMM's paged logits,
+  whatever function SGLang hands them, split by SM count from 0.5.20) return a placeholder, and the
+  same ``DSATopKBackend.topk_transform`` writes the PAGED transform for it (the v2 kernel's slots
+  through the indexer's page table, sgl-kernel's or FlashInfer's through the page_size=1 table, or
+  positions unfused); real logits for init / local token marks and a FlashInfer tie-break.
 
 Not covered (see the front ends' docstrings): vLLM releases before 0.22.1; vLLM prefill and decode
 with DCP > 1 or v4.1 candidate blocks, BF16 logits or SM100 MX inputs (real logits, vLLM's top-k);
 SGLang's DeepSeek-V4 paged indexer when its logits come from ``deep_gemm`` itself
 (SGLANG_OPT_USE_TILELANG_INDEXER=0 and SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=0: the function is shared
 with the DSA indexers, and SGLang then chunks the rows by a logits budget); SGLang's DSA indexer
-outside the ragged prefill: its decode and MTP verify (``_get_topk_paged``: paged logits
-through DeepGEMM's split / native wrappers, CuteDSL or sgl-kernel, then the PAGED transform;
-bounded by batch rows x context), prefill context parallel (``_get_topk_ragged_with_cp``), and
+in prefill context parallel (``_get_topk_ragged_with_cp``), its paged logits through CuteDSL
+(SM100 only) or aiter / XPU kernels, its fused torch top-k backend (SGLang raises there), and the
+kpool indexer of ``index_kpool`` models (``dsa_indexer_kpool``, its own ``_get_topk_paged``);
 0.5.20-0.5.22 (not read). No ``max_model_len`` / context gate whose only reason is the indexer's
 memory or DeepGEMM's 32-bit offsets exists in vLLM 0.25.1 / 0.34.0 or SGLang 0.5.23: past 256K
 stock crashes (CUDA error 719) rather than refusing.
@@ -242,4 +248,28 @@ SGLANG_DSA_PATCHES = (
           versions=">=0.5.15,<0.5.24"),
 )
 
-PATCHES = VLLM_PATCHES + SGLANG_PATCHES + SGLANG_DSA_PATCHES
+_DSA_PAGED_UPSTREAM = ("sglang 0.5.15.post1-0.5.23 srt/layers/attention/dsa/dsa_indexer.py (DSAIndexer._get_topk_paged: "
+                       "deepgemm_paged_mqa_logits_split / _native, then metadata.topk_transform); "
+                       "kernels/ops/attention/dsa/paged_mqa_logits.py (0.5.15.post1: jit_kernel/dsa/paged_mqa_logits.py)")
+_DSA_PAGED_WHY = ("SGLang's DSA indexer (DeepSeek-V3.2, GLM-5) decode, MTP verify and draft extend "
+                  "(_get_topk_paged) materialise [rows, max_seq_len] float32 logits through DeepGEMM's paged "
+                  "logits, max_seq_len being the page table's width (the context limit under CUDA graphs: 4 MiB "
+                  "a row at 1M tokens, 1 GiB for a 256-row verify batch) only for the DSA top-k; {how}. The "
+                  "logits come back as a placeholder for the fused paged top-k when only a top-k sm12x writes "
+                  "reads them (DSATopKBackend.topk_transform applied; no init / local token marks; not "
+                  "FlashInfer with a tie-break set, not the fused torch backend), SGLang's logits otherwise")
+SGLANG_DSA_PAGED_PATCHES = tuple(
+    Patch(name=f"sglang.dsa.paged_indexer.{name}", target=f"{sglang_wrappers.DSA_INDEXER}:{name}", make=make,
+          why=_DSA_PAGED_WHY.format(how=how), upstream=_DSA_PAGED_UPSTREAM, library="sglang",
+          versions=">=0.5.15,<0.5.24",
+          consumers=("sglang.srt.layers.attention.nsa.nsa_indexer",))  # the nsa shim's star-import copy
+    for name, make, how in (
+        ("deepgemm_paged_mqa_logits_split", sglang_wrappers.make_dsa_paged_logits_split,
+         "this wrapper serves decode rows and verify / draft-extend rows one row per request "
+         "(from 0.5.20 through a function that splits the rows by SM count and concatenates them)"),
+        ("deepgemm_paged_mqa_logits_native", sglang_wrappers.make_dsa_paged_logits_native,
+         "this wrapper serves MTP verify with [B, next_n] context lengths (next_n rows per request, one "
+         "DeepGEMM call)"))
+)
+
+PATCHES = VLLM_PATCHES + SGLANG_PATCHES + SGLANG_DSA_PATCHES + SGLANG_DSA_PAGED_PATCHES

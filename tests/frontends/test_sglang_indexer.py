@@ -115,7 +115,8 @@ def sglang_dsa_topk_unfused(logits, lengths, topk, row_starts):
 def test_dsa_placeholder_then_topk_transform(device, fused):
     """SGLang's DSA ragged prefill: the placeholder logits and ``dsa_topk_transform`` give the
     row-local top-k SGLang's torch backend gives (unfused), plus topk_indices_offset for the
-    fused RAGGED transform; real logits go to SGLang's method; PAGED is refused by name."""
+    fused RAGGED transform; real logits go to SGLang's method; a PAGED call without its table and an
+    unknown method are refused by name."""
     g = torch.Generator().manual_seed(9)
     ks = torch.tensor([0, 0, 0, 150, 150], dtype=torch.int32)
     lengths = torch.tensor([148, 149, 150, 7, 80], dtype=torch.int32)
@@ -138,6 +139,82 @@ def test_dsa_placeholder_then_topk_transform(device, fused):
     assert int((got[3] >= 0).sum()) == 7  # a row seeing fewer keys than topk: -1 after them
     assert api.dsa_topk_transform(lambda: "sglang", real, lengths, 16, fused, ragged) == "sglang"
     if fused:
-        with pytest.raises(ValueError, match="topk_transform.*topk_transform_method"):
+        with pytest.raises(ValueError, match="topk_transform.*attn_metadata"):
             api.dsa_topk_transform(None, logits, lengths, 16, True, types.SimpleNamespace(name="PAGED"),
                                    row_starts=ks)
+        with pytest.raises(ValueError, match="topk_transform.*topk_transform_method"):
+            api.dsa_topk_transform(None, logits, lengths, 16, True, "BLOCKWISE", row_starts=ks)
+
+
+def sglang_dsa_paged(real, lengths, topk, fused, table=None, page_size=1):
+    """SGLang's DSA decode top-k of real paged logits: per row the topk best positions p < lengths[row]
+    (a row seeing no more than topk: 0..n-1 in order, as sgl-kernel writes it), -1 after them;
+    fused: table[row, p // page_size] * page_size + p % page_size (the v2 kernel over the indexer's
+    page table; page_size 1: sgl-kernel's page_size=1 table, row i for row i in decode form)."""
+    rows = real.shape[0]
+    pos = torch.full((rows, topk), -1, dtype=torch.int32)
+    for r in range(rows):
+        n = int(lengths[r])
+        if n <= topk:
+            pos[r, :n] = torch.arange(n, dtype=torch.int32)
+        else:
+            pos[r] = torch.topk(real[r, :n].float(), topk).indices.int()
+    if not fused:
+        return pos
+    p = pos.clamp(min=0).long()
+    slots = table.gather(1, p // page_size).long() * page_size + p % page_size
+    return torch.where(pos >= 0, slots, -1).int()
+
+
+@pytest.mark.parametrize("next_n", [1, 2])
+@pytest.mark.parametrize("transform", ["unfused", "v2", "page_table_1", "flashinfer"])
+def test_dsa_paged_placeholder_then_topk_transform(device, next_n, transform):
+    """SGLang's DSA decode (next_n 1) and MTP verify (next_n 2, [B, next_n] context lengths): the
+    placeholder and ``dsa_topk_transform`` give the positions SGLang's top-k of the real paged
+    logits gives (unfused) or its page slots: the v2 kernel's through the indexer's page table,
+    sgl-kernel's through row i of the page_size=1 table, FlashInfer's through the row's request."""
+    from tests.kernels.indexer.test_paged_mqa_logits import make_paged
+
+    b, h, d, bkv, topk = 3, 8, 64, 64, 24
+    inp = make_paged(b, next_n, h, d, bkv, [20, 100, 150], False, device, ctx2d=True, seed=8)
+    (q, _), cache, w, ctx, bt = inp["q"], inp["cache"], inp["weights"], inp["context_lens"], inp["block_table"]
+    max_seq_len = inp["max_context_len"]
+    rows = b * next_n
+    lengths = ctx.reshape(-1).clone()
+    lengths[0] = min(int(lengths[0]), 5)  # the top-k reads fewer positions than the logits hold
+    logits = api.deferred_dsa_paged_logits(q, cache, w, ctx, bt, max_seq_len)
+    assert logits.shape == (rows, max_seq_len) and logits.untyped_storage().nbytes() == 4
+    g = torch.Generator().manual_seed(2)
+    table_1 = torch.randperm(9 * max_seq_len, generator=g)[:rows * max_seq_len].int().view(rows, max_seq_len)
+    real_table = bt.repeat_interleave(next_n, dim=0).cpu()  # SGLang's expanded rows
+    cu = torch.arange(0, rows + 1, next_n, dtype=torch.int32)  # a request of next_n rows
+    attn = types.SimpleNamespace(real_page_table=real_table.to(device), page_size=bkv,
+                                 page_table_1=(table_1[::next_n] if transform == "flashinfer" else table_1).to(device))
+    paged = types.SimpleNamespace(name="PAGED")
+    calls = []
+    got = api.dsa_topk_transform(lambda: calls.append(1), logits, lengths, topk, transform != "unfused", paged, attn,
+                                 cu.to(device), backend="flashinfer" if transform == "flashinfer" else "sgl-kernel",
+                                 v2=transform == "v2")
+    real = deep_gemm_api.fp8_paged_mqa_logits(q, cache, w, ctx, bt, None, max_seq_len, clean_logits=False).cpu()
+    table, page_size = {"unfused": (None, 1), "v2": (real_table, bkv), "page_table_1": (table_1, 1),
+                        "flashinfer": (table_1[::next_n].repeat_interleave(next_n, dim=0), 1)}[transform]
+    want = sglang_dsa_paged(real, lengths.cpu(), topk, transform != "unfused", table, page_size)
+    assert not calls and got.dtype == torch.int32 and as_sets(got) == as_sets(want)
+    if transform != "flashinfer":  # sgl-kernel: short rows exactly as it writes them
+        short = lengths.cpu() <= topk
+        assert torch.equal(got.cpu()[short], want[short])
+    assert api.dsa_topk_transform(lambda: "sglang", real, lengths, topk, True, paged, attn) == "sglang"
+
+
+def test_dsa_paged_bad_inputs_name_the_op(device):
+    from tests.kernels.indexer.test_paged_mqa_logits import make_paged
+
+    inp = make_paged(2, 1, 8, 64, 64, [30, 70], False, device, ctx2d=True, seed=1)
+    (q, _), cache, w, ctx, bt = inp["q"], inp["cache"], inp["weights"], inp["context_lens"], inp["block_table"]
+    with pytest.raises(ValueError, match="fp8_paged_mqa_logits.*block_table"):
+        api.deferred_dsa_paged_logits(q, cache, w, ctx, bt[:1], inp["max_context_len"])
+    logits = api.deferred_dsa_paged_logits(q, cache, w, ctx, bt, inp["max_context_len"])
+    with pytest.raises(ValueError, match="topk_transform.*row_starts"):
+        api.dsa_topk_transform(None, logits, ctx.reshape(-1), 8, False, "PAGED", row_starts=ctx.reshape(-1))
+    with pytest.raises(ValueError, match="topk_transform.*lengths"):
+        api.dsa_topk_transform(None, logits, ctx.reshape(-1)[:1], 8, False, "PAGED")

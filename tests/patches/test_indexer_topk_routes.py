@@ -614,7 +614,8 @@ def test_sglang_0523_paged_indexer_sm120_default(tmp_path):
 
 SGLANG_0523_DSA = {
     **packages("sglang", "sglang/srt", "sglang/srt/layers", "sglang/srt/layers/attention",
-               "sglang/srt/layers/attention/dsa"),
+               "sglang/srt/layers/attention/dsa", "sglang/kernels", "sglang/kernels/ops",
+               "sglang/kernels/ops/attention"),
     "sglang/srt/layers/attention/dsa/utils.py": """
         import functools
         from sm12x.kernels.indexer.reference import ref_mqa_logits
@@ -626,6 +627,26 @@ SGLANG_0523_DSA = {
         @functools.lru_cache(maxsize=1)
         def resolve_fp8_mqa_logits_fn():
             return _fp8_mqa_logits
+        from sm12x.kernels.indexer.reference import ref_paged_mqa_logits
+        PAGED_CALLS = []
+        def _fp8_paged_mqa_logits(q, kv_cache, w, context_lens, block_table, schedule, max_len, clean_logits=False):
+            PAGED_CALLS.append(q.shape[0] * q.shape[1])
+            return ref_paged_mqa_logits(q, kv_cache, w, context_lens, block_table, max_len)
+        fp8_paged_mqa_logits = _fp8_paged_mqa_logits
+        def resolve_fp8_paged_mqa_logits_fn():
+            return _fp8_paged_mqa_logits
+    """,
+    # SGLang's wrappers around DeepGEMM's paged logits (kernels/ops/attention/dsa/paged_mqa_logits.py)
+    "sglang/kernels/ops/attention/dsa/__init__.py": """
+        def deepgemm_paged_mqa_logits_native(fn, q_fp8, kv_cache_fp8, weights, ctx_lens_2d, block_tables,
+                                             schedule_metadata, max_seq_len, *, q_offset, B, next_n):
+            return fn(q_fp8[:q_offset].view(B, next_n, q_fp8.shape[1], q_fp8.shape[2]), kv_cache_fp8,
+                      weights[:q_offset], ctx_lens_2d, block_tables[::next_n], schedule_metadata, max_seq_len,
+                      clean_logits=False)
+        def deepgemm_paged_mqa_logits_split(fn, q_fp8, kv_cache_fp8, weights, ctx_lens_2d, block_tables,
+                                            schedule_metadata, max_seq_len, *, q_offset):
+            return fn(q_fp8.unsqueeze(1)[:q_offset], kv_cache_fp8, weights[:q_offset], ctx_lens_2d, block_tables,
+                      schedule_metadata, max_seq_len, clean_logits=False)
     """,
     # SGLang's top-k step (its torch backend's _topk_unfused, and sgl-kernel's fused transforms:
     # RAGGED adds the row's ragged-KV offset, PAGED maps through the page_size=1 table of the
@@ -634,9 +655,15 @@ SGLANG_0523_DSA = {
         import enum, os, types
         import torch
         class _Flag:
+            def __init__(self, name, default):
+                self.name, self.default = name, default
             def get(self):
-                return os.environ.get("SGLANG_DSA_FUSE_TOPK", "1") == "1"
-        envs = types.SimpleNamespace(SGLANG_DSA_FUSE_TOPK=_Flag())
+                value = os.environ.get(self.name, self.default)
+                return value if value in (None, "small", "large") else value == "1"
+        envs = types.SimpleNamespace(SGLANG_DSA_FUSE_TOPK=_Flag("SGLANG_DSA_FUSE_TOPK", "1"),
+                                     SGLANG_OPT_USE_TOPK_V2=_Flag("SGLANG_OPT_USE_TOPK_V2", "1"),
+                                     SGLANG_DSA_TOPK_FLASHINFER_TIE_BREAK=_Flag("SGLANG_DSA_TOPK_FLASHINFER_TIE_BREAK",
+                                                                                None))
         CALLS = []
         class TopkTransformMethod(enum.IntEnum):
             PAGED = 1
@@ -652,7 +679,10 @@ SGLANG_0523_DSA = {
             return out
         class DSATopKBackend(enum.Enum):
             SGL_KERNEL = "sgl-kernel"
+            TORCH = "torch"
             FLASHINFER = "flashinfer"
+            def should_use_topk_v2(self):
+                return self == DSATopKBackend.SGL_KERNEL and envs.SGLANG_OPT_USE_TOPK_V2.get()
             def topk_transform(self, logits, lengths, topk, topk_transform_method, attn_metadata,
                                cu_seqlens_q_topk=None, topk_indices_offset=None, row_starts=None,
                                batch_idx_list=None, force_unfused_topk=False):
@@ -660,11 +690,24 @@ SGLANG_0523_DSA = {
                 raw = _topk_unfused(logits, lengths, topk, row_starts)
                 if not envs.SGLANG_DSA_FUSE_TOPK.get() or force_unfused_topk:
                     return raw
+                if (self.should_use_topk_v2() and topk_transform_method == TopkTransformMethod.PAGED
+                        and row_starts is None and batch_idx_list is None and 0 < topk <= 2048
+                        and lengths.shape[0] == logits.shape[0] == attn_metadata.real_page_table.shape[0]):
+                    # the v2 kernel: the indexer's own page table
+                    p, size = raw.clamp(min=0).long(), attn_metadata.page_size
+                    slots = attn_metadata.real_page_table.gather(1, p // size) * size + p % size
+                    return torch.where(raw >= 0, slots, -1)
+                if self == DSATopKBackend.TORCH:
+                    raise RuntimeError("Unsupported self for SGLANG_DSA_FUSE_TOPK")
                 if topk_transform_method == TopkTransformMethod.RAGGED:
                     return torch.where(raw >= 0, raw + topk_indices_offset[:, None], -1)
                 table = attn_metadata.page_table_1
                 table = table if batch_idx_list is None else table[batch_idx_list]
                 cu = cu_seqlens_q_topk.tolist()
+                # decode form (sgl-kernel: a table row per logits row; FlashInfer: a request per row)
+                per_row = table.shape[0] if self == DSATopKBackend.SGL_KERNEL else len(cu) - 1
+                if row_starts is None and per_row == raw.shape[0]:
+                    cu = list(range(raw.shape[0] + 1))
                 owner = [next(b for b in range(len(cu) - 1) if cu[b] <= i < cu[b + 1]) for i in range(raw.shape[0])]
                 slots = table[torch.tensor(owner)[:, None], raw.clamp(min=0).long()]
                 return torch.where(raw >= 0, slots, -1)
@@ -675,7 +718,9 @@ SGLANG_0523_DSA = {
         import dataclasses
         import torch
         from sglang.srt.layers.attention.dsa.utils import resolve_fp8_mqa_logits_fn
+        from sglang.srt.layers.attention.dsa.utils import resolve_fp8_paged_mqa_logits_fn
         from sglang.srt.layers.attention.dsa.dsa_topk_backend import DSATopKBackend, TopkTransformMethod
+        from sglang.kernels.ops.attention.dsa import deepgemm_paged_mqa_logits_native, deepgemm_paged_mqa_logits_split
         @dataclasses.dataclass(frozen=True)
         class DSAIndexerMetadata:
             attn_metadata: object
@@ -698,11 +743,42 @@ SGLANG_0523_DSA = {
         class DSAIndexer:
             def __init__(self, topk, init_tokens=0):
                 self.index_topk, self.num_init_tokens, self.num_local_tokens = topk, init_tokens, 0
-            def _mask_init_and_local_tokens(self, logits, lengths, row_starts):
+            def _mask_init_and_local_tokens(self, logits, lengths, row_starts=None):
                 if self.num_init_tokens == 0 and self.num_local_tokens == 0:
                     return logits
+                row_starts = torch.zeros_like(lengths) if row_starts is None else row_starts
                 idx = row_starts[:, None].long() + torch.arange(self.num_init_tokens)[None, :]
                 logits.scatter_(1, idx, float("inf"))
+            def _get_topk_paged(self, q_fp8, weights, metadata, kv_cache_fp8, q_offset, next_n, sm_count):
+                a = metadata.attn_metadata
+                block_tables, seqlens_32 = a.real_page_table, a.seqlens_expanded
+                max_seq_len, B = block_tables.shape[1] * 64, q_offset // next_n
+                ctx_2d = a.paged_mqa_ctx_lens_2d
+                use_dg_native = next_n >= 2 and ctx_2d is not None and ctx_2d.shape == (B, next_n)
+                seqlens_32_2d = ctx_2d if use_dg_native else seqlens_32.reshape(-1, 1).contiguous()
+                def _chunked(q, kv_cache, w, context_lens, block_table, schedule, max_len, clean_logits=False):
+                    batch_size, chunk_next_n = q.shape[:2]
+                    if batch_size <= sm_count:
+                        return resolve_fp8_paged_mqa_logits_fn()(q, kv_cache, w, context_lens, block_table, schedule,
+                                                                 max_len, clean_logits=clean_logits)
+                    return torch.cat([resolve_fp8_paged_mqa_logits_fn()(
+                        q[s:s + sm_count], kv_cache, w[s * chunk_next_n:(s + sm_count) * chunk_next_n],
+                        context_lens[s:s + sm_count], block_table[s:s + sm_count], None, max_len,
+                        clean_logits=clean_logits) for s in range(0, batch_size, sm_count)])
+                fn = _chunked
+                if use_dg_native:
+                    logits = deepgemm_paged_mqa_logits_native(fn, q_fp8, kv_cache_fp8, weights, seqlens_32_2d,
+                                                              block_tables, None, max_seq_len, q_offset=q_offset,
+                                                              B=B, next_n=next_n)
+                else:
+                    logits = deepgemm_paged_mqa_logits_split(fn, q_fp8, kv_cache_fp8, weights, seqlens_32_2d,
+                                                             block_tables, None, max_seq_len, q_offset=q_offset)
+                self._mask_init_and_local_tokens(logits, seqlens_32)
+                topk_result = metadata.topk_transform(logits, self.index_topk)
+                if q_offset < q_fp8.shape[0]:
+                    pad = torch.full((q_fp8.shape[0] - q_offset, topk_result.shape[1]), -1, dtype=topk_result.dtype)
+                    topk_result = torch.cat([topk_result, pad], dim=0)
+                return topk_result, logits
             def _get_topk_ragged(self, q_fp8, kv_fp8, weights, metadata, max_rows):
                 a = metadata.attn_metadata
                 ks, ke, lengths, rows = a.ks, a.ke, a.seqlens_expanded, q_fp8.shape[0]
@@ -732,7 +808,8 @@ SGLANG_0519_DSA = {
     "sglang/srt/layers/attention/dsa/dsa_indexer.py": SGLANG_0523_DSA["sglang/srt/layers/attention/dsa/dsa_indexer.py"]
     .replace("from sglang.srt.layers.attention.dsa.utils import resolve_fp8_mqa_logits_fn",
              "from sglang.srt.layers.attention.dsa import utils as deep_gemm")
-    .replace("resolve_fp8_mqa_logits_fn()(", "deep_gemm.fp8_mqa_logits("),
+    .replace("resolve_fp8_mqa_logits_fn()(", "deep_gemm.fp8_mqa_logits(")
+    .replace("fn = _chunked", "fn = deep_gemm.fp8_paged_mqa_logits"),  # no SM-count split before 0.5.20
 }
 DSA_RELEASES = [(SGLANG_0523_DSA, "0.5.23"), (SGLANG_0519_DSA, "0.5.19")]
 
@@ -815,3 +892,74 @@ def test_sglang_dsa_out_of_range(tmp_path):
     assert out["max_rows=5"]["sets"] and out["max_rows=5"]["logits_calls"] == [5]
     state, reason = out["outcomes"]["sglang.dsa.ragged_indexer.topk_transform"]
     assert state == "skipped" and ">=0.5.15,<0.5.24" in reason
+
+
+CALLS_SGLANG_DSA_PAGED = """
+import json, os, types, torch
+import sglang  # the watcher route
+from sglang.srt.layers.attention.dsa import dsa_indexer, dsa_topk_backend as backend, utils
+from sm12x import apply
+from tests.kernels.indexer.test_paged_mqa_logits import make_paged
+b, next_n, h, d, topk = 3, int(os.environ.get("NEXT_N", "1")), 16, 64, 24
+inp = make_paged(b, next_n, h, d, 64, [20, 100, 150], False, "cpu", ctx2d=True, seed=6)
+(q4, _), cache, w, ctx, bt = inp["q"], inp["cache"], inp["weights"], inp["context_lens"], inp["block_table"]
+rows = b * next_n
+q = torch.cat([q4.reshape(rows, h, d), q4.reshape(rows, h, d)[:1]])  # a padding row past q_offset
+w = torch.cat([w, w[:1]])
+lengths = ctx.reshape(-1).contiguous()
+g = torch.Generator().manual_seed(3)
+per_request = os.environ.get("BACKEND") == "FLASHINFER"  # FlashInfer maps rows through cu_seqlens_q
+table_1 = torch.randperm(4096, generator=g)[:rows * 192].int().view(rows, 192)
+attn = types.SimpleNamespace(real_page_table=bt.repeat_interleave(next_n, dim=0), page_size=64,
+                             page_table_1=table_1[::next_n] if per_request else table_1,
+                             seqlens_expanded=lengths, cu_seqlens_q=torch.arange(0, rows + 1, next_n, dtype=torch.int32),
+                             paged_mqa_ctx_lens_2d=ctx if os.environ.get("CTX_2D") else None, topk_indices_offset=None)
+method = backend.TopkTransformMethod.PAGED
+topk_backend = getattr(backend.DSATopKBackend, os.environ.get("BACKEND", "SGL_KERNEL"))
+metadata = dsa_indexer.DSAIndexerMetadata(attn, method, topk_backend)
+indexer = dsa_indexer.DSAIndexer(topk, int(os.environ.get("INIT", "0")))
+got, logits = indexer._get_topk_paged(q, w, metadata, cache, rows, next_n, sm_count=2)
+real = utils._fp8_paged_mqa_logits(q4, cache, w[:rows], ctx, bt, None, 192)
+indexer._mask_init_and_local_tokens(real, lengths)
+sglang_transform = backend.DSATopKBackend.topk_transform
+want = getattr(sglang_transform, "__sm12x_original__", sglang_transform)(
+    topk_backend, real, lengths, topk, method, attn, attn.cu_seqlens_q, None)
+res = {"sets": [sorted(r) for r in got[:rows].tolist()] == [sorted(r) for r in want.tolist()],
+       "pad": got[rows:].tolist() == [[-1] * topk], "logits_bytes": logits.untyped_storage().nbytes(),
+       "logits_calls": utils.PAGED_CALLS[:-1],
+       "outcomes": {k: v for k, v in apply.OUTCOMES.items() if k.startswith("sglang.dsa.paged_indexer")}}
+print(json.dumps(res))
+"""
+PAGED_FORMS = {"decode": {}, "verify native": {"NEXT_N": "2", "CTX_2D": "1"}, "verify split": {"NEXT_N": "2"}}
+
+
+@pytest.mark.parametrize("tree,release", DSA_RELEASES, ids=["0.5.23", "0.5.19"])
+@pytest.mark.parametrize("form", list(PAGED_FORMS))
+@pytest.mark.parametrize("env", [{}, {"SGLANG_OPT_USE_TOPK_V2": "0"}, {"BACKEND": "FLASHINFER"},
+                                 {"SGLANG_DSA_FUSE_TOPK": "0"}], ids=["v2", "sgl-kernel", "flashinfer", "unfused"])
+def test_sglang_dsa_paged_decode_and_verify(tmp_path, env, form, tree, release):
+    """SGLang's DSA decode (a row per request), MTP verify through the native wrapper ([B, next_n]
+    context lengths) and through the split one (a row per request): the logits are a placeholder
+    (no paged-logits call, no SM-count split) and the indices SGLang's PAGED transform of the real
+    logits: the v2 kernel's page slots, sgl-kernel's through the page_size=1 table, FlashInfer's
+    through the row's request, or positions (unfused); the padding row stays -1."""
+    out = _run(tmp_path, tree, CALLS_SGLANG_DSA_PAGED, {"sglang": release}, env={**env, **PAGED_FORMS[form]})
+    assert out["sets"] and out["pad"] and out["logits_bytes"] == 4 and out["logits_calls"] == [], out
+    applied = {k.rpartition(".")[2] for k, v in out["outcomes"].items() if v[0] == "applied"}
+    assert applied == {"deepgemm_paged_mqa_logits_split", "deepgemm_paged_mqa_logits_native"}, out["outcomes"]
+
+
+@pytest.mark.parametrize("tree,release", DSA_RELEASES, ids=["0.5.23", "0.5.19"])
+@pytest.mark.parametrize("env", [{"INIT": "2"}, {"BACKEND": "FLASHINFER", "SGLANG_DSA_TOPK_FLASHINFER_TIE_BREAK": "large"},
+                                 {"SM12X_SKIP": "sglang.dsa.ragged_indexer.topk_transform", "NEXT_N": "2",
+                                  "CTX_2D": "1"}],
+                         ids=["init tokens", "flashinfer tie-break", "transform not applied"])
+def test_sglang_dsa_paged_keeps_real_logits(tmp_path, env, tree, release):
+    """Init-token marks (written into the logits), a FlashInfer tie-break the user set, and a
+    top-k transform left as SGLang's get real logits (0.5.23: split by SM count) and SGLang's own top-k."""
+    out = _run(tmp_path, tree, CALLS_SGLANG_DSA_PAGED, {"sglang": release}, env=env)
+    rows = 6 if env.get("NEXT_N") == "2" else 3
+    assert out["sets"] and out["pad"] and out["logits_bytes"] == rows * 192 * 4, out
+    native = env.get("CTX_2D") is not None  # the SM-count split counts requests (next_n rows each)
+    want_calls = ([4, 2] if native else [2, 1]) if release == "0.5.23" else [rows]
+    assert out["logits_calls"] == want_calls, out

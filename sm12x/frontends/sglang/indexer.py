@@ -41,6 +41,24 @@ result is j - row_starts[i] (``_topk_unfused``, SGLang's torch top-k, -1 padded)
 through the page_size=1 table of the row's request (``fast_topk_transform_fused``).
 ``deferred_dsa_mqa_logits`` returns a placeholder and ``dsa_topk_transform`` computes those for
 it; order and ties as above.
+
+DSA decode and MTP verify, read from SGLang 0.5.15.post1-0.5.23 ``DSAIndexer._get_topk_paged``: one
+query row per decode request, next_n rows per request in target verify / draft extend. CUDA
+computes DeepGEMM's paged logits through ``deepgemm_paged_mqa_logits_split(fn, q [rows, H, 128],
+cache [pages, 64, 1, 132], weights [rows, H], ctx_lens, block_tables [rows, pages], schedule,
+max_seq_len, q_offset=)`` (each row its own request: ``fn(q[:q_offset].unsqueeze(1), ...)``) or,
+for verify with [B, next_n] context lengths, ``deepgemm_paged_mqa_logits_native(..., q_offset=,
+B=, next_n=)`` (``fn(q.view(B, next_n, H, D), ..., block_tables[::next_n])``); 0.5.20 on passes a
+``fn`` that splits the rows by SM count and concatenates. Row i's logits are positions p <
+ctx_lens[i] of its request; ``metadata.topk_transform(logits, topk)`` ranks logits[i, :lengths[i]]
+(lengths = ``get_seqlens_expanded()``) with the PAGED transform: sgl-kernel's v2 kernel (the
+indexer's own page table: ``real_page_table[i, p // page_size] * page_size + p % page_size``) when
+its shape rule holds, else ``fast_topk_transform_fused`` (``page_table_1`` row i when it has a row
+per logits row, else the row's request from cu_seqlens_q), FlashInfer's page-table transform, or
+the unfused top-k (positions). ``deferred_dsa_paged_logits`` returns a placeholder and
+``dsa_topk_transform`` computes those for it (each row over positions < min(ctx_lens[i],
+lengths[i])). sgl-kernel's transforms write a row that sees no more than topk keys as positions
+0..n-1 in order, and so do ours; longer rows come best first, equal scores lower position first.
 """
 from __future__ import annotations
 
@@ -48,7 +66,7 @@ import torch
 
 from sm12x.frontends.deferred_logits import pending, placeholder
 from sm12x.kernels.common.checks import require, require_dtype
-from sm12x.kernels.indexer.fused_topk import mqa_topk_indices, paged_mqa_topk_indices
+from sm12x.kernels.indexer.fused_topk import mqa_topk_indices, paged_mqa_topk_indices, row_ends
 from sm12x.kernels.indexer.validation import check_mqa, check_paged
 
 
@@ -130,45 +148,104 @@ def deferred_dsa_mqa_logits(q, kv, weights, ks, ke):
     k, k_sf = kv
     check_mqa(op, q, None, k, k_sf, weights, ks, ke)
 
-    def compute(topk, starts, ends):
-        require(starts.shape == ks.shape and ends.shape == ke.shape, "topk_transform", "lengths",
-                lambda: f"{ends.shape[0]} rows", lambda: f"the logits call's rows ({q.shape[0]})")
-        return mqa_topk_indices(q, (k, k_sf), weights, starts, ends, topk)
+    def compute(topk, row_starts, lengths):
+        lengths = lengths.reshape(-1).to(torch.int32)
+        require(lengths.shape == ke.shape, "topk_transform", "lengths", lambda: f"{lengths.shape[0]} rows",
+                lambda: f"the logits call's rows ({q.shape[0]})")
+        starts = torch.zeros_like(lengths) if row_starts is None else row_starts.reshape(-1).to(torch.int32)
+        ends = starts + lengths.clamp(min=0)
+        return mqa_topk_indices(q, (k, k_sf), weights, starts.contiguous(), ends.contiguous(), topk)
 
     return placeholder(q.shape[0], k.shape[0], q.device, compute)
 
 
+def deferred_dsa_paged_logits(q, kv_cache, weights, context_lens, block_table, max_seq_len):
+    """DeepGEMM's ``fp8_paged_mqa_logits`` as SGLang's DSA ``_get_topk_paged`` calls it (through
+    its split / native wrappers: q [B, next_n, H, D] FP8, cache [pages, block, 1, D + 4], weights
+    [B * next_n, H], context_lens [B, next_n] or [B], block_table [B, pages]), without the logits:
+    a [B * next_n, max_seq_len] placeholder for ``dsa_topk_transform``. Inputs are checked here."""
+    op = "fp8_paged_mqa_logits"
+    cache = check_paged(op, q, None, kv_cache, weights, context_lens, block_table, None, max_seq_len)
+    b, next_n = q.shape[0], q.shape[1]
+    rows = b * next_n
+    visible = row_ends(context_lens, next_n, max_seq_len)
+
+    def compute(topk, row_starts, lengths):
+        require(row_starts is None, "topk_transform", "row_starts", "a tensor",
+                "None (paged logits: every row starts at its request's first key)")
+        lengths = lengths.reshape(-1)
+        require(lengths.shape[0] == rows, "topk_transform", "lengths", lambda: f"{lengths.shape[0]} rows",
+                lambda: f"the logits call's rows ({rows})")
+        # the logits hold positions < ctx_lens; the top-k reads the first `lengths` of them
+        ends = torch.minimum(lengths.to(torch.int32).clamp(0, max_seq_len), visible)
+        return paged_mqa_topk_indices(q, cache, weights, ends.view(b, next_n).contiguous(), block_table,
+                                      max_seq_len, topk)
+
+    return placeholder(rows, max_seq_len, q.device, compute)
+
+
+def _in_order_when_short(local, lengths):
+    """Rows that see no more than topk keys as positions 0..n-1 in order, -1 after them (what
+    sgl-kernel's DSA transforms write for such rows)."""
+    topk = local.shape[1]
+    n = lengths.reshape(-1, 1).to(torch.int32)
+    seq = torch.arange(topk, dtype=torch.int32, device=local.device)[None, :]
+    return torch.where(n <= topk, torch.where(seq < n, seq, -1), local)
+
+
 def dsa_topk_transform(original, logits, lengths, topk, fused, topk_transform_method, attn_metadata=None,
                        cu_seqlens_q_topk=None, topk_indices_offset=None, row_starts=None, batch_idx_list=None,
-                       force_unfused_topk=False):
-    """``DSATopKBackend.topk_transform`` for placeholder logits from ``deferred_dsa_mqa_logits``
-    (``fused``: SGLANG_DSA_FUSE_TOPK): the row-local top-k (unfused), plus ``topk_indices_offset``
-    (fused RAGGED), or mapped through the page_size=1 table of the row's request (fused PAGED:
-    row i belongs to table row r with cu_seqlens_q_topk[r] <= i < cu_seqlens_q_topk[r + 1], the
-    table being ``attn_metadata.page_table_1``, or its ``batch_idx_list`` rows), as sgl-kernel's
-    ``fast_topk_transform_fused`` / ``_ragged_fused`` write them. ``original()`` (SGLang's, with
-    the same arguments) for real logits."""
+                       force_unfused_topk=False, *, backend="sgl-kernel", v2=False):
+    """``DSATopKBackend.topk_transform`` for placeholder logits from ``deferred_dsa_mqa_logits`` /
+    ``deferred_dsa_paged_logits`` (``fused``: SGLANG_DSA_FUSE_TOPK; ``backend``: the
+    DSATopKBackend's value; ``v2``: whether SGLang's v2 kernel may take the call). The row-local
+    top-k (unfused); plus ``topk_indices_offset`` (fused RAGGED); fused PAGED: through the
+    indexer's page table (``real_page_table``, ``attn_metadata.page_size``) where SGLang's v2
+    rule takes the call (``v2``, no row_starts / batch_idx_list, 0 < topk <= 2048, one table row
+    per logits row), else through the page_size=1 table (``page_table_1``, or its
+    ``batch_idx_list`` rows): row i of it when the table has a row per logits row and no
+    row_starts (sgl-kernel's decode form; FlashInfer: a cu_seqlens_q_topk entry per row), else
+    the row's request (cu_seqlens_q_topk[r] <= i < cu_seqlens_q_topk[r + 1]). With sgl-kernel, rows that see no more than topk keys come as
+    positions in order, as its kernels write them. ``original()`` (SGLang's, with the same
+    arguments) for real logits."""
     compute = pending(logits)
     if compute is None:
         return original()
     op = "topk_transform"
     require(isinstance(topk, int) and topk >= 1, op, "topk", topk, "an int >= 1")
     lengths = lengths.reshape(-1).to(torch.int32)
-    starts = torch.zeros_like(lengths) if row_starts is None else row_starts.reshape(-1).to(torch.int32)
-    local = compute(topk, starts.contiguous(), (starts + lengths.clamp(min=0)).contiguous())
+    local = compute(topk, row_starts, lengths)
+    if backend == "sgl-kernel":
+        local = _in_order_when_short(local, lengths)
     if not fused or force_unfused_topk:
         return local
     method = getattr(topk_transform_method, "name", topk_transform_method)
     if method == "RAGGED":
         require(topk_indices_offset is not None, op, "topk_indices_offset", None, "a tensor (RAGGED transform)")
         return torch.where(local >= 0, local + topk_indices_offset.reshape(-1, 1).to(torch.int32), -1)
-    require(method == "PAGED" and cu_seqlens_q_topk is not None, op, "topk_transform_method",
-            lambda: f"{method} (cu_seqlens_q {'given' if cu_seqlens_q_topk is not None else 'None'})",
-            "RAGGED, or PAGED with cu_seqlens_q")
-    table = attn_metadata.page_table_1
+    require(method == "PAGED", op, "topk_transform_method", method, "RAGGED or PAGED")
+    rows = local.shape[0]
+    table = getattr(attn_metadata, "real_page_table", None)
+    if (v2 and row_starts is None and batch_idx_list is None and 0 < topk <= 2048 and table is not None
+            and lengths.shape[0] == rows == table.shape[0]):
+        page_size = attn_metadata.page_size
+        p = local.clamp(min=0).long()
+        slots = table.gather(1, p // page_size).long() * page_size + p % page_size
+        return torch.where(local >= 0, slots, -1).to(torch.int32)
+    table = getattr(attn_metadata, "page_table_1", None)
+    require(table is not None, op, "attn_metadata", "no page_table_1", "a page_size=1 table (PAGED transform)")
     if batch_idx_list is not None:
         table = table[batch_idx_list]
-    rows = torch.arange(local.shape[0], dtype=torch.int32, device=local.device)
-    owner = torch.searchsorted(cu_seqlens_q_topk[1:].to(torch.int32).contiguous(), rows, right=True)
+    # sgl-kernel: a table row per logits row (no row_starts) is its decode form; FlashInfer: one
+    # cu_seqlens entry per logits row
+    per_row = table.shape[0] if backend != "flashinfer" else (
+        rows if cu_seqlens_q_topk is None else cu_seqlens_q_topk.shape[0] - 1)
+    if row_starts is None and per_row == rows:
+        owner = torch.arange(rows, device=local.device)
+    else:
+        require(cu_seqlens_q_topk is not None, op, "cu_seqlens_q_topk", None,
+                "a tensor (PAGED transform of rows that share a request's table row)")
+        seq = torch.arange(rows, dtype=torch.int32, device=local.device)
+        owner = torch.searchsorted(cu_seqlens_q_topk[1:].to(torch.int32).contiguous(), seq, right=True)
     slots = table[owner.long()[:, None], local.clamp(min=0).long()]
     return torch.where(local >= 0, slots.to(torch.int32), -1)

@@ -21,6 +21,11 @@ SGLang's DSA indexer (DeepSeek-V3.2 / GLM-5) ragged prefill: the logits function
 ``deep_gemm``, replaced by ``IndexerDeepGemm``) returns a placeholder, and
 ``DSATopKBackend.topk_transform`` (every DSA top-k goes through it) computes the fused top-k for
 it; real logits everywhere else.
+
+SGLang's DSA indexer decode and MTP verify / draft extend (``_get_topk_paged``, 0.5.15.post1-0.5.23):
+the indexer module's copies of ``deepgemm_paged_mqa_logits_split`` / ``_native`` (what it calls on
+CUDA, whichever logits function it hands them) return a placeholder under the same conditions,
+for the same transform method.
 """
 from __future__ import annotations
 
@@ -123,13 +128,25 @@ def make_topk_transform_v2(original):
     return topk_transform_paged_v2
 
 
-def _dsa_fused_topk() -> bool:
-    """SGLANG_DSA_FUSE_TOPK (on by default) as the DSA top-k module reads it."""
+def _dsa_env(name, default):
+    """An SGLang env flag as the DSA top-k module reads it (``default`` when unreadable)."""
     envs = getattr(sys.modules.get(DSA_TOPK), "envs", None)
     try:
-        return bool(envs.SGLANG_DSA_FUSE_TOPK.get()) if envs is not None else True
+        return getattr(envs, name).get() if envs is not None else default
     except Exception:
-        return True
+        return default
+
+
+def _dsa_fused_topk() -> bool:
+    """SGLANG_DSA_FUSE_TOPK (on by default)."""
+    return bool(_dsa_env("SGLANG_DSA_FUSE_TOPK", True))
+
+
+def _dsa_topk_v2(backend) -> bool:
+    """Whether SGLang's v2 top-k kernel may take a PAGED call: ``should_use_topk_v2()`` (0.5.19 on:
+    sgl-kernel backend and SGLANG_OPT_USE_TOPK_V2), SGLANG_OPT_USE_TOPK_V2 alone before it."""
+    rule = getattr(backend, "should_use_topk_v2", None)
+    return bool(rule()) if callable(rule) else bool(_dsa_env("SGLANG_OPT_USE_TOPK_V2", True))
 
 
 def _dsa_serves(q, kv) -> bool:
@@ -145,28 +162,73 @@ def _dsa_serves(q, kv) -> bool:
             and k.dtype == torch.float8_e4m3fn and isinstance(scale, torch.Tensor) and scale.dtype == torch.float32)
 
 
-def _dsa_ragged_reads_only_topk(frame) -> bool:
-    """Whether a logits call comes from the DSA indexer's ``_get_topk_ragged`` with only a top-k
-    sm12x writes to read them: no init / local token marks (``_mask_init_and_local_tokens``
-    writes into the logits), DSAIndexerMetadata over a DSATopKBackend whose ``topk_transform``
-    is ours, and a transform it writes (unfused, fused RAGGED, fused PAGED as sgl-kernel maps it;
-    FlashInfer's PAGED transform, which offsets the table by row_starts - cu_seqlens_k, keeps
-    real logits)."""
-    if (frame is None or frame.f_code.co_name != "_get_topk_ragged"
-            or frame.f_globals.get("__name__") != DSA_INDEXER):
-        return False
-    indexer, metadata = frame.f_locals.get("self"), frame.f_locals.get("metadata")
-    if "_mask_init_and_local_tokens" in frame.f_code.co_names and (  # 0.5.19 on
-            getattr(indexer, "num_init_tokens", 1) or getattr(indexer, "num_local_tokens", 1)):
+def _dsa_paged_serves(q, kv_cache, weights) -> bool:
+    """Whether sm12x's fused paged top-k takes a DSA decode call: FP8 queries [rows, H, D] of a
+    head count and head dim the kernels take, a cache of D + 4 bytes per token, float32 weights."""
+    import torch
+
+    from sm12x.kernels.indexer.validation import FP8_DIMS, HEADS
+
+    return (isinstance(q, torch.Tensor) and q.dim() == 3 and q.dtype == torch.float8_e4m3fn
+            and q.shape[1] in HEADS and q.shape[2] in FP8_DIMS and isinstance(kv_cache, torch.Tensor)
+            and kv_cache.dim() == 4 and kv_cache.shape[3] == q.shape[2] + 4 and isinstance(weights, torch.Tensor)
+            and weights.dtype == torch.float32)
+
+
+def _dsa_transform_is_ours(indexer, metadata, row_starts: bool) -> bool:
+    """Whether only a top-k sm12x writes reads the logits of a DSA indexer call: no init / local
+    token marks (``_mask_init_and_local_tokens`` writes into the logits), DSAIndexerMetadata over
+    a DSATopKBackend whose ``topk_transform`` is ours, and a transform it writes (``row_starts``:
+    whether the call passes row starts): unfused; fused sgl-kernel; fused FlashInfer RAGGED, or
+    PAGED without row_starts (with them it offsets the table by row_starts - cu_seqlens_k), and
+    FlashInfer only with its tie-break left unset; never SGLang's fused torch backend (which
+    raises)."""
+    if getattr(indexer, "num_init_tokens", 1) or getattr(indexer, "num_local_tokens", 1):
         return False
     backend = getattr(metadata, "topk_backend", None)
     if (type(metadata).__name__ != "DSAIndexerMetadata"
             or not getattr(getattr(type(backend), "topk_transform", None), "__sm12x_patch__", None)):
         return False
+    kind = getattr(backend, "value", None)
+    if kind == "flashinfer" and _dsa_env("SGLANG_DSA_TOPK_FLASHINFER_TIE_BREAK", None) is not None:
+        return False
     if not _dsa_fused_topk() or getattr(metadata, "force_unfused_topk", False):
         return True
     method = getattr(getattr(metadata, "topk_transform_method", None), "name", None)
-    return method == "RAGGED" or (method == "PAGED" and getattr(backend, "value", None) != "flashinfer")
+    if kind == "sgl-kernel":
+        return method in ("RAGGED", "PAGED")
+    if kind == "flashinfer":
+        return method == "RAGGED" or (method == "PAGED" and not row_starts)
+    return False
+
+
+def _dsa_ragged_reads_only_topk(frame) -> bool:
+    """Whether a logits call comes from the DSA indexer's ``_get_topk_ragged`` with only a top-k
+    sm12x writes to read them (``_dsa_transform_is_ours``; the ragged rows pass row starts)."""
+    if (frame is None or frame.f_code.co_name != "_get_topk_ragged"
+            or frame.f_globals.get("__name__") != DSA_INDEXER):
+        return False
+    indexer, metadata = frame.f_locals.get("self"), frame.f_locals.get("metadata")
+    if "_mask_init_and_local_tokens" not in frame.f_code.co_names:  # 0.5.15.post1 marks no tokens
+        indexer = _NoMarks
+    return _dsa_transform_is_ours(indexer, metadata, row_starts=True)
+
+
+def _dsa_paged_reads_only_topk(frame) -> bool:
+    """Whether a paged-logits call comes from the DSA indexer's ``_get_topk_paged`` (decode, MTP
+    verify, draft extend) with only a top-k sm12x writes to read them (``_dsa_transform_is_ours``;
+    ``metadata.topk_transform(logits, topk)`` passes no row starts)."""
+    if (frame is None or frame.f_code.co_name != "_get_topk_paged"
+            or frame.f_globals.get("__name__") != DSA_INDEXER):
+        return False
+    indexer, metadata = frame.f_locals.get("self"), frame.f_locals.get("metadata")
+    if "_mask_init_and_local_tokens" not in frame.f_code.co_names:  # 0.5.15.post1 marks no tokens
+        indexer = _NoMarks
+    return _dsa_transform_is_ours(indexer, metadata, row_starts=False)
+
+
+class _NoMarks:
+    num_init_tokens = num_local_tokens = 0
 
 
 def _dsa_logits_fn(fn):
@@ -246,6 +308,48 @@ def make_dsa_topk_transform(original):
 
         return api.dsa_topk_transform(sglang, logits, lengths, topk, _dsa_fused_topk(), topk_transform_method,
                                       attn_metadata, cu_seqlens_q_topk, topk_indices_offset, row_starts,
-                                      batch_idx_list, force_unfused_topk)
+                                      batch_idx_list, force_unfused_topk, backend=getattr(self, "value", None),
+                                      v2=_dsa_topk_v2(self))
 
     return topk_transform
+
+
+def make_dsa_paged_logits_split(original):
+    """The DSA indexer module's ``deepgemm_paged_mqa_logits_split`` (decode, and verify / draft
+    extend rows as their own requests): a placeholder for ``_get_topk_paged`` when
+    ``_dsa_paged_reads_only_topk`` and ``_dsa_paged_serves``, SGLang's wrapper (real logits)
+    otherwise."""
+    api = _api()
+
+    @functools.wraps(original)
+    def deepgemm_paged_mqa_logits_split(fp8_paged_mqa_logits_fn, q_fp8, kv_cache_fp8, weights, ctx_lens_2d,
+                                        block_tables, schedule_metadata, max_seq_len, *, q_offset):
+        if (not _dsa_paged_serves(q_fp8, kv_cache_fp8, weights)
+                or not _dsa_paged_reads_only_topk(sys._getframe(1))):
+            return original(fp8_paged_mqa_logits_fn, q_fp8, kv_cache_fp8, weights, ctx_lens_2d, block_tables,
+                            schedule_metadata, max_seq_len, q_offset=q_offset)
+        return api.deferred_dsa_paged_logits(q_fp8[:q_offset].unsqueeze(1), kv_cache_fp8, weights[:q_offset],
+                                             ctx_lens_2d, block_tables[:q_offset], max_seq_len)
+
+    return deepgemm_paged_mqa_logits_split
+
+
+def make_dsa_paged_logits_native(original):
+    """The DSA indexer module's ``deepgemm_paged_mqa_logits_native`` (MTP verify with [B, next_n]
+    context lengths, one DeepGEMM call of next_n rows per request): a placeholder for
+    ``_get_topk_paged`` under the same conditions as the split wrapper's."""
+    api = _api()
+
+    @functools.wraps(original)
+    def deepgemm_paged_mqa_logits_native(fp8_paged_mqa_logits_fn, q_fp8, kv_cache_fp8, weights, ctx_lens_2d,
+                                         block_tables, schedule_metadata, max_seq_len, *, q_offset, B, next_n):
+        if (not _dsa_paged_serves(q_fp8, kv_cache_fp8, weights)
+                or not _dsa_paged_reads_only_topk(sys._getframe(1))):
+            return original(fp8_paged_mqa_logits_fn, q_fp8, kv_cache_fp8, weights, ctx_lens_2d, block_tables,
+                            schedule_metadata, max_seq_len, q_offset=q_offset, B=B, next_n=next_n)
+        q = q_fp8[:q_offset].view(B, next_n, q_fp8.shape[1], q_fp8.shape[2])
+        # block_tables repeats each request's row next_n times; DeepGEMM reads every next_n-th
+        return api.deferred_dsa_paged_logits(q, kv_cache_fp8, weights[:q_offset], ctx_lens_2d,
+                                             block_tables[::next_n][:B], max_seq_len)
+
+    return deepgemm_paged_mqa_logits_native
