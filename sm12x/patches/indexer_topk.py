@@ -23,15 +23,15 @@ pair where the release's source shows it:
   pair (0.34.0 runs this dense path only for layers its fused seam does not take).
 - Both keep real logits where another reader needs them (DCP's merge, v4.1 candidate blocks from
   0.30.0), read from the indexer call's own arguments.
-- SGLang 0.5.23's DeepSeek-V4 indexer: the paged logits functions SM120 uses by default (TileLang,
-  torch; these records take the DeepGEMM records' targets and must be applied before them, so this
-  table comes first in ``all_patches()``), the non-paged prefill's ``_nonpaged_mqa_logits``, and
-  the top-k transforms the indexer module binds.
+- SGLang 0.5.20-0.5.23's DeepSeek-V4 indexer: the paged logits functions SM120 uses by default
+  (TileLang, torch; these records take the DeepGEMM records' targets and must be applied before
+  them, so this table comes first in ``all_patches()``), the non-paged prefill's
+  ``_nonpaged_mqa_logits`` (0.5.21 on), and the top-k transforms the indexer module binds.
 - SGLang 0.5.15.post1-0.5.23's DSA indexer (DeepSeek-V3.2, GLM-5), ragged prefill
   (``_get_topk_ragged``, whole batch or budget row chunks): the logits function it calls returns a
-  placeholder (0.5.23: through the indexer module's copy of ``resolve_fp8_mqa_logits_fn``;
-  0.5.15.post1-0.5.19: the module's ``deep_gemm``, whose ``fp8_mqa_logits`` is wrapped), and ``DSATopKBackend.topk_transform`` writes the
-  fused top-k for it as sgl-kernel's transforms do (row-local when unfused, plus the ragged-KV
+  placeholder (0.5.22-0.5.23: through the indexer module's copy of ``resolve_fp8_mqa_logits_fn``;
+  0.5.15.post1-0.5.21: the module's ``deep_gemm``, whose ``fp8_mqa_logits`` is wrapped), and
+  ``DSATopKBackend.topk_transform`` writes the fused top-k for it as sgl-kernel's transforms do (row-local when unfused, plus the ragged-KV
   offset for RAGGED, page slots of the row's request for PAGED); real logits for FlashInfer's
   PAGED transform and init / local token marks.
 - SGLang 0.5.15.post1-0.5.23's DSA indexer decode, MTP verify and draft extend (``_get_topk_paged``):
@@ -49,7 +49,8 @@ with the DSA indexers, and SGLang then chunks the rows by a logits budget); SGLa
 in prefill context parallel (``_get_topk_ragged_with_cp``), its paged logits through CuteDSL
 (SM100 only) or aiter / XPU kernels, its fused torch top-k backend (SGLang raises there), and the
 kpool indexer of ``index_kpool`` models (``dsa_indexer_kpool``, its own ``_get_topk_paged``);
-0.5.20-0.5.22 (not read). No ``max_model_len`` / context gate whose only reason is the indexer's
+SGLang 0.5.20's DeepSeek-V4 non-paged prefill (``_forward_nonpaged_indexer``: every row's logits
+at once); SGLang releases before 0.5.15.post1 and, for the DeepSeek-V4 records, before 0.5.20. No ``max_model_len`` / context gate whose only reason is the indexer's
 memory or DeepGEMM's 32-bit offsets exists in vLLM 0.25.1 / 0.34.0 or SGLang 0.5.23: past 256K
 stock crashes (CUDA error 719) rather than refusing.
 """
@@ -156,46 +157,50 @@ VLLM_PATCHES = (
                   ">=0.22.1,<0.35"),
 )
 
-_SGLANG_UPSTREAM = ("sglang 0.5.23 srt/layers/attention/dsv4/indexer.py (forward_c4_indexer, "
-                    "_get_nonpaged_indexer_plan)")
+_SGLANG_UPSTREAM = ("sglang 0.5.21-0.5.23 srt/layers/attention/dsv4/indexer.py (forward_c4_indexer, "
+                    "_get_nonpaged_indexer_plan; 0.5.20: _forward_nonpaged_indexer, not replaced)")
 _SGLANG_WHY = ("SGLang's DeepSeek-V4 non-paged prefill indexer (one request's extend, on by default) "
                "materialises [rows, max_seqlen_k] float32 logits per row chunk, with no row cap when the "
                "plan has no logits budget (8 GiB for an 8K-token chunk at a 1M-token prompt)")
 
 
-def _sglang(name, target, make, why):
+def _sglang(name, target, make, why, versions):
     return Patch(name=f"sglang.dsv4.indexer.{name}", target=f"{sglang_wrappers.DSV4_INDEXER}:{target}",
-                 make=make, why=why, upstream=_SGLANG_UPSTREAM, library="sglang", versions=">=0.5.23,<0.5.24")
+                 make=make, why=why, upstream=_SGLANG_UPSTREAM, library="sglang", versions=versions)
 
 
-_PAGED_WHY = ("SGLang 0.5.23 on SM120 runs the DeepSeek-V4 paged indexer through {what} by default (its model "
-                  "hook sets SGLANG_OPT_USE_TILELANG_INDEXER and SGLANG_FP8_PAGED_MQA_LOGITS_TORCH, which also "
-                  "drops the logits budget's row chunking): [rows, max_compressed_seq_len] float32 logits for "
+_PAGED_WHY = ("SGLang 0.5.20-0.5.23 on SM120 runs the DeepSeek-V4 paged indexer through {what} by default (its "
+                  "model hook sets SGLANG_OPT_USE_TILELANG_INDEXER and SGLANG_FP8_PAGED_MQA_LOGITS_TORCH, which also "
+                  "drops the indexer metadata's row chunking): [rows, max_compressed_seq_len] float32 logits for "
                   "every query row of a batch at once (8 GiB for an 8K-token chunk at a 1M-token prompt); called "
                   "from forward_c4_indexer the logits come back as a placeholder for the fused top-k, elsewhere "
                   "as the DeepGEMM record's real logits (this record takes that record's target, applied first)")
 SGLANG_PAGED_PATCHES = tuple(
     Patch(name=f"sglang.dsv4.paged_indexer.{name}", target=target, make=sglang_wrappers.make_paged_logits,
-          why=_PAGED_WHY.format(what=what), upstream=_SGLANG_UPSTREAM + "; arg_groups/model_hook.py (SM120)",
-          library="sglang", versions=">=0.5.23,<0.5.24")
-    for name, target, what in (
+          why=_PAGED_WHY.format(what=what),
+          upstream=("sglang 0.5.20-0.5.23 srt/layers/attention/dsv4/indexer.py (forward_c4_indexer: "
+                    "run_paged_indexer); dsv4/metadata.py (PagedIndexerMetadata); arg_groups/model_hook.py (SM120)"),
+          library="sglang", versions=">=0.5.20,<0.5.24", consumers=consumers)
+    for name, target, what, consumers in (
+        # 0.5.20-0.5.22: the deprecated nsa shim star-imports the TileLang module
         ("tilelang", "sglang.kernels.ops.attention.dsa.tilelang_kernel:tilelang_fp8_paged_mqa_logits",
-         "the TileLang kernel"),
+         "the TileLang kernel", ("sglang.srt.layers.attention.nsa.tilelang_kernel",)),
         ("torch_sm120", f"{sglang_wrappers.DSV4_INDEXER}:fp8_paged_mqa_logits_torch_sm120",
-         "the torch SM120 logits when TileLang is turned off"),
+         "the torch SM120 logits when TileLang is turned off", ()),
         ("torch", f"{sglang_wrappers.DSV4_INDEXER}:fp8_paged_mqa_logits_torch",
-         "the generic torch logits (SM120 detection off)"))
+         "the generic torch logits (SM120 detection off)", ()))
 )
 
 SGLANG_PATCHES = SGLANG_PAGED_PATCHES + (
     _sglang("nonpaged_mqa_logits", "C4IndexerBackendMixin._nonpaged_mqa_logits",
             sglang_wrappers.make_nonpaged_mqa_logits,
             f"{_SGLANG_WHY}; the logits come back as a placeholder for the fused top-k (the "
-            f"original's logits unless every transform below is applied)"),
+            f"original's logits unless every transform below is applied)", ">=0.5.21,<0.5.24"),
 ) + tuple(
     _sglang(name, name, make,
             f"{when} receives the non-paged indexer's logits; for the placeholder it writes the fused "
-            f"top-k as page slots, as SGLang's transforms do ({_SGLANG_WHY})")
+            f"top-k as page slots, as SGLang's transforms do ({_SGLANG_WHY}; from 0.5.20 the paged records' "
+            f"placeholders too)", ">=0.5.20,<0.5.24")
     for name, make, when in (
         ("topk_transform_paged", sglang_wrappers.make_topk_transform,
          "the sgl-kernel transform (dsa_topk_backend sgl-kernel, SGLANG_OPT_USE_TOPK_V2 off)"),
@@ -209,15 +214,15 @@ SGLANG_PATCHES = SGLANG_PAGED_PATCHES + (
          "FlashInfer's top-k with SGLang's page mapping (dsa_topk_backend flashinfer, unfused)"))
 )
 
-_DSA_UPSTREAM = ("sglang 0.5.23 srt/layers/attention/dsa/dsa_indexer.py (DSAIndexer._get_topk_ragged); "
+_DSA_UPSTREAM = ("sglang 0.5.22-0.5.23 srt/layers/attention/dsa/dsa_indexer.py (DSAIndexer._get_topk_ragged); "
                  "dsa/dsa_topk_backend.py (DSATopKBackend.topk_transform); mqa_logits_utils.py (the logits budget)")
 _DSA_WHY = ("SGLang's DSA indexer (DeepSeek-V3.2, GLM-5) ragged prefill materialises [rows, keys] float32 logits "
             "for the extend batch, row-chunked only under a budget of up to 30% of GPU memory (a 1M-token prompt's "
             "8K-token chunk: 32 GiB of logits in budget-sized row chunks) and ranks them with the sgl-kernel / torch "
             "/ FlashInfer top-k")
-_DSA_UPSTREAM_OLD = ("sglang 0.5.15.post1 / 0.5.19 srt/layers/attention/dsa/dsa_indexer.py "
+_DSA_UPSTREAM_OLD = ("sglang 0.5.15.post1-0.5.21 srt/layers/attention/dsa/dsa_indexer.py "
                      "(DSAIndexer._get_topk_ragged: deep_gemm.fp8_mqa_logits, then metadata.topk_transform)")
-_DSA_WHY_OLD = ("SGLang 0.5.15.post1-0.5.19's DSA indexer (DeepSeek-V3.2, GLM-5) ragged prefill materialises "
+_DSA_WHY_OLD = ("SGLang 0.5.15.post1-0.5.21's DSA indexer (DeepSeek-V3.2, GLM-5) ragged prefill materialises "
                 "[rows, keys] float32 logits from deep_gemm.fp8_mqa_logits, row-chunked only under the logits "
                 "budget, for the DSA top-k")
 SGLANG_DSA_PATCHES = (
@@ -227,15 +232,15 @@ SGLANG_DSA_PATCHES = (
           why=f"{_DSA_WHY}; the logits function it resolves returns a placeholder for the fused top-k when "
               f"_get_topk_ragged calls it with FP8 queries sm12x serves and only a top-k sm12x writes reads them "
               f"(the original's logits for FlashInfer's PAGED transform, init / local token marks, other callers)",
-          upstream=_DSA_UPSTREAM, library="sglang", versions=">=0.5.23,<0.5.24",
+          upstream=_DSA_UPSTREAM, library="sglang", versions=">=0.5.22,<0.5.24",
           # the deprecated nsa shim star-imports the module (its copy is not what _get_topk_ragged calls)
           consumers=("sglang.srt.layers.attention.nsa.nsa_indexer",)),
     Patch(name="sglang.dsa.ragged_indexer.deep_gemm", target=f"{sglang_wrappers.DSA_INDEXER}:deep_gemm",
           make=sglang_wrappers.make_indexer_deep_gemm,
           why=f"{_DSA_WHY_OLD}; the indexer module's deep_gemm (every attribute DeepGEMM's own) answers "
               f"_get_topk_ragged's fp8_mqa_logits calls with a placeholder for the fused top-k under the same "
-              f"conditions as 0.5.23's resolve_fp8_mqa_logits_fn record",
-          upstream=_DSA_UPSTREAM_OLD, library="sglang", versions=">=0.5.15,<0.5.20",
+              f"conditions as 0.5.22-0.5.23's resolve_fp8_mqa_logits_fn record",
+          upstream=_DSA_UPSTREAM_OLD, library="sglang", versions=">=0.5.15,<0.5.22",
           consumers=("sglang.srt.layers.attention.nsa.nsa_indexer",)),  # the nsa shim's star-import copy
     Patch(name="sglang.dsa.ragged_indexer.topk_transform",
           target=f"{sglang_wrappers.DSA_TOPK}:DSATopKBackend.topk_transform",
@@ -244,7 +249,7 @@ SGLANG_DSA_PATCHES = (
               f"top-k as sgl-kernel's transforms do: row-local (unfused), plus topk_indices_offset (RAGGED) or "
               f"as page slots of the row's request (PAGED, SM120's default prefill transform); SGLang's "
               f"backends for real logits",
-          upstream=_DSA_UPSTREAM + "; 0.5.15.post1 / 0.5.19 the same method", library="sglang",
+          upstream=_DSA_UPSTREAM + "; 0.5.15.post1-0.5.21 the same method", library="sglang",
           versions=">=0.5.15,<0.5.24"),
 )
 
