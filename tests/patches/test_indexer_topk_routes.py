@@ -811,7 +811,19 @@ SGLANG_0519_DSA = {
     .replace("resolve_fp8_mqa_logits_fn()(", "deep_gemm.fp8_mqa_logits(")
     .replace("fn = _chunked", "fn = deep_gemm.fp8_paged_mqa_logits"),  # no SM-count split before 0.5.20
 }
-DSA_RELEASES = [(SGLANG_0523_DSA, "0.5.23"), (SGLANG_0519_DSA, "0.5.19")]
+# SGLang 0.5.20-0.5.21: the module-level deep_gemm for prefill, decode split by SM count as in 0.5.23
+SGLANG_0521_DSA = {
+    **SGLANG_0523_DSA,
+    "sglang/srt/layers/attention/dsa/dsa_indexer.py": SGLANG_0523_DSA["sglang/srt/layers/attention/dsa/dsa_indexer.py"]
+    .replace("from sglang.srt.layers.attention.dsa.utils import resolve_fp8_mqa_logits_fn",
+             "from sglang.srt.layers.attention.dsa import utils as deep_gemm")
+    .replace("resolve_fp8_mqa_logits_fn()(", "deep_gemm.fp8_mqa_logits(")
+    .replace("resolve_fp8_paged_mqa_logits_fn()(", "deep_gemm.fp8_paged_mqa_logits("),
+}
+# (tree, release, whether decode splits its rows by SM count), 0.5.22 being 0.5.23's shape
+DSA_RELEASES = [(SGLANG_0523_DSA, "0.5.23", True), (SGLANG_0523_DSA, "0.5.22", True),
+                (SGLANG_0521_DSA, "0.5.21", True), (SGLANG_0519_DSA, "0.5.19", False)]
+DSA_IDS = [r[1] for r in DSA_RELEASES]
 
 CALLS_SGLANG_DSA = """
 import json, os, types, torch
@@ -859,10 +871,10 @@ print(json.dumps(res))
 """
 
 
-@pytest.mark.parametrize("tree,release", DSA_RELEASES, ids=["0.5.23", "0.5.19"])
+@pytest.mark.parametrize("tree,release,sm_split", DSA_RELEASES, ids=DSA_IDS)
 @pytest.mark.parametrize("env", [{}, {"METHOD": "PAGED"}, {"SGLANG_DSA_FUSE_TOPK": "0", "METHOD": "PAGED"}],
                          ids=["ragged", "paged", "unfused"])
-def test_sglang_dsa_ragged_prefill(tmp_path, env, tree, release):
+def test_sglang_dsa_ragged_prefill(tmp_path, env, tree, release, sm_split):
     """SGLang's DSA ragged prefill (whole batch, and row chunks under the logits budget): the
     logits are a placeholder and the indices SGLang's top-k of the real logits, row-local
     (unfused), plus the ragged-KV offset (fused RAGGED) or as page slots of the row's request
@@ -870,15 +882,15 @@ def test_sglang_dsa_ragged_prefill(tmp_path, env, tree, release):
     out = _run(tmp_path, tree, CALLS_SGLANG_DSA, {"sglang": release}, env=env)
     for case in ("max_rows=5", "max_rows=2"):
         assert out[case] == {"sets": True, "logits_bytes": 4, "logits_calls": []}, (case, out[case])
-    seam = "resolve_fp8_mqa_logits_fn" if release == "0.5.23" else "deep_gemm"
+    seam = "resolve_fp8_mqa_logits_fn" if release in ("0.5.22", "0.5.23") else "deep_gemm"
     applied = {k.rpartition(".")[2] for k, v in out["outcomes"].items() if v[0] == "applied"}
     assert applied == {seam, "topk_transform"}, out["outcomes"]
 
 
-@pytest.mark.parametrize("tree,release", DSA_RELEASES, ids=["0.5.23", "0.5.19"])
+@pytest.mark.parametrize("tree,release,sm_split", DSA_RELEASES, ids=DSA_IDS)
 @pytest.mark.parametrize("env", [{"METHOD": "PAGED", "BACKEND": "FLASHINFER"}, {"INIT": "2"}],
                          ids=["flashinfer paged", "init tokens"])
-def test_sglang_dsa_keeps_real_logits(tmp_path, env, tree, release):
+def test_sglang_dsa_keeps_real_logits(tmp_path, env, tree, release, sm_split):
     """FlashInfer's PAGED transform (sm12x does not write it) and init-token marks (written into
     the logits) get real logits and SGLang's own top-k."""
     out = _run(tmp_path, tree, CALLS_SGLANG_DSA, {"sglang": release}, env=env)
@@ -933,11 +945,11 @@ print(json.dumps(res))
 PAGED_FORMS = {"decode": {}, "verify native": {"NEXT_N": "2", "CTX_2D": "1"}, "verify split": {"NEXT_N": "2"}}
 
 
-@pytest.mark.parametrize("tree,release", DSA_RELEASES, ids=["0.5.23", "0.5.19"])
+@pytest.mark.parametrize("tree,release,sm_split", DSA_RELEASES, ids=DSA_IDS)
 @pytest.mark.parametrize("form", list(PAGED_FORMS))
 @pytest.mark.parametrize("env", [{}, {"SGLANG_OPT_USE_TOPK_V2": "0"}, {"BACKEND": "FLASHINFER"},
                                  {"SGLANG_DSA_FUSE_TOPK": "0"}], ids=["v2", "sgl-kernel", "flashinfer", "unfused"])
-def test_sglang_dsa_paged_decode_and_verify(tmp_path, env, form, tree, release):
+def test_sglang_dsa_paged_decode_and_verify(tmp_path, env, form, tree, release, sm_split):
     """SGLang's DSA decode (a row per request), MTP verify through the native wrapper ([B, next_n]
     context lengths) and through the split one (a row per request): the logits are a placeholder
     (no paged-logits call, no SM-count split) and the indices SGLang's PAGED transform of the real
@@ -949,17 +961,26 @@ def test_sglang_dsa_paged_decode_and_verify(tmp_path, env, form, tree, release):
     assert applied == {"deepgemm_paged_mqa_logits_split", "deepgemm_paged_mqa_logits_native"}, out["outcomes"]
 
 
-@pytest.mark.parametrize("tree,release", DSA_RELEASES, ids=["0.5.23", "0.5.19"])
+@pytest.mark.parametrize("tree,release,sm_split", DSA_RELEASES, ids=DSA_IDS)
 @pytest.mark.parametrize("env", [{"INIT": "2"}, {"BACKEND": "FLASHINFER", "SGLANG_DSA_TOPK_FLASHINFER_TIE_BREAK": "large"},
                                  {"SM12X_SKIP": "sglang.dsa.ragged_indexer.topk_transform", "NEXT_N": "2",
                                   "CTX_2D": "1"}],
                          ids=["init tokens", "flashinfer tie-break", "transform not applied"])
-def test_sglang_dsa_paged_keeps_real_logits(tmp_path, env, tree, release):
+def test_sglang_dsa_paged_keeps_real_logits(tmp_path, env, tree, release, sm_split):
     """Init-token marks (written into the logits), a FlashInfer tie-break the user set, and a
-    top-k transform left as SGLang's get real logits (0.5.23: split by SM count) and SGLang's own top-k."""
+    top-k transform left as SGLang's get real logits (0.5.20 on: split by SM count) and SGLang's own
+    top-k."""
     out = _run(tmp_path, tree, CALLS_SGLANG_DSA_PAGED, {"sglang": release}, env=env)
     rows = 6 if env.get("NEXT_N") == "2" else 3
     assert out["sets"] and out["pad"] and out["logits_bytes"] == rows * 192 * 4, out
     native = env.get("CTX_2D") is not None  # the SM-count split counts requests (next_n rows each)
-    want_calls = ([4, 2] if native else [2, 1]) if release == "0.5.23" else [rows]
+    want_calls = ([4, 2] if native else [2, 1]) if sm_split else [rows]
     assert out["logits_calls"] == want_calls, out
+
+
+def test_sglang_dsa_paged_out_of_range(tmp_path):
+    """Past the checked ranges (0.5.24) the decode keeps SGLang's own paged logits and top-k."""
+    out = _run(tmp_path, SGLANG_0523_DSA, CALLS_SGLANG_DSA_PAGED, {"sglang": "0.5.24"})
+    assert out["sets"] and out["logits_bytes"] == 3 * 192 * 4 and out["logits_calls"] == [2, 1], out
+    state, reason = out["outcomes"]["sglang.dsa.paged_indexer.deepgemm_paged_mqa_logits_split"]
+    assert state == "skipped" and ">=0.5.15,<0.5.24" in reason
