@@ -25,7 +25,8 @@ pair where the release's source shows it:
   0.30.0), read from the indexer call's own arguments.
 - SGLang 0.5.20-0.5.23's DeepSeek-V4 indexer: the paged logits functions SM120 uses by default
   (TileLang, torch; these records take the DeepGEMM records' targets and must be applied before
-  them, so this table comes first in ``all_patches()``), the non-paged prefill's
+  them, so this table comes first in ``all_patches()``), DeepGEMM's ``fp8_paged_mqa_logits`` when
+  those are turned off (a placeholder only for ``run_paged_indexer``'s call), the non-paged prefill's
   ``_nonpaged_mqa_logits`` (0.5.21 on), and the top-k transforms the indexer module binds.
 - SGLang 0.5.15.post1-0.5.23's DSA indexer (DeepSeek-V3.2, GLM-5), ragged prefill
   (``_get_topk_ragged``, whole batch or budget row chunks): the logits function it calls returns a
@@ -43,9 +44,8 @@ pair where the release's source shows it:
 
 Not covered (see the front ends' docstrings): vLLM releases before 0.22.1; vLLM prefill and decode
 with DCP > 1 or v4.1 candidate blocks, BF16 logits or SM100 MX inputs (real logits, vLLM's top-k);
-SGLang's DeepSeek-V4 paged indexer when its logits come from ``deep_gemm`` itself
-(SGLANG_OPT_USE_TILELANG_INDEXER=0 and SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=0: the function is shared
-with the DSA indexers, and SGLang then chunks the rows by a logits budget); SGLang's DSA indexer
+SGLang's DeepSeek-V4 paged indexer with the FP4 indexer cache (a (values, scales) query: real
+logits); SGLang's DSA indexer
 in prefill context parallel (``_get_topk_ragged_with_cp``), its paged logits through CuteDSL
 (SM100 only) or aiter / XPU kernels, its fused torch top-k backend (SGLang raises there), and the
 kpool indexer of ``index_kpool`` models (``dsa_indexer_kpool``, its own ``_get_topk_paged``);
@@ -189,6 +189,27 @@ SGLANG_PAGED_PATCHES = tuple(
          "the torch SM120 logits when TileLang is turned off", ()),
         ("torch", f"{sglang_wrappers.DSV4_INDEXER}:fp8_paged_mqa_logits_torch",
          "the generic torch logits (SM120 detection off)", ()))
+)
+
+SGLANG_PAGED_PATCHES += (
+    Patch(name="sglang.dsv4.paged_indexer.deep_gemm", target="deep_gemm:fp8_paged_mqa_logits",
+          make=sglang_wrappers.make_deep_gemm_paged_logits,
+          why=("SGLang 0.5.20-0.5.23's DeepSeek-V4 paged indexer with the TileLang and torch logits turned off "
+               "(SGLANG_OPT_USE_TILELANG_INDEXER=0, SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=0) imports DeepGEMM's "
+               "fp8_paged_mqa_logits at call time and materialises [rows, max_compressed_seq_len] float32 logits "
+               "per row chunk of the logits budget (its metadata's chunks) for one top-k transform; called from "
+               "run_paged_indexer with FP8 queries while the transforms are ours, the logits come back as a "
+               "placeholder for the fused top-k; every other caller (SGLang's DSA indexers, vLLM) gets the "
+               "DeepGEMM record's replacement (this record takes that record's target, applied first, and "
+               "rebinds the copies it lists). The range is sgl-deep-gemm's, the releases SGLang 0.5.15.post1-"
+               "0.5.23 pin; SGLang's own range comes from the transform records, without which every call "
+               "gets real logits"),
+          upstream=("sglang 0.5.20-0.5.23 srt/layers/attention/dsv4/indexer.py (forward_c4_indexer: "
+                    "`from deep_gemm import fp8_paged_mqa_logits as fn`, run_paged_indexer); dsv4/metadata.py "
+                    "(PagedIndexerMetadata row chunks); sgl-deep-gemm 0.1.4-0.2.3.post2 deep_gemm/__init__.py "
+                    "(0.2.5 has only fp8_fp4_paged_mqa_logits)"),
+          library="deep_gemm", versions=">=0.1.4,<0.2.4",
+          consumers=("vllm.utils.deep_gemm", "vllm.foundation.utilities.deep_gemm")),  # the DeepGEMM record's
 )
 
 SGLANG_PATCHES = SGLANG_PAGED_PATCHES + (

@@ -463,6 +463,11 @@ SGLANG_0523 = {
                                           max_seq_len, clean_logits=True):
             raise RuntimeError("original tilelang_fp8_paged_mqa_logits: asserts head_dim 128")
     """,
+    "deep_gemm/__init__.py": """
+        def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
+                                 clean_logits=False, indices=None):
+            raise RuntimeError("original DeepGEMM fp8_paged_mqa_logits: no SM120 kernel")
+    """,
     "sglang/srt/layers/attention/dsv4/indexer.py": """
         import torch
         from sglang.kernels.ops.attention.dsv4 import _transform, topk_transform_paged, topk_transform_paged_v2
@@ -482,8 +487,13 @@ SGLANG_0523 = {
             raise RuntimeError("original fp8_paged_mqa_logits_torch_sm120")
         class C4IndexerBackendMixin:
             def paged(self, q, cache, w, c4_seq_lens, page_table, max_len, out, raw, rows_per_chunk):
-                # forward_c4_indexer's paged path as SM120 runs it (TileLang, 1-D lengths)
-                from sglang.kernels.ops.attention.dsa.tilelang_kernel import tilelang_fp8_paged_mqa_logits as fn
+                # forward_c4_indexer's paged path as SM120 runs it (TileLang, 1-D lengths); with TileLang
+                # and the torch logits off, DeepGEMM's imported at call time
+                import os
+                if os.environ.get("SGLANG_OPT_USE_TILELANG_INDEXER", "1") == "1":
+                    from sglang.kernels.ops.attention.dsa.tilelang_kernel import tilelang_fp8_paged_mqa_logits as fn
+                else:
+                    from deep_gemm import fp8_paged_mqa_logits as fn
                 def run_paged_indexer(rows, metadata):
                     logits = fn(q[rows], cache, w[rows], c4_seq_lens[rows], page_table[rows], metadata, max_len, False)
                     topk_transform_paged(logits, c4_seq_lens[rows], page_table[rows], out[rows], 64, raw[rows])
@@ -610,6 +620,28 @@ def test_sglang_0523_paged_indexer_sm120_default(tmp_path):
     assert states["sglang.dsv4.paged_indexer.tilelang"] == ["applied", ""], states
     assert states["sglang.dsa.tilelang_paged_logits"][0] == "applied", states
     assert "via sglang.dsv4.paged_indexer.tilelang" in states["sglang.dsa.tilelang_paged_logits"][1], states
+
+
+def test_sglang_dsv4_paged_indexer_through_deep_gemm(tmp_path):
+    """The DeepSeek-V4 paged indexer with TileLang and the torch logits off (DeepGEMM's
+    fp8_paged_mqa_logits, imported at call time, per row chunk): the placeholder for
+    ``run_paged_indexer``, sm12x's real logits for a direct call; the DeepGEMM record's same target
+    reports this route."""
+    code = CALLS_SGLANG_PAGED.replace("from sglang.kernels.ops.attention.dsa import tilelang_kernel",
+                                      "import deep_gemm").replace(
+        "tilelang_kernel.tilelang_fp8_paged_mqa_logits(", "deep_gemm.fp8_paged_mqa_logits(")
+    out = _run(tmp_path, SGLANG_0523, code, {"sglang": "0.5.23", "sgl-deep-gemm": "0.2.3.post2"},
+               env={"SGLANG_OPT_USE_TILELANG_INDEXER": "0"})
+    assert out["sets"] == [True, True, True] and out["sglang_transform_calls"] == [5 * 256 * 4]
+    assert out["direct_call_real"][0] == 5 * 256 * 4 and out["direct_call_real"][1] < 1e-2
+    states = out["outcomes"]
+    assert states["sglang.dsv4.paged_indexer.deep_gemm"] == ["applied", ""], states
+    assert states["deep_gemm.fp8_paged_mqa_logits"] == ["applied", "via sglang.dsv4.paged_indexer.deep_gemm"]
+    # a transform left as SGLang's: real logits for every row chunk
+    out = _run(tmp_path / "skip", SGLANG_0523, code, {"sglang": "0.5.23", "sgl-deep-gemm": "0.2.3.post2"},
+               env={"SGLANG_OPT_USE_TILELANG_INDEXER": "0", "SM12X_SKIP": "sglang.dsv4.indexer.topk_transform_paged"})
+    assert out["sets"] == [True, True, True]
+    assert out["sglang_transform_calls"] == [2 * 256 * 4, 2 * 256 * 4, 256 * 4, 5 * 256 * 4]
 
 
 SGLANG_0523_DSA = {

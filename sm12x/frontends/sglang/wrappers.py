@@ -8,6 +8,11 @@ read it are ours; every other call (SGLang's DSA indexers, tests, a transform le
 the real logits of sm12x's DeepGEMM-route replacement (``make_sglang_paged_logits_torch``), which
 these records build on: they take the same targets and are applied first.
 
+With the TileLang and torch logits off, ``run_paged_indexer`` imports DeepGEMM's
+``fp8_paged_mqa_logits`` at call time: the same placeholder answers that call
+(``make_deep_gemm_paged_logits``, on the ``deep_gemm`` module's function, which SGLang's DSA
+indexers and vLLM share: they get the DeepGEMM record's real logits).
+
 SGLang 0.5.23's DeepSeek-V4 non-paged prefill indexer: ``C4IndexerBackendMixin._nonpaged_mqa_logits``
 returns a placeholder, and the top-k transforms that ``forward_c4_indexer`` may call next (the
 ``sglang.srt.layers.attention.dsv4.indexer`` module's own functions and its copies of
@@ -83,6 +88,35 @@ def make_paged_logits(original):
                                          max_seq_len, clean_logits)
 
     return paged_mqa_logits
+
+
+def _one_fp8_query_per_row(q) -> bool:
+    """q of the run_paged_indexer call a placeholder serves: FP8 [rows, 1, H, D] (the FP4 indexer
+    passes a (values, scales) tuple)."""
+    import torch
+
+    return isinstance(q, torch.Tensor) and q.dim() == 4 and q.shape[1] == 1 and q.dtype == torch.float8_e4m3fn
+
+
+def make_deep_gemm_paged_logits(original):
+    """``deep_gemm.fp8_paged_mqa_logits`` as SGLang's DeepSeek-V4 paged indexer imports it at call
+    time when the TileLang and torch logits are off: a placeholder for ``run_paged_indexer``'s
+    call (FP8 queries, the eight positional arguments it passes) while the transforms are ours;
+    for every other caller (SGLang's DSA indexers, vLLM, anyone) the DeepGEMM record's
+    replacement, sm12x's kernel with real logits."""
+    from sm12x.frontends.deep_gemm.wrappers import make_fp8_paged_mqa_logits
+
+    api = _api()
+    dense = make_fp8_paged_mqa_logits(original)
+
+    @functools.wraps(original)
+    def fp8_paged_mqa_logits(*args, **kwargs):
+        if (len(args) == 8 and not kwargs and isinstance(args[6], int) and _one_fp8_query_per_row(args[0])
+                and _called_from_paged_indexer(sys._getframe(1)) and transforms_are_ours()):
+            return api.deferred_paged_logits(*args)
+        return dense(*args, **kwargs)
+
+    return fp8_paged_mqa_logits
 
 
 def make_nonpaged_mqa_logits(original):
