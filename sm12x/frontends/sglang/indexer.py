@@ -1,15 +1,16 @@
-"""SGLang's DeepSeek-V4 C4 indexer done by sm12x's fused logits -> top-k.
+"""SGLang's DeepSeek-V4 C4 indexer and DSA indexer done by sm12x's fused logits -> top-k.
 
-Paged route (every batch on SM120 by default: SGLang 0.5.23's model hook sets
+Paged route (every batch on SM120 by default: SGLang 0.5.20-0.5.23's model hook sets
 ``SGLANG_OPT_USE_TILELANG_INDEXER`` and ``SGLANG_FP8_PAGED_MQA_LOGITS_TORCH`` there, which also turns
 off the logits budget's row chunking): ``forward_c4_indexer``'s ``run_paged_indexer`` calls the
-TileLang or torch paged logits, ``fn(q [rows, 1, H, 128], cache [pages, 64, 1, 132], weights
+TileLang or torch paged logits (DeepGEMM's ``fp8_paged_mqa_logits`` when both are turned off, then
+per row chunk of the indexer metadata), ``fn(q [rows, 1, H, 128], cache [pages, 64, 1, 132], weights
 [rows, H], seq_lens, page_table [rows, pages], metadata, max_compressed_seq_len, False)`` ->
 [rows, max_compressed_seq_len] float32 for every query row of the batch at once (8 GiB for an
 8K-token prefill chunk at a 1M-token prompt), then one top-k transform. Each row is one query
 seeing positions p < seq_lens[row]. ``deferred_paged_logits`` returns a placeholder for it.
 
-Non-paged route. Read from SGLang 0.5.23 ``srt/layers/attention/dsv4/indexer.py``: for an extend batch of one
+Non-paged route. Read from SGLang 0.5.21-0.5.23 ``srt/layers/attention/dsv4/indexer.py``: for an extend batch of one
 request (``C4IndexerBackendMixin._get_nonpaged_indexer_plan``: the long-prompt case, on by default
 through ``SGLANG_OPT_DSV4_NONPAGED_INDEXER``), ``forward_c4_indexer`` gathers the request's
 compressed index keys once and, per row chunk, calls ``_nonpaged_mqa_logits(q_indexer=, weights=,
@@ -28,7 +29,7 @@ p % page_size, -1 kept) to ``out_page_indices`` (positions when ``page_tables`` 
 kernel does). Order: SGLang's transforms are unordered (``sorted=False``); ours come best first,
 equal scores lower position first; the set differs only among keys tied at the k-th score.
 
-DSA (DeepSeek-V3.2 / GLM-5) ragged prefill, read from SGLang 0.5.23
+DSA (DeepSeek-V3.2 / GLM-5) ragged prefill, read from SGLang 0.5.15.post1-0.5.23 (quoted: 0.5.23)
 ``srt/layers/attention/dsa/dsa_indexer.py`` (``DSAIndexer._get_topk_ragged``) and
 ``dsa_topk_backend.py``: per extend batch (or per row chunk under the logits budget) the indexer
 calls ``resolve_fp8_mqa_logits_fn()(q [rows, H, 128] fp8, (k fp8 [N, 128], scale fp32 [N]),
@@ -92,8 +93,9 @@ def deferred_nonpaged_mqa_logits(*, q_indexer, weights, kv, plan, rows):
 
 def deferred_paged_logits(q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_metadata, max_seq_len,
                           clean_logits=True):
-    """SGLang's paged-logits functions (TileLang, torch, torch SM120: one signature) without the
-    logits: a [rows, max_seq_len] placeholder for the top-k transform that follows."""
+    """SGLang's paged-logits functions (TileLang, torch, torch SM120, and DeepGEMM's
+    ``fp8_paged_mqa_logits`` when those are off: one argument order) without the logits: a [rows,
+    max_seq_len] placeholder for the top-k transform that follows."""
     op = "paged_mqa_logits"
     require(isinstance(q_fp8, torch.Tensor) and q_fp8.dim() == 4 and q_fp8.shape[1] == 1, op, "q_fp8",
             lambda: f"shape {list(getattr(q_fp8, 'shape', []))}", "[rows, 1, heads, head_dim] (one query per row)")

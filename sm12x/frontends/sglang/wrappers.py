@@ -362,8 +362,9 @@ def make_dsa_paged_logits_split(original):
                 or not _dsa_paged_reads_only_topk(sys._getframe(1))):
             return original(fp8_paged_mqa_logits_fn, q_fp8, kv_cache_fp8, weights, ctx_lens_2d, block_tables,
                             schedule_metadata, max_seq_len, q_offset=q_offset)
+        # DeepGEMM reads the first q_offset rows of each per-row argument
         return api.deferred_dsa_paged_logits(q_fp8[:q_offset].unsqueeze(1), kv_cache_fp8, weights[:q_offset],
-                                             ctx_lens_2d, block_tables[:q_offset], max_seq_len)
+                                             ctx_lens_2d[:q_offset], block_tables[:q_offset], max_seq_len)
 
     return deepgemm_paged_mqa_logits_split
 
