@@ -32,9 +32,10 @@ pair where the release's source shows it:
   (``_get_topk_ragged``, whole batch or budget row chunks): the logits function it calls returns a
   placeholder (0.5.22-0.5.23: through the indexer module's copy of ``resolve_fp8_mqa_logits_fn``;
   0.5.15.post1-0.5.21: the module's ``deep_gemm``, whose ``fp8_mqa_logits`` is wrapped), and
-  ``DSATopKBackend.topk_transform`` writes the fused top-k for it as sgl-kernel's transforms do (row-local when unfused, plus the ragged-KV
-  offset for RAGGED, page slots of the row's request for PAGED); real logits for FlashInfer's
-  PAGED transform and init / local token marks.
+  ``DSATopKBackend.topk_transform`` writes the fused top-k for it as sgl-kernel's transforms do
+  (row-local when unfused, plus the ragged-KV offset for RAGGED, page slots of the row's request
+  for PAGED); real logits for FlashInfer's PAGED transform (it offsets the table by row starts), a
+  FlashInfer tie-break and init / local token marks.
 - SGLang 0.5.15.post1-0.5.23's DSA indexer decode, MTP verify and draft extend (``_get_topk_paged``):
   the module's copies of ``deepgemm_paged_mqa_logits_split`` / ``_native`` (DeepGEMM's paged logits,
   whatever function SGLang hands them, split by SM count from 0.5.20) return a placeholder, and the
@@ -45,14 +46,14 @@ pair where the release's source shows it:
 Not covered (see the front ends' docstrings): vLLM releases before 0.22.1; vLLM prefill and decode
 with DCP > 1 or v4.1 candidate blocks, BF16 logits or SM100 MX inputs (real logits, vLLM's top-k);
 SGLang's DeepSeek-V4 paged indexer with the FP4 indexer cache (a (values, scales) query: real
-logits); SGLang's DSA indexer
-in prefill context parallel (``_get_topk_ragged_with_cp``), its paged logits through CuteDSL
-(SM100 only) or aiter / XPU kernels, its fused torch top-k backend (SGLang raises there), and the
-kpool indexer of ``index_kpool`` models (``dsa_indexer_kpool``, its own ``_get_topk_paged``);
-SGLang 0.5.20's DeepSeek-V4 non-paged prefill (``_forward_nonpaged_indexer``: every row's logits
-at once); SGLang releases before 0.5.15.post1 and, for the DeepSeek-V4 records, before 0.5.20. No ``max_model_len`` / context gate whose only reason is the indexer's
-memory or DeepGEMM's 32-bit offsets exists in vLLM 0.25.1 / 0.34.0 or SGLang 0.5.23: past 256K
-stock crashes (CUDA error 719) rather than refusing.
+logits); SGLang 0.5.20's DeepSeek-V4 non-paged prefill (``_forward_nonpaged_indexer``: every
+row's logits at once); SGLang's DSA indexer in prefill context parallel
+(``_get_topk_ragged_with_cp``), its paged logits through CuteDSL (SM100 only) or aiter / XPU
+kernels, its fused torch top-k backend (SGLang raises there), and the kpool indexer of
+``index_kpool`` models (``dsa_indexer_kpool``, its own ``_get_topk_paged``); SGLang releases before
+0.5.15.post1 and, for the DeepSeek-V4 records, before 0.5.20. No ``max_model_len`` / context gate
+whose only reason is the indexer's memory or DeepGEMM's 32-bit offsets exists in vLLM 0.25.1 /
+0.34.0 or SGLang 0.5.23: past 256K stock crashes (CUDA error 719) rather than refusing.
 """
 from __future__ import annotations
 

@@ -80,8 +80,8 @@ def make_paged_logits(original):
     @functools.wraps(original)
     def paged_mqa_logits(q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_metadata=None,
                          max_seq_len=None, clean_logits=True):
-        if (max_seq_len is None or not _called_from_paged_indexer(sys._getframe(1))
-                or not transforms_are_ours()):
+        if (max_seq_len is None or not _one_fp8_query_per_row(q_fp8)
+                or not _called_from_paged_indexer(sys._getframe(1)) or not transforms_are_ours()):
             return dense(q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_metadata, max_seq_len,
                          clean_logits)
         return api.deferred_paged_logits(q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_metadata,
