@@ -7,11 +7,13 @@ sends GB10 down a path 12.0 never takes. These records (``arch="12.1"``: applied
 such a gate answer as on 12.0 for the one question it gates, and nothing else.
 
 Patched:
-- SGLang 0.5.15.post1-0.5.19 ``deep_gemm_wrapper.configurer._compute_enable_deep_gemm`` turns
-  DeepGEMM off for ``get_device_sm() == 120`` only, so GB10 runs SGLang with DeepGEMM on and SM90
-  settings (record ``sglang.gb10.deep_gemm_gate``; SGLang 0.5.23 asks ``in (120, 121)`` itself).
+- SGLang 0.5.15.post1-0.5.20's DeepGEMM configurer (``deep_gemm_wrapper.configurer``) asks
+  ``get_device_sm() == 120`` only: whether DeepGEMM is on (0.5.15.post1 / 0.5.19: off on 12.0; 0.5.20:
+  on with DeepGEMM's SM120 entry point) and, in 0.5.20, whether its scales are UE8M0; GB10 runs
+  DeepGEMM with SM90 settings (record ``sglang.gb10.deep_gemm_gate``; from SGLang 0.5.21 the
+  configurer asks ``in (120, 121)`` itself).
 
-Read in vLLM 0.22.1, 0.25.1, 0.33.0, 0.34.0, SGLang 0.5.15.post1, 0.5.19, 0.5.23, sgl-kernel 0.4.10,
+Read in vLLM 0.22.1, 0.25.1, 0.33.0, 0.34.0, SGLang 0.5.15.post1, 0.5.19-0.5.23, sgl-kernel 0.4.10,
 sgl-deep-gemm 0.1.4-0.2.5, FlashInfer 0.6.14-0.7.4 and left alone (12.1's answer is right, or the path
 is not one sm12x serves):
 - vLLM ``CudaPlatformBase.support_deep_gemm`` (family 120, vllm#54125, PR #54600): GB10 answers as
@@ -58,16 +60,18 @@ from sm12x.patches import Patch
 PATCHES = (
     Patch(name="sglang.gb10.deep_gemm_gate", target="sglang.srt.utils.common:get_device_sm",
           make=sglang_gates.make_get_device_sm,
-          why="SGLang 0.5.15.post1-0.5.19 turn DeepGEMM off on SM120 by get_device_sm() == 120, so on "
-              "GB10 (121) ENABLE_JIT_DEEPGEMM stays on with SM90 settings (float32, not UE8M0, scales): the "
-              "FP8 MoE runner (auto with DeepEP / Mooncake / NIXL), the JIT warm-up and the opt-in kv_b_proj "
-              "BMM (SGL_USE_DEEPGEMM_BMM) then run recipes DeepGEMM refuses on SM12x (sgl-deep-gemm 0.1.4 "
-              "has no SM12x kernels; the SM12x kernels assert power-of-two scales, sglang#39482) where 12.0 "
-              "runs SGLang's own paths; the configurer's question alone is answered as on 12.0 (asked "
-              "once, at the configurer's import: the patch must be in place before that)",
+          why="SGLang 0.5.15.post1-0.5.20's DeepGEMM configurer compares get_device_sm() with 120 only, so "
+              "on GB10 (121) ENABLE_JIT_DEEPGEMM is on where 12.0 has it off (0.5.15.post1 / 0.5.19) and the "
+              "scales stay SM90's float32 where 12.0 takes UE8M0 (0.5.20): the FP8 MoE runner (auto with "
+              "DeepEP / Mooncake / NIXL), the JIT warm-up and the opt-in kv_b_proj BMM (SGL_USE_DEEPGEMM_BMM) "
+              "then run recipes DeepGEMM refuses on SM12x (sgl-deep-gemm 0.1.4 has no SM12x kernels; the "
+              "SM12x kernels assert power-of-two scales, sglang#39482); the configurer's questions alone are "
+              "answered as on 12.0 (asked once, at the configurer's import: the patch must be in place "
+              "before that)",
           upstream="sglang 0.5.15.post1 / 0.5.19 srt/layers/deep_gemm_wrapper/configurer.py:22 "
-                   "(_compute_enable_deep_gemm: `if sm_version == 120: return False`); "
-                   "sgl-project/sglang#36551, fixed by #39482 (0.5.23: `sm_version in (120, 121)`)",
-          library="sglang", versions=">=0.5.15,<0.5.23", fixed_in="0.5.23", arch="12.1",
+                   "(_compute_enable_deep_gemm: `if sm_version == 120: return False`), 0.5.20 (the SM120 "
+                   "entry-point probe and DEEPGEMM_SCALE_UE8M0 for == 120); sgl-project/sglang#36551, "
+                   "fixed by #39482 (0.5.21: `sm_version in (120, 121)`)",
+          library="sglang", versions=">=0.5.15,<0.5.21", fixed_in="0.5.21", arch="12.1",
           consumers=("sglang.srt.utils", sglang_gates.CONFIGURER)),
 )

@@ -4,8 +4,9 @@ its checked range.
 
 The stand-ins keep the shape that matters: ``sglang.srt.utils`` star-imports ``get_device_sm`` from
 ``sglang.srt.utils.common``; the DeepGEMM configurer imports it from ``sglang.srt.utils`` and decides
-``ENABLE_JIT_DEEPGEMM`` while it is imported (0.5.15.post1 / 0.5.19: off for 120 only; 0.5.23: off
-for 120 and 121 unless DeepGEMM has the SM120 APIs); the wrapper package re-exports the constant;
+``ENABLE_JIT_DEEPGEMM`` while it is imported (0.5.15.post1 / 0.5.19: off for 120 only; 0.5.20: on
+for 120 with DeepGEMM's SM120 entry point, UE8M0 scales for 120 only; 0.5.23: off for 120 and 121
+unless DeepGEMM has the SM120 APIs); the wrapper package re-exports the constant;
 other modules take their own copy of ``get_device_sm``. SGLang's capability comes from
 ``STANDIN_SM`` (what torch / NVML would report), sm12x's from ``SM12X_ARCH``.
 """
@@ -133,6 +134,35 @@ CONFIGURER = {
         DEEPGEMM_BLACKWELL = ENABLE_JIT_DEEPGEMM and get_platform().is_sm100
         DEEPGEMM_SCALE_UE8M0 = DEEPGEMM_BLACKWELL
     """,
+    # 0.5.20: DeepGEMM on for 120 when it has the SM120 entry point, UE8M0 scales for 120 only
+    "0.5.20": """
+        from sglang.srt.environ import envs
+        from sglang.srt.runtime_context import get_platform
+        from sglang.srt.utils import get_device_sm, is_cuda, is_musa
+
+        _is_cuda = is_cuda()
+        _is_musa = is_musa()
+
+        def _compute_enable_deep_gemm():
+            sm_version = get_device_sm()
+            if (_is_cuda and sm_version < 90) or (_is_musa and sm_version < 31):
+                return False
+            if sm_version == 120:
+                try:
+                    from deep_gemm import m_grouped_fp8_fp4_gemm_nt_contiguous  # noqa: F401
+                except (ImportError, AttributeError):
+                    return False
+            try:
+                import deep_gemm  # noqa: F401
+            except ImportError:
+                return False
+            return envs.SGLANG_ENABLE_JIT_DEEPGEMM.get()
+
+        ENABLE_JIT_DEEPGEMM = _compute_enable_deep_gemm()
+        DEEPGEMM_BLACKWELL = ENABLE_JIT_DEEPGEMM and get_platform().is_sm100
+        DEEPGEMM_SCALE_UE8M0 = ENABLE_JIT_DEEPGEMM and (
+            get_platform().is_sm100 or get_device_sm() == 120)
+    """,
     "0.5.23": """
         from sglang.srt.environ import envs
         from sglang.srt.runtime_context import get_platform
@@ -220,6 +250,19 @@ def test_deep_gemm_gate_answers_as_on_sm120_on_gb10(tmp_path, release):
     assert out["same_name_elsewhere_sm"] == 121, out
 
 
+def test_deep_gemm_scales_as_on_sm120_on_gb10(tmp_path):
+    """SGLang 0.5.20 runs DeepGEMM on SM120 with UE8M0 scales, a module-level question of the
+    configurer that asks for 120 only: on GB10 both answers are 12.0's, without sm12x the scales
+    are SM90's float32."""
+    on_sm120 = run_release(tmp_path / "sm120", "0.5.20", "12.0", 120)
+    assert on_sm120["enable"] is True and on_sm120["ue8m0"] is True, on_sm120
+    out = run_release(tmp_path / "gb10", "0.5.20", "12.1", 121)
+    assert out["outcome"] == ["applied", ""], out
+    assert out["enable"] is True and out["ue8m0"] is True and out["utils_sm"] == 121, out
+    stock = run_release(tmp_path / "stock", "0.5.20", "12.1", 121, {"SM12X_DISABLE": "1"})
+    assert stock["enable"] is True and stock["ue8m0"] is False, stock
+
+
 def test_deep_gemm_gate_plugin_route_rebinds_the_utils_copy(tmp_path):
     """sglang.srt.utils took its copy before sm12x was installed: the record rebinds it, so a
     configurer imported afterwards still asks the wrapper."""
@@ -253,7 +296,7 @@ def test_deep_gemm_gate_needs_gb10_even_when_forced(tmp_path):
 
 
 def test_deep_gemm_gate_skipped_outside_its_range(tmp_path):
-    """SGLang 0.5.23 asks for 120 and 121 itself: the record is skipped and SGLang's own answer,
+    """SGLang 0.5.21 on (here 0.5.23) asks for 120 and 121 itself: the record is skipped and SGLang's own answer,
     the same as on 12.0, stands."""
     out = run_release(tmp_path, "0.5.23", "12.1", 121)
     state, reason = out["outcome"]
