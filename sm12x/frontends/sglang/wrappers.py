@@ -236,29 +236,21 @@ def _dsa_transform_is_ours(indexer, metadata, row_starts: bool) -> bool:
     return False
 
 
-def _dsa_ragged_reads_only_topk(frame) -> bool:
-    """Whether a logits call comes from the DSA indexer's ``_get_topk_ragged`` with only a top-k
-    sm12x writes to read them (``_dsa_transform_is_ours``; the ragged rows pass row starts)."""
-    if (frame is None or frame.f_code.co_name != "_get_topk_ragged"
-            or frame.f_globals.get("__name__") != DSA_INDEXER):
+# the DSA indexer's methods that call the logits functions: prefill rows, and decode / verify rows
+RAGGED_CALLER, PAGED_CALLER = "_get_topk_ragged", "_get_topk_paged"
+
+
+def _dsa_reads_only_topk(frame, caller: str) -> bool:
+    """Whether a logits call comes from the DSA indexer's ``caller`` with only a top-k sm12x
+    writes to read them (``_dsa_transform_is_ours``): ``_get_topk_ragged`` (prefill; its rows pass
+    row starts) or ``_get_topk_paged`` (decode, MTP verify, draft extend;
+    ``metadata.topk_transform(logits, topk)`` passes none)."""
+    if frame is None or frame.f_code.co_name != caller or frame.f_globals.get("__name__") != DSA_INDEXER:
         return False
     indexer, metadata = frame.f_locals.get("self"), frame.f_locals.get("metadata")
     if "_mask_init_and_local_tokens" not in frame.f_code.co_names:  # 0.5.15.post1 marks no tokens
         indexer = _NoMarks
-    return _dsa_transform_is_ours(indexer, metadata, row_starts=True)
-
-
-def _dsa_paged_reads_only_topk(frame) -> bool:
-    """Whether a paged-logits call comes from the DSA indexer's ``_get_topk_paged`` (decode, MTP
-    verify, draft extend) with only a top-k sm12x writes to read them (``_dsa_transform_is_ours``;
-    ``metadata.topk_transform(logits, topk)`` passes no row starts)."""
-    if (frame is None or frame.f_code.co_name != "_get_topk_paged"
-            or frame.f_globals.get("__name__") != DSA_INDEXER):
-        return False
-    indexer, metadata = frame.f_locals.get("self"), frame.f_locals.get("metadata")
-    if "_mask_init_and_local_tokens" not in frame.f_code.co_names:  # 0.5.15.post1 marks no tokens
-        indexer = _NoMarks
-    return _dsa_transform_is_ours(indexer, metadata, row_starts=False)
+    return _dsa_transform_is_ours(indexer, metadata, row_starts=caller == RAGGED_CALLER)
 
 
 class _NoMarks:
@@ -267,14 +259,14 @@ class _NoMarks:
 
 def _dsa_logits_fn(fn):
     """``fn`` (SGLang's DSA prefill logits function, DeepGEMM's ``fp8_mqa_logits`` signature) with
-    ``_get_topk_ragged``'s calls answered by a placeholder when ``_dsa_ragged_reads_only_topk``
+    ``_get_topk_ragged``'s calls answered by a placeholder when ``_dsa_reads_only_topk``
     and ``_dsa_serves``."""
     api = _api()
 
     @functools.wraps(fn)
     def fp8_mqa_logits(q, kv, weights, ks, ke, *rest, **kwargs):
         if (rest or set(kwargs) - {"clean_logits"} or not _dsa_serves(q, kv)
-                or not _dsa_ragged_reads_only_topk(sys._getframe(1))):
+                or not _dsa_reads_only_topk(sys._getframe(1), RAGGED_CALLER)):
             return fn(q, kv, weights, ks, ke, *rest, **kwargs)
         return api.deferred_dsa_mqa_logits(q, kv, weights, ks, ke)
 
@@ -315,7 +307,7 @@ def make_indexer_deep_gemm(original):
 def make_resolve_fp8_mqa_logits_fn(original):
     """The DSA indexer module's ``resolve_fp8_mqa_logits_fn``: SGLang's resolved function (DeepGEMM's
     ``fp8_mqa_logits``, or its torch fallback), wrapped so that ``_get_topk_ragged``'s calls
-    return a placeholder when ``_dsa_ragged_reads_only_topk`` and ``_dsa_serves``."""
+    return a placeholder when ``_dsa_reads_only_topk`` and ``_dsa_serves``."""
     wrapped = {}
 
     @functools.wraps(original)
@@ -351,7 +343,7 @@ def make_dsa_topk_transform(original):
 def make_dsa_paged_logits_split(original):
     """The DSA indexer module's ``deepgemm_paged_mqa_logits_split`` (decode, and verify / draft
     extend rows as their own requests): a placeholder for ``_get_topk_paged`` when
-    ``_dsa_paged_reads_only_topk`` and ``_dsa_paged_serves``, SGLang's wrapper (real logits)
+    ``_dsa_reads_only_topk`` and ``_dsa_paged_serves``, SGLang's wrapper (real logits)
     otherwise."""
     api = _api()
 
@@ -359,7 +351,7 @@ def make_dsa_paged_logits_split(original):
     def deepgemm_paged_mqa_logits_split(fp8_paged_mqa_logits_fn, q_fp8, kv_cache_fp8, weights, ctx_lens_2d,
                                         block_tables, schedule_metadata, max_seq_len, *, q_offset):
         if (not _dsa_paged_serves(q_fp8, kv_cache_fp8, weights)
-                or not _dsa_paged_reads_only_topk(sys._getframe(1))):
+                or not _dsa_reads_only_topk(sys._getframe(1), PAGED_CALLER)):
             return original(fp8_paged_mqa_logits_fn, q_fp8, kv_cache_fp8, weights, ctx_lens_2d, block_tables,
                             schedule_metadata, max_seq_len, q_offset=q_offset)
         # DeepGEMM reads the first q_offset rows of each per-row argument
@@ -379,7 +371,7 @@ def make_dsa_paged_logits_native(original):
     def deepgemm_paged_mqa_logits_native(fp8_paged_mqa_logits_fn, q_fp8, kv_cache_fp8, weights, ctx_lens_2d,
                                          block_tables, schedule_metadata, max_seq_len, *, q_offset, B, next_n):
         if (not _dsa_paged_serves(q_fp8, kv_cache_fp8, weights)
-                or not _dsa_paged_reads_only_topk(sys._getframe(1))):
+                or not _dsa_reads_only_topk(sys._getframe(1), PAGED_CALLER)):
             return original(fp8_paged_mqa_logits_fn, q_fp8, kv_cache_fp8, weights, ctx_lens_2d, block_tables,
                             schedule_metadata, max_seq_len, q_offset=q_offset, B=B, next_n=next_n)
         q = q_fp8[:q_offset].view(B, next_n, q_fp8.shape[1], q_fp8.shape[2])
