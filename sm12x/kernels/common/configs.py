@@ -43,12 +43,16 @@ def arch_key(device) -> str:
     return _cuda_arch_key(index)
 
 
-def pick(configs: dict, device):
-    """The configuration for ``device``; ``sm_121`` falls back to ``sm_120`` when it has none."""
-    key = arch_key(device)
+def for_target(configs: dict, key: str):
+    """The configuration for arch key ``key``; ``sm_121`` falls back to ``sm_120`` when it has none."""
     if key not in configs and key == "sm_121":
         key = "sm_120"
     return configs[key]
+
+
+def pick(configs: dict, device):
+    """The configuration for ``device`` (``for_target`` of its ``arch_key``)."""
+    return for_target(configs, arch_key(device))
 
 
 @functools.lru_cache(maxsize=None)

@@ -152,7 +152,7 @@ def compile_reports(targets=("sm_120", "sm_121")):
             "BLOCK": "constexpr", "BLOCK_N": "constexpr"}
     reports = []
     for target in targets:
-        cfg = CONFIGS["sm_120" if target == "sm_121" else target]
+        cfg = configs.for_target(CONFIGS, target)
         const = dict(stride_ak=1, stride_bk=1, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=32, BLOCK_K=cfg["BLOCK_K"])
         reports.append(compile_kernel(hc_prenorm_kernel, sig, const, target=target, num_warps=cfg["num_warps"],
                                       num_stages=cfg["num_stages"],

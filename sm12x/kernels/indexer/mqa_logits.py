@@ -481,7 +481,7 @@ def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 64), dims=(128,),
     reports = []
     for target in targets:
         for is_fp4 in fp4:
-            cfg = CONFIGS["sm_120" if target == "sm_121" else target]["fp4" if is_fp4 else "fp8"]
+            cfg = configs.for_target(CONFIGS, target)["fp4" if is_fp4 else "fp8"]
             for h in heads:
                 for d in dims:
                     for out_mode, clean, comp in variants:
