@@ -81,16 +81,17 @@ PATCHES = tuple(
                   "SGLang's default DeepSeek-V4 paged indexer on SM120 (TileLang) asserts one query "
                   "token per row, 1-D seq_lens, head_dim 128 and 64-token blocks",
                   "sglang kernels/ops/attention/dsa/tilelang_kernel.py; server_args.py (SM120 defaults)",
-                  # 0.5.19's nsa module star-imports this one
-                  versions=">=0.5.19,<0.6", consumers=("sglang.srt.layers.attention.nsa.tilelang_kernel",)),
-    # 0.5.15's TileLang indexer, which dsv4/indexer.py imports at call time when
-    # SGLANG_OPT_USE_TILELANG_INDEXER=1
+                  # 0.5.16 on (where SGLang moved it under sglang.kernels); the nsa module
+                  # star-imports this one
+                  versions=">=0.5.16,<0.6", consumers=("sglang.srt.layers.attention.nsa.tilelang_kernel",)),
+    # 0.5.15.post1's TileLang indexer, which dsv4/indexer.py imports at call time when
+    # SGLANG_OPT_USE_TILELANG_INDEXER=1 (0.5.16 has only the sglang.kernels one)
     _sglang_paged("sglang.dsa.tilelang_paged_logits.srt",
                   "sglang.srt.layers.attention.dsa.tilelang_kernel:tilelang_fp8_paged_mqa_logits",
                   "SGLang 0.5.15's TileLang paged indexer asserts one query token per row, 1-D seq_lens, "
                   "head_dim 128, 64-token blocks and clean_logits=False",
                   "sglang 0.5.15.post1 srt/layers/attention/dsa/tilelang_kernel.py; dsv4/indexer.py",
-                  versions=">=0.5.15,<0.5.19", consumers=("sglang.srt.layers.attention.nsa.tilelang_kernel",)),
+                  versions=">=0.5.15,<0.5.16", consumers=("sglang.srt.layers.attention.nsa.tilelang_kernel",)),
     _sglang_paged("sglang.dsv4.indexer.paged_logits_torch_sm120",
                   "sglang.srt.layers.attention.dsv4.indexer:fp8_paged_mqa_logits_torch_sm120",
                   "SGLang's SM120 torch paged indexer (chosen when TileLang is off) copies every "

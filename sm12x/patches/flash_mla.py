@@ -42,7 +42,8 @@ _ANY_FLASH_MLA = ("no FlashMLA build of any release has SM120/SM121 kernels; the
 _DECODE_ERROR = "'RuntimeError: Unsupported architecture for sparse decode fwd'"
 _PREFILL_ERROR = "'Sparse Attention Forward Kernel is only supported on SM90a and SM100f'"
 _FLASH_MLA_SRC = "deepseek-ai/FlashMLA csrc/api/sparse_decode.h (arch check), flash_mla_interface.py"
-_VLLM = dict(library="vllm", versions=">=0.22.1,<0.35")  # checked: 0.22.1, 0.25.1, 0.33.0, 0.34.0
+# checked: vLLM 0.22.1, 0.25.1, 0.26.0, 0.27.0, 0.27.1, 0.28.0-0.34.0
+_VLLM = dict(library="vllm", versions=">=0.22.1,<0.35")
 _SGL_KERNEL = dict(library="sgl-kernel", versions=">=0.4.4,<0.5")  # checked: 0.4.4, 0.4.6.post1, 0.4.10
 _PIP = dict(library="flash_mla", versions="*", versions_note=_ANY_FLASH_MLA)
 
@@ -114,7 +115,7 @@ PATCHES = tuple(
           why=f"FlashMLA's interface resolves the compiled op flash_mla.cuda.sparse_decode_fwd at "
               f"call time; on SM12x it raises {_DECODE_ERROR}",
           upstream=_FLASH_MLA_SRC, **_PIP),
-    # SGLang's native SM120 entry (0.5.19 on, then 0.5.15's module path)
+    # SGLang's native SM120 entry (0.5.16 on, then 0.5.15.post1's module path)
     Patch(name="sglang.flash_mla_sm120",
           target="sglang.kernels.ops.attention.flash_mla_sm120:flash_mla_with_kvcache_sm120",
           make=wrappers.make_flash_mla_with_kvcache_sm120,
@@ -122,13 +123,14 @@ PATCHES = tuple(
               "(a page-split copy of every touched 256-token SWA page per call) and supports a "
               "fixed table of head/topk shapes; its Triton / torch settings are 16-243x slower "
               "than sm12x (scripts/bench_framework_paths.py)",
-          upstream="sglang kernels/ops/attention/flash_mla_sm120.py; vllm #56837", library="sglang",
-          versions=">=0.5.19,<0.6"),
+          upstream="sglang kernels/ops/attention/flash_mla_sm120.py (0.5.16-0.5.19 read: deepseek_v4_backend.py "
+                   "makes the same keyword call as 0.5.15.post1); vllm #56837", library="sglang",
+          versions=">=0.5.16,<0.6"),
     Patch(name="sglang.flash_mla_sm120.era_b",
           target="sglang.srt.layers.attention.flash_mla_sm120:flash_mla_with_kvcache_sm120",
           make=wrappers.make_flash_mla_with_kvcache_sm120,
-          why="the same SM120 entry at its module path before SGLang moved kernels to "
-              "sglang.kernels (0.5.15)",
-          upstream="sglang srt/layers/attention/flash_mla_sm120.py", library="sglang",
-          versions=">=0.5.15,<0.5.19"),
+          why="the same SM120 entry at its module path before SGLang 0.5.16 moved kernels to "
+              "sglang.kernels (0.5.15.post1 has it here; 0.5.16-0.5.18 only under sglang.kernels)",
+          upstream="sglang 0.5.15.post1 srt/layers/attention/flash_mla_sm120.py", library="sglang",
+          versions=">=0.5.15,<0.5.16"),
 )

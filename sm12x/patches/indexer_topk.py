@@ -54,6 +54,12 @@ kernels, its fused torch top-k backend (SGLang raises there), and the kpool inde
 0.5.15.post1 and, for the DeepSeek-V4 records, before 0.5.20. No ``max_model_len`` / context gate
 whose only reason is the indexer's memory or DeepGEMM's 32-bit offsets exists in vLLM 0.25.1 /
 0.34.0 or SGLang 0.5.23: past 256K stock crashes (CUDA error 719) rather than refusing.
+
+Releases whose indexer source was read for these records: vLLM 0.22.1, 0.25.1, 0.26.0, 0.27.0,
+0.27.1 and 0.28.0-0.34.0 (0.23.0, 0.24.0 and 0.25.0 are inside the vLLM ranges but unread);
+SGLang 0.5.15.post1 and 0.5.16-0.5.23 (0.5.16-0.5.18's DSA ``_get_topk_ragged`` /
+``_get_topk_paged`` are 0.5.19's; 0.5.16's paged-logits wrappers still come from
+``sglang.jit_kernel.dsa`` with the same signatures).
 """
 from __future__ import annotations
 
@@ -277,7 +283,8 @@ SGLANG_DSA_PATCHES = (
 
 _DSA_PAGED_UPSTREAM = ("sglang 0.5.15.post1-0.5.23 srt/layers/attention/dsa/dsa_indexer.py (DSAIndexer._get_topk_paged: "
                        "deepgemm_paged_mqa_logits_split / _native, then metadata.topk_transform); "
-                       "kernels/ops/attention/dsa/paged_mqa_logits.py (0.5.15.post1: jit_kernel/dsa/paged_mqa_logits.py)")
+                       "kernels/ops/attention/dsa/paged_mqa_logits.py "
+                       "(0.5.15.post1-0.5.16: jit_kernel/dsa/paged_mqa_logits.py)")
 _DSA_PAGED_WHY = ("SGLang's DSA indexer (DeepSeek-V3.2, GLM-5) decode, MTP verify and draft extend "
                   "(_get_topk_paged) materialise [rows, max_seq_len] float32 logits through DeepGEMM's paged "
                   "logits, max_seq_len being the page table's width (the context limit under CUDA graphs: 4 MiB "

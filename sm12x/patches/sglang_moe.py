@@ -1,5 +1,5 @@
 """Patch records for SGLang's choices of DeepSeek-V4 MoE expert kernels that end on SM100-only
-kernels on SM12x (checked in the SGLang 0.5.15.post1, 0.5.19 and 0.5.23 wheels).
+kernels on SM12x (checked in the SGLang 0.5.15.post1, 0.5.16-0.5.19 and 0.5.23 wheels).
 
 What each release runs for DeepSeek-V4's experts on SM12x, and which choices are replaced:
 
@@ -7,11 +7,11 @@ What each release runs for DeepSeek-V4's experts on SM12x, and which choices are
   alike (the draft's ``--speculative-moe-runner-backend`` defaults to the target's): SGLang's own
   SM120 kernels serve. 0.5.15.post1 turns ``auto`` into ``marlin`` on SM120
   (``arg_groups/overrides.py: _deepseek_v4_sm120_moe``; ``Mxfp4MarlinMoEMethod``, W4A16);
-  0.5.19 and 0.5.23 turn it into ``flashinfer_mxfp4`` (``arg_groups/model_overrides/
-  deepseek_v4.py``), for which ``Fp8Config`` picks FlashInfer's CUTLASS MXFP8 x MXFP4 method on
-  SM120. Left as they are. Only an explicit ``--moe-runner-backend flashinfer_mxfp4`` on
-  0.5.15.post1 reaches the TRT-LLM method there (``Fp8Config`` sends every GPU but SM90 to it): the
-  ``Fp8Config`` record.
+  0.5.16-0.5.18 (the same pass) and 0.5.19 / 0.5.23 (``arg_groups/model_overrides/
+  deepseek_v4.py``) turn it into ``flashinfer_mxfp4``, for which ``Fp8Config`` picks FlashInfer's
+  CUTLASS MXFP8 x MXFP4 method on SM120 (``is_sm120_supported``: major 12). Left as they are. Only
+  an explicit ``--moe-runner-backend flashinfer_mxfp4`` on 0.5.15.post1 reaches the TRT-LLM method
+  there (``Fp8Config`` sends every GPU but SM90 to it): the ``Fp8Config`` record.
 - Hybrid FP8 + NVFP4 checkpoints (``HybridFp8NvFp4Config``: NVFP4 routed experts, MXFP4 experts in
   the NVFP4-excluded MTP layer): ``get_quant_method`` returns FlashInfer's TRT-LLM MXFP4 method for
   the MTP layer in every release, whatever ``--speculative-moe-runner-backend`` says, so the
@@ -22,9 +22,11 @@ What each release runs for DeepSeek-V4's experts on SM12x, and which choices are
   applies the SwiGLU clamp and the routed scaling, which the top-k then leaves out), so the
   runner-choice record turns a TRT-LLM runner into ``marlin`` for these checkpoints in the MoE
   kernel-config pass that runs after the override; the draft then inherits ``marlin``. Not in
-  0.5.15.post1: there the top-k scales by the routed factor for every NVFP4 method
+  0.5.15.post1 or 0.5.16: there the top-k scales by the routed factor for every NVFP4 method
   (``fused_moe_triton/layer.py``) and the NVFP4 Marlin sum scales again (``fused_marlin_moe.py``),
   ``flashinfer_cutlass`` runs without the clamp, and no SM12x path for these experts is correct.
+  0.5.17 and 0.5.18 leave Marlin out of that top-k scaling, but their override and kernel-config
+  pass (still in ``arg_groups/overrides.py``) were not read for this record, which starts at 0.5.19.
   ``flashinfer_cutlass`` passes the clamp from 0.5.23 on.
 - The DeepGEMM runner (``--moe-runner-backend deep_gemm``, DeepEP): its grouped GEMMs are the
   ``deep_gemm`` records of :mod:`sm12x.patches.deep_gemm_moe` where the installed DeepGEMM has no
@@ -52,7 +54,7 @@ PATCHES = (
           why="the DeepSeek-V4 NVFP4 checkpoints' MTP draft layer (MXFP4 experts, excluded from NVFP4) "
               "always gets FlashInfer's TRT-LLM MXFP4 MoE, SM100-only, whatever "
               "--speculative-moe-runner-backend says; on SM12x it gets Fp8Config's method for that "
-              "runner when that is not SM100-only (marlin, flashinfer_mxfp4 from 0.5.19, humming, "
+              "runner when that is not SM100-only (marlin, flashinfer_mxfp4 from 0.5.16, humming, "
               "deep_gemm while SGLang runs DeepGEMM), else SGLang's MXFP4 Marlin",
           upstream="sglang 0.5.15.post1-0.5.23 srt/layers/quantization/modelopt_quant.py "
                    "(HybridFp8NvFp4Config.get_quant_method: 'Fall back to MXFP4 for MTP MoE layers'); "
@@ -66,9 +68,10 @@ PATCHES = (
               "FlashInfer's TRT-LLM MXFP4 MoE (SM100-only) on every GPU but SM90; on SM12x they get "
               "SGLang's MXFP4 Marlin, its own DeepSeek-V4 choice on SM120",
           upstream="sglang 0.5.15.post1 srt/layers/quantization/fp8.py (Fp8Config.get_quant_method, "
-                   "is_flashinfer_mxfp4 branch); 0.5.19 picks Mxfp4FlashinferCutlassMoEMethod on SM120; "
+                   "is_flashinfer_mxfp4 branch); 0.5.16-0.5.19 pick Mxfp4FlashinferCutlassMoEMethod on SM120 "
+                   "(is_sm90_supported() or is_sm120_supported()); "
                    + _TRTLLM.format(v="0.5.15.post1"),
-          library="sglang", versions=">=0.5.15,<0.5.19", fixed_in="0.5.19"),
+          library="sglang", versions=">=0.5.15,<0.5.16", fixed_in="0.5.16"),
     Patch(name="sglang.moe.runner_choice",
           target="sglang.srt.arg_groups.overrides:_moe_runner_backend_quant_constraints",
           make=moe.make_runner_choice,

@@ -1,7 +1,7 @@
 """The SGLang MoE records (:mod:`sm12x.patches.sglang_moe`) on stand-ins shaped like SGLang
 0.5.15.post1, 0.5.19 and 0.5.23: ``Fp8Config.get_quant_method``'s MoE branch as each release has
 it (``flashinfer_mxfp4`` -> TRT-LLM off SM90 in 0.5.15.post1, -> CUTLASS on SM90 / SM120 from
-0.5.19), ``HybridFp8NvFp4Config.get_quant_method`` with its MTP hard-code (every release), the
+0.5.16), ``HybridFp8NvFp4Config.get_quant_method`` with its MTP hard-code (every release), the
 runner-backend global and the speculative context the draft model is built under. The quant
 methods' ``apply`` says which kernels would run; the TRT-LLM one raises as FlashInfer's
 SM100-only trtllm-gen MoE does on SM12x."""
@@ -67,7 +67,7 @@ def _wrapper(name, body):
 
 
 def _fp8_module(release):
-    # 0.5.15.post1: SM100 -> TRT-LLM, SM90 (not SM100) -> CUTLASS; 0.5.19+: SM90 / SM120 -> CUTLASS
+    # 0.5.15.post1: SM100 -> TRT-LLM, SM90 (not SM100) -> CUTLASS; 0.5.16+: SM90 / SM120 -> CUTLASS
     cutlass_on = ("_is_sm90() and not _is_sm100()" if release == "0.5.15.post1"
                   else "_is_sm90() or _is_sm120()")
     return f"""
@@ -228,17 +228,18 @@ def test_mtp_experts_leave_the_sm100_kernel(tmp_path, release, deep_gemm, instal
     assert draft["marlin"] == MARLIN, out
     # DeepGEMM's grouped GEMMs when SGLang runs DeepGEMM
     assert draft["deep_gemm"] == ("fp8-moe runner deep_gemm" if deep_gemm == "1" else MARLIN), out
-    # 0.5.15.post1's Fp8Config sends flashinfer_mxfp4 to TRT-LLM (then Marlin); 0.5.19+ to CUTLASS
+    # 0.5.15.post1's Fp8Config sends flashinfer_mxfp4 to TRT-LLM (then Marlin); 0.5.16+ to CUTLASS
     assert draft["flashinfer_mxfp4"] == (MARLIN if release == "0.5.15.post1" else CUTLASS), out
     assert out["target_experts"] == "nvfp4 experts" and out["linear"] == "Fp8LinearMethod", out
     assert TRTLLM_ERR not in json.dumps(draft), out
     assert out["outcomes"]["sglang.moe.HybridFp8NvFp4Config.get_quant_method"] == "applied", out
 
 
-@pytest.mark.parametrize("release,expected", [("0.5.15.post1", MARLIN), ("0.5.19", CUTLASS), ("0.5.23", CUTLASS)])
+@pytest.mark.parametrize("release,expected", [("0.5.15.post1", MARLIN), ("0.5.16", CUTLASS), ("0.5.19", CUTLASS),
+                                              ("0.5.23", CUTLASS)])
 def test_target_flashinfer_mxfp4(tmp_path, release, expected):
     """--moe-runner-backend flashinfer_mxfp4 for MXFP4 target experts: 0.5.15.post1's TRT-LLM pick
-    becomes Marlin (the Fp8Config record); 0.5.19+ pick CUTLASS themselves (record retired)."""
+    becomes Marlin (the Fp8Config record); 0.5.16+ pick CUTLASS themselves (record retired)."""
     out = _build(tmp_path, release, target="flashinfer_mxfp4")
     assert out["fp8_target"] == expected, out
     state = out["outcomes"]["sglang.moe.Fp8Config.get_quant_method"]

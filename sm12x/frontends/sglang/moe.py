@@ -13,12 +13,12 @@ kernels built for SM100 only) on any GPU:
   checkpoints) returns it for every MoE layer excluded from NVFP4 whose experts are MXFP4: the MTP
   layer, whatever runner backend is in effect.
 - ``Fp8Config`` (SGLang 0.5.15.post1) returns it for MXFP4 experts under
-  ``--moe-runner-backend flashinfer_mxfp4`` on every GPU but SM90; from 0.5.19 it picks FlashInfer's
+  ``--moe-runner-backend flashinfer_mxfp4`` on every GPU but SM90; from 0.5.16 it picks FlashInfer's
   CUTLASS MXFP8 x MXFP4 method on SM120 itself.
 
 On SM12x the replacements keep every other answer and swap that one: for the hybrid config, first
 ``Fp8Config``'s answer for the runner in effect when it is not SM100-only (Marlin; the FlashInfer
-CUTLASS method SGLang picks on SM120 from 0.5.19; Humming, an explicit choice whose SM12x support
+CUTLASS method SGLang picks on SM120 from 0.5.16; Humming, an explicit choice whose SM12x support
 is not checked here; ``Fp8MoEMethod`` under the ``deep_gemm`` runner while SGLang runs DeepGEMM,
 whose grouped GEMMs are DeepGEMM's: sm12x's where the installed DeepGEMM has no SM120 kernel);
 otherwise SGLang's own MXFP4 Marlin method (W4A16; SGLang checks SM90 / SM120 for it and picks it
