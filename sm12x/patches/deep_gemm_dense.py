@@ -2,7 +2,9 @@
 
 Only where the installed DeepGEMM has no SM120 kernel for the call (checked in each release's
 wheel); a DeepGEMM that has them (vLLM >= 0.25.1's vendored copy: ``impls/sm120_fp8_fp4_gemm_1d1d``,
-``sm120_bmk_bnk_mn``, ``sm120_tf32_hc_prenorm_gemm``; sgl-deep-gemm >= 0.1.7) keeps its own.
+``sm120_bmk_bnk_mn``, ``sm120_tf32_hc_prenorm_gemm``; sgl-deep-gemm >= 0.1.5: 0.1.5, 0.1.5.post1 and
+0.1.5.post3, the pins of SGLang 0.5.17 / 0.5.18, carry the impls/sm120_* files of 0.1.7) keeps its
+own.
 
 - vLLM 0.22.1 vendors DeepGEMM 2.5.0 without SM120 kernels. Its DeepSeek-V4 attention calls
   ``fp8_einsum("bhr,hdr->bhd", ...)`` for ``wo_a`` unconditionally
@@ -11,7 +13,7 @@ wheel); a DeepGEMM that has them (vLLM >= 0.25.1's vendored copy: ``impls/sm120_
   SM12x. ``fp8_gemm_nt`` and ``tf32_hc_prenorm_gemm`` are gated off on SM12x in 0.22.1
   (``support_deep_gemm()`` is cap 9.0 / family 100), and replaced as well so that a user who
   forces them gets a working kernel.
-- sgl-deep-gemm 0.1.4 (SGLang 0.5.15.post1's pin) has no SM120 kernels: ``tf32_hc_prenorm_gemm``
+- sgl-deep-gemm 0.1.4 (SGLang 0.5.15.post1's pin) and 0.1.4.post1 (0.5.16's) have no SM120 kernels: ``tf32_hc_prenorm_gemm``
   raises "Unsupported architecture" (hyperconnection.hpp, sglang#25877) and
   ``transform_sf_into_required_layout`` / ``fp8_einsum`` fail in layout.hpp. SGLang 0.5.15.post1
   turns its DeepGEMM wo_a and pre-norm options off on SM120 itself (server_args.py), so these
@@ -66,6 +68,6 @@ PATCHES = tuple(
     Patch(name=f"deep_gemm.{name}", target=f"deep_gemm:{name}",
           make=gemm_wrappers.FACTORIES[name], why=why,
           upstream="sgl-project/sglang#25877; deepseek-ai/DeepGEMM#317 (SM120 kernels only in nv_dev, PR #324)",
-          library="deep_gemm", versions="<0.1.7", consumers=_VLLM_CONSUMERS)
+          library="deep_gemm", versions="<0.1.5", consumers=_VLLM_CONSUMERS)
     for name, why in _SGL_WHY.items()
 )

@@ -21,8 +21,9 @@ Only where the installed DeepGEMM has no SM120 grouped kernel (checked in each r
   :mod:`sm12x.patches.gb10`), so there these records serve a caller that runs this DeepGEMM anyway:
   SGLang on 12.1 where the gb10 record could not precede the configurer (plugin route), or a vLLM
   that imports it as ``deep_gemm`` (``_import_deep_gemm`` prefers it to the vendored copy).
-  sgl-deep-gemm 0.1.7 (SGLang 0.5.19) and 0.2.3.post2 (0.5.23) carry SM120 kernels and keep their
-  own.
+  sgl-deep-gemm 0.1.4.post1 (SGLang 0.5.16's pin) has none either. From 0.1.5 sgl-deep-gemm
+  carries SM120 kernels (``impls/sm120_*``, the file set of 0.1.7) and keeps its own: 0.1.5.post1
+  (SGLang 0.5.17), 0.1.5.post3 (0.5.18), 0.1.7 (0.5.19), 0.2.3.post2 (0.5.23).
 
 Record names are the target's dotted path, so ``SM12X_SKIP`` with a name, or with the prefix
 ``vllm.third_party.deep_gemm`` / ``deep_gemm``, keeps the originals (skipping the vLLM grouped GEMM
@@ -82,7 +83,7 @@ PATCHES = (
                 else moe_wrappers.masked_factory(name)),
           why=f"sgl-deep-gemm 0.1.4 has no SM120 grouped GEMM; {caller} on SM12x",
           upstream="sglang 0.5.15.post1 srt/layers/deep_gemm_wrapper/entrypoint.py; " + _DG_UNSUPPORTED,
-          library="deep_gemm", versions=">=0.1.4,<0.1.7", fixed_in="0.1.7", consumers=_vllm_consumers(name))
+          library="deep_gemm", versions=">=0.1.4,<0.1.5", fixed_in="0.1.5", consumers=_vllm_consumers(name))
     for name, caller in (
         ("m_grouped_fp8_gemm_nt_contiguous",
          "SGLang's DeepGEMM MoE runner (deep_gemm_wrapper.grouped_gemm_nt_f8f8bf16_contig) stops there"),

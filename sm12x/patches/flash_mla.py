@@ -44,7 +44,7 @@ _PREFILL_ERROR = "'Sparse Attention Forward Kernel is only supported on SM90a an
 _FLASH_MLA_SRC = "deepseek-ai/FlashMLA csrc/api/sparse_decode.h (arch check), flash_mla_interface.py"
 # checked: vLLM 0.22.1, 0.25.1, 0.26.0, 0.27.0, 0.27.1, 0.28.0-0.34.0
 _VLLM = dict(library="vllm", versions=">=0.22.1,<0.35")
-_SGL_KERNEL = dict(library="sgl-kernel", versions=">=0.4.4,<0.5")  # checked: 0.4.4, 0.4.6.post1, 0.4.10
+_SGL_KERNEL = dict(library="sgl-kernel", versions=">=0.4.4,<0.5")  # checked: 0.4.4, 0.4.5, 0.4.6.post1, 0.4.10
 _PIP = dict(library="flash_mla", versions="*", versions_note=_ANY_FLASH_MLA)
 
 # modules that bind vLLM's FlashMLA functions by name at import (plugin route: rebound too)

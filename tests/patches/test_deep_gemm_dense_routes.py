@@ -161,12 +161,14 @@ def test_vllm_0251_keeps_its_sm120_deepgemm(tmp_path):
     assert out["wo_a"] == ERR and out["prenorm"] == ERR  # the original ran
 
 
-def test_sgl_deep_gemm_014_routes_reach_the_kernels(tmp_path):
-    out = _run(tmp_path, SGLANG, {"sgl-deep-gemm": "0.1.4", "sglang": "0.5.15.post1"}, SGLANG_CALLS)
+@pytest.mark.parametrize("sgl_deep_gemm,sglang", [("0.1.4", "0.5.15.post1"), ("0.1.4.post1", "0.5.16")])
+def test_sgl_deep_gemm_014_routes_reach_the_kernels(tmp_path, sgl_deep_gemm, sglang):
+    out = _run(tmp_path, SGLANG, {"sgl-deep-gemm": sgl_deep_gemm, "sglang": sglang}, SGLANG_CALLS)
     assert isinstance(out["linear"], float) and out["linear"] < 1e-5, out
     assert isinstance(out["prenorm"], float) and out["prenorm"] < 1e-5, out
 
 
-def test_sgl_deep_gemm_023_keeps_its_sm120_kernels(tmp_path):
-    out = _run(tmp_path, SGLANG, {"sgl-deep-gemm": "0.2.3.post2", "sglang": "0.5.23"}, SGLANG_CALLS)
+@pytest.mark.parametrize("sgl_deep_gemm,sglang", [("0.1.5.post3", "0.5.18"), ("0.2.3.post2", "0.5.23")])
+def test_sgl_deep_gemm_with_sm120_kernels_keeps_them(tmp_path, sgl_deep_gemm, sglang):
+    out = _run(tmp_path, SGLANG, {"sgl-deep-gemm": sgl_deep_gemm, "sglang": sglang}, SGLANG_CALLS)
     assert out["linear"] == ERR and out["prenorm"] == ERR

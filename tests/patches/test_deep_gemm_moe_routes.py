@@ -133,9 +133,10 @@ def test_skipping_the_vllm_gemm_restores_the_expert_choice(standins):
     assert isinstance(out["sglang_masked"], float)
 
 
-def test_releases_with_sm120_kernels_keep_their_own(tmp_path):
+@pytest.mark.parametrize("sgl_deep_gemm", ["0.1.5.post1", "0.1.7"])  # SGLang 0.5.17's and 0.5.19's pins
+def test_releases_with_sm120_kernels_keep_their_own(tmp_path, sgl_deep_gemm):
     pytest.importorskip("triton")
-    root = write_tree(tmp_path, {**STANDINS, **dist_infos({"vllm": "0.25.1", "sgl-deep-gemm": "0.1.7"})})
+    root = write_tree(tmp_path, {**STANDINS, **dist_infos({"vllm": "0.25.1", "sgl-deep-gemm": sgl_deep_gemm})})
     out = _run(root)
     assert out["vllm_contiguous"] == ERR and out["sglang_masked"] == ERR
     assert out["supports_current_device"] is False
