@@ -59,7 +59,7 @@ def _runner_backend() -> str:
 
 def _deep_gemm_enabled() -> bool:
     """Whether SGLang runs DeepGEMM in this process (``deep_gemm_wrapper``'s ``ENABLE_JIT_DEEPGEMM``:
-    off on SM12x in 0.5.15.post1 / 0.5.19, and wherever ``SGLANG_ENABLE_JIT_DEEPGEMM=0``); without
+    off on SM12x in 0.5.15.post1-0.5.19, and wherever ``SGLANG_ENABLE_JIT_DEEPGEMM=0``); without
     it the DeepGEMM runner calls a ``deep_gemm`` the wrapper never imported."""
     try:
         from sglang.srt.layers.deep_gemm_wrapper import configurer
