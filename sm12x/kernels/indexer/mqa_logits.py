@@ -74,7 +74,7 @@ CONFIGS = {
     },
 }
 # sm_121 as sm_120 but FP4 in 32-key tiles (128 per program: the same keys per program): Triton
-# 3.6 builds tl.dot_scaled on sm_121 from e4m3 dots, and H16 over 64-key tiles then spilled 40-48 B
+# 3.6 / 3.7 build tl.dot_scaled on sm_121 from e4m3 dots, where H16 over 64-key tiles spills 40-48 B
 # (compile check).
 CONFIGS["sm_121"] = {"fp8": CONFIGS["sm_120"]["fp8"], "fp4": dict(CONFIGS["sm_120"]["fp4"], BLOCK_N=32, N_ITERS=128)}
 LOGITS_ALIGN_BYTES = 1024

@@ -80,8 +80,8 @@ CONFIGS = {
     },
 }
 
-# sm_121 as sm_120 but FP4 in 32-token slices: Triton 3.6 builds tl.dot_scaled on sm_121 from e4m3
-# dots, and two query tokens over a 64-token slice then spill 8-24 B (compile check); half slices
+# sm_121 as sm_120 but FP4 in 32-token slices: Triton 3.6 / 3.7 build tl.dot_scaled on sm_121 from
+# e4m3 dots, where two query tokens over a 64-token slice spill 8-24 B (compile check); half slices
 # fit in 200 registers.
 CONFIGS["sm_121"] = {"fp8": CONFIGS["sm_120"]["fp8"], "fp4": dict(CONFIGS["sm_120"]["fp4"], SUB_N=32)}
 
