@@ -15,9 +15,10 @@ Cases:
   * ``torch.matmul`` in bf16 of the dequantised operands (dequantisation not timed).
 - fp8_einsum "bhr,hdr->bhd" at DeepSeek-V4-Flash's wo_a (H, R, D) = (8, 4096, 1024) for B in
   {1, 8, 64, 128, 2048}, against ``torch.bmm`` in bf16 of the dequantised operands.
-- tf32_hc_prenorm_gemm at (N, K) = (24, 16384) for M in {1, 16, 64, 137, 1024, 4096} (no
-  num_splits: our kernel picks its split), against torch: float32 ``a @ b.T`` with TF32 allowed
-  plus the square sum.
+- tf32_hc_prenorm_gemm at (N, K) = (24, 16384) for M in {1, 16, 64, 137, 1024, 4096}, two ways:
+  without num_splits (our kernel picks its split and sums the partials) and with num_splits 16
+  (split-K partials out, summed by the caller: how vLLM's mHC pre-norm calls it), against torch:
+  float32 ``a @ b.T`` with TF32 allowed plus the square sum.
 
 Times: GPU time per call as DeepGEMM's and FlashMLA's harnesses take it: the call replayed from a
 CUDA graph under the profiler, L2 flushed before each, first kernel start to last kernel end
@@ -174,12 +175,17 @@ def bench_prenorm(ms, gpu_us):
         rd, rs = ref_tf32_hc_prenorm_gemm(a, b)
         diff = max(calc_diff(d, rd), calc_diff(sq, rs))
         t_ours = gpu_us(ours)
+        d16, sq16 = torch.empty(16, m, n, device="cuda"), torch.empty(16, m, device="cuda")
+        ours16 = lambda: tf32_hc_prenorm_gemm(a, b, d16, sq16, num_splits=16)  # noqa: E731
+        ours16()
+        diff = max(diff, calc_diff(d16.sum(0), rd), calc_diff(sq16.sum(0), rs))
+        t_ours16 = gpu_us(ours16)
 
         def torch_version():
             af = a.float()
             return af @ b.t(), (af * af).sum(-1)
         t_torch = gpu_us(torch_version)
-        rows.append(dict(m=m, ours=t_ours, torch=t_torch, diff=diff,
+        rows.append(dict(m=m, ours=t_ours, ours16=t_ours16, torch=t_torch, diff=diff,
                          gbs=(m * k * 2 + n * k * 4) / t_ours / 1e3))
     torch.backends.cuda.matmul.allow_tf32 = False
     return rows
@@ -241,11 +247,12 @@ def main():
     prows = bench_prenorm([1, 16, 64, 137, 1024, 4096], gpu_us)
     print("## tf32_hc_prenorm_gemm, (N, K) = (24, 16384), float32 out + sqr_sum")
     print()
-    print("| M | ours µs | GB/s | torch (TF32 matmul + square sum) µs | vs torch | calc_diff |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("| M | ours µs | GB/s | ours, num_splits 16 (partials) µs | torch (TF32 matmul + square sum) µs | "
+          "vs torch | calc_diff |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for r in prows:
-        print(f"| {r['m']} | {r['ours']:.1f} | {r['gbs']:.0f} | {r['torch']:.1f} | {r['torch'] / r['ours']:.2f} | "
-              f"{r['diff']:.1e} |")
+        print(f"| {r['m']} | {r['ours']:.1f} | {r['gbs']:.0f} | {r['ours16']:.1f} | {r['torch']:.1f} | "
+              f"{r['torch'] / r['ours']:.2f} | {r['diff']:.1e} |")
     bad = [r for r in rows + erows if r["diff"] > 1e-5] + [r for r in prows if r["diff"] > 1e-5]
     if bad:
         fail(f"{len(bad)} cases differ from the reference (calc_diff > 1e-5)")

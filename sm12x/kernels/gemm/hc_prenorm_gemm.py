@@ -24,13 +24,18 @@ from sm12x.kernels.common.checks import require
 
 OP = "tf32_hc_prenorm_gemm"
 
-# BLOCK_N covers N (24 -> 32); BLOCK_K per step. 32 rows per program: a 64-row tile with 4 warps
-# spills on sm_120 (a's fp32 tile feeds both the MMA and the square sum); more row tiles also
-# spread small M over more SMs. sm_120: mma.sync m16n8k8 tf32.
+# BLOCK_N covers N (24 -> 32); BLOCK_K per step; sm_120: mma.sync m16n8k8 tf32. Rows per program
+# by M: up to SMALL_M, 16-row tiles (a small M is a short, latency-bound pass over b: less work per
+# step); above, 32-row tiles, so that a 16-split call's programs stay within one wave
+# of SMs up to M ~ 260 (a second, partial wave costs more than the smaller tile saves). A 64-row
+# tile with 4 warps spills on sm_120 (a's fp32 tile feeds both the MMA and the square sum).
 CONFIGS = {
-    "sm_90": dict(BLOCK_M=32, BLOCK_K=128, num_warps=4, num_stages=3),
-    "sm_120": dict(BLOCK_M=32, BLOCK_K=128, num_warps=4, num_stages=3),
+    "sm_90": {"small": dict(BLOCK_M=16, BLOCK_K=128, num_warps=4, num_stages=3),
+              "large": dict(BLOCK_M=32, BLOCK_K=128, num_warps=4, num_stages=3)},
+    "sm_120": {"small": dict(BLOCK_M=16, BLOCK_K=128, num_warps=4, num_stages=3),
+               "large": dict(BLOCK_M=32, BLOCK_K=128, num_warps=4, num_stages=3)},
 }
+SMALL_M = 64
 MAX_N = 64
 
 
@@ -113,7 +118,7 @@ def hc_prenorm_gemm(a, b, d, sqr_sum, num_splits=None, op: str = OP):
     require(b.device == a.device, op, "b", f"device {b.device}", f"the device of a ({a.device})")
     if m == 0:
         return None
-    cfg = configs.pick(CONFIGS, a.device)
+    cfg = configs.pick(CONFIGS, a.device)["small" if m <= SMALL_M else "large"]
     block_n = max(16, triton.next_power_of_2(n))
     splits = num_splits if num_splits is not None else auto_splits(m, k, cfg["BLOCK_M"], cfg["BLOCK_K"], a.device)
     # each split's K range a multiple of BLOCK_K (a split past K writes zeros)
@@ -141,7 +146,8 @@ def hc_prenorm_gemm(a, b, d, sqr_sum, num_splits=None, op: str = OP):
 
 
 def compile_reports(targets=("sm_120", "sm_121")):
-    """The split kernel at N = 24 (BLOCK_N 32) and the reduction, per target."""
+    """The split kernel at N = 24 (BLOCK_N 32) in both row-tile sizes and the reduction, per
+    target."""
     from sm12x.kernels.common.compile_check import compile_kernel
 
     sig = {"a_ptr": "*bf16", "b_ptr": "*fp32", "d_ptr": "*fp32", "sq_ptr": "*fp32", "M": "i32", "N": "i32",
@@ -152,11 +158,11 @@ def compile_reports(targets=("sm_120", "sm_121")):
             "BLOCK": "constexpr", "BLOCK_N": "constexpr"}
     reports = []
     for target in targets:
-        cfg = configs.for_target(CONFIGS, target)
-        const = dict(stride_ak=1, stride_bk=1, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=32, BLOCK_K=cfg["BLOCK_K"])
-        reports.append(compile_kernel(hc_prenorm_kernel, sig, const, target=target, num_warps=cfg["num_warps"],
-                                      num_stages=cfg["num_stages"],
-                                      config_name=f"M{cfg['BLOCK_M']} N32 K{cfg['BLOCK_K']}"))
+        for size, cfg in configs.for_target(CONFIGS, target).items():
+            const = dict(stride_ak=1, stride_bk=1, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=32, BLOCK_K=cfg["BLOCK_K"])
+            reports.append(compile_kernel(hc_prenorm_kernel, sig, const, target=target, num_warps=cfg["num_warps"],
+                                          num_stages=cfg["num_stages"],
+                                          config_name=f"{size} M{cfg['BLOCK_M']} N32 K{cfg['BLOCK_K']} s{cfg['num_stages']}"))
         reports.append(compile_kernel(hc_prenorm_reduce_kernel, rsig,
                                       dict(stride_dn=1, stride_sq=1, SPLITS=16, BLOCK=32, BLOCK_N=32),
                                       target=target, num_warps=4, num_stages=1, config_name="reduce 16 splits"))
