@@ -6,8 +6,8 @@ wrapper of ``flashinfer.decode.trtllm_batch_decode_sparse_mla_dsv4``) from its D
 0.33+ V4.1) SM120 attention for decode, spec-decode verify and prefill chunks alike, one row per
 token. FlashInfer 0.6.14-0.6.18 serve (heads, topk) pairs from a fixed table at <= 64 tokens and a
 smaller set of prefill shapes above; outside them the process aborts ("Check failed: num_tokens >
-64 ... got num_tokens=N") or, from 0.6.18, raises. FlashInfer 0.6.13 (the pin of vLLM 0.24/0.25)
-has no SM120 path at all. The record's factory decides per call from shapes only
+64 ... got num_tokens=N") or, from 0.6.18, raises. FlashInfer 0.6.12 and 0.6.13 (the pins of vLLM
+0.24.0 and 0.25.x) have no SM120 path at all. The record's factory decides per call from shapes only
 (``sm12x.frontends.vllm.flashinfer_dsv4``: the installed FlashInfer's ``_DECODE_DSV4_DISPATCH``,
 ``_DECODE_MAX_TOKENS`` and page, the prefill envelope of its release).
 
@@ -23,8 +23,9 @@ from __future__ import annotations
 from sm12x.frontends.vllm import wrappers
 from sm12x.patches import Patch
 
-# checked: vLLM 0.25.1, 0.33.0, 0.34.0 (0.24.0 introduced the SM120 class, #43477; not read)
-_VLLM = dict(library="vllm", versions=">=0.25.1,<0.35")
+# checked: vLLM 0.24.0 (which introduced the SM120 class, #43477), 0.25.0 and 0.25.1 (the same class,
+# line for line), 0.33.0, 0.34.0
+_VLLM = dict(library="vllm", versions=">=0.24.0,<0.35")
 _ROUTES = ("routes: FlashInfer keeps every shape its installed release serves (0.6.14-0.6.17: "
            "<= 64 tokens with SWA page 64 and (heads, topk) in {8,16,32,64,128} x {128,512,1024}, "
            "more tokens with heads 16-128 and topk 128 / 512 / 1024 / 2048, or 128 with a compressed "
@@ -43,7 +44,7 @@ PATCHES = (
           why="FlashInfer's SM120 DeepSeek-V4 sparse MLA serves a fixed set of (tokens, heads, topk, "
               "page) shapes and aborts the process or raises on the others (DSpark's verify width "
               "256 before FlashInfer 0.6.18, TP16's 8 heads in prefill chunks before 0.6.18, every "
-              "call with the 0.6.13 that vLLM 0.24/0.25 pin); " + _ROUTES,
+              "call with the 0.6.12 / 0.6.13 that vLLM 0.24.0 / 0.25.x pin); " + _ROUTES,
           upstream="vllm models/deepseek_v4/nvidia/flashinfer_sparse.py "
                    "DeepseekV4FlashInferSM120Attention; flashinfer mla/_sparse_mla_sm120 "
                    "_DECODE_DSV4_DISPATCH, csrc/sparse_mla_sm120_prefill.cu; vllm#50720, vllm#55526, "

@@ -28,15 +28,15 @@ pair where the release's source shows it:
   them, so this table comes first in ``all_patches()``), DeepGEMM's ``fp8_paged_mqa_logits`` when
   those are turned off (a placeholder only for ``run_paged_indexer``'s call), the non-paged prefill's
   ``_nonpaged_mqa_logits`` (0.5.21 on), and the top-k transforms the indexer module binds.
-- SGLang 0.5.15.post1-0.5.23's DSA indexer (DeepSeek-V3.2, GLM-5), ragged prefill
+- SGLang 0.5.15-0.5.23's DSA indexer (DeepSeek-V3.2, GLM-5), ragged prefill
   (``_get_topk_ragged``, whole batch or budget row chunks): the logits function it calls returns a
   placeholder (0.5.22-0.5.23: through the indexer module's copy of ``resolve_fp8_mqa_logits_fn``;
-  0.5.15.post1-0.5.21: the module's ``deep_gemm``, whose ``fp8_mqa_logits`` is wrapped), and
+  0.5.15-0.5.21: the module's ``deep_gemm``, whose ``fp8_mqa_logits`` is wrapped), and
   ``DSATopKBackend.topk_transform`` writes the fused top-k for it as sgl-kernel's transforms do
   (row-local when unfused, plus the ragged-KV offset for RAGGED, page slots of the row's request
   for PAGED); real logits for FlashInfer's PAGED transform (it offsets the table by row starts), a
   FlashInfer tie-break and init / local token marks.
-- SGLang 0.5.15.post1-0.5.23's DSA indexer decode, MTP verify and draft extend (``_get_topk_paged``):
+- SGLang 0.5.15-0.5.23's DSA indexer decode, MTP verify and draft extend (``_get_topk_paged``):
   the module's copies of ``deepgemm_paged_mqa_logits_split`` / ``_native`` (DeepGEMM's paged logits,
   whatever function SGLang hands them, split by SM count from 0.5.20) return a placeholder, and the
   same ``DSATopKBackend.topk_transform`` writes the PAGED transform for it (the v2 kernel's slots
@@ -51,15 +51,16 @@ row's logits at once); SGLang's DSA indexer in prefill context parallel
 (``_get_topk_ragged_with_cp``), its paged logits through CuteDSL (SM100 only) or aiter / XPU
 kernels, its fused torch top-k backend (SGLang raises there), and the kpool indexer of
 ``index_kpool`` models (``dsa_indexer_kpool``, its own ``_get_topk_paged``); SGLang releases before
-0.5.15.post1 and, for the DeepSeek-V4 records, before 0.5.20. No ``max_model_len`` / context gate
+0.5.15 and, for the DeepSeek-V4 records, before 0.5.20. No ``max_model_len`` / context gate
 whose only reason is the indexer's memory or DeepGEMM's 32-bit offsets exists in vLLM 0.25.1 /
 0.34.0 or SGLang 0.5.23: past 256K stock crashes (CUDA error 719) rather than refusing.
 
-Releases whose indexer source was read for these records: vLLM 0.22.1, 0.25.1, 0.26.0, 0.27.0,
-0.27.1 and 0.28.0-0.34.0 (0.23.0, 0.24.0 and 0.25.0 are inside the vLLM ranges but unread);
-SGLang 0.5.15.post1 and 0.5.16-0.5.23 (0.5.16-0.5.18's DSA ``_get_topk_ragged`` /
-``_get_topk_paged`` are 0.5.19's; 0.5.16's paged-logits wrappers still come from
-``sglang.jit_kernel.dsa`` with the same signatures).
+Releases whose indexer source was read for these records: vLLM 0.22.1-0.34.0, every release
+(0.23.0's sparse_attn_indexer is 0.22.1's; 0.24.0 adds ``cooperative_topk`` to the decode, without
+0.25.0's SM12x exclusion; 0.25.0's is 0.25.1's); SGLang 0.5.15, 0.5.15.post1 (the same DSA
+indexer but for where the paged-logits wrappers are imported) and 0.5.16-0.5.23 (0.5.16-0.5.18's
+DSA ``_get_topk_ragged`` / ``_get_topk_paged`` are 0.5.19's; 0.5.16's paged-logits wrappers still
+come from ``sglang.jit_kernel.dsa`` with the same signatures).
 """
 from __future__ import annotations
 
@@ -137,11 +138,11 @@ VLLM_PATCHES = (
                 "paged top-k for the placeholder logits of the fp8_fp4_paged_mqa_logits record and vLLM's "
                 "op for any other call (0.22.1-0.28.0: sparse_attn_indexer is its only caller; 0.29.0 "
                 "adds qsa.py's AMD path)"),
-    _vllm_radix("cooperative_topk", ">=0.25.1,<0.30",
-                "the decode top-k for few rows on SM90+ outside the SM12x family (never picked on SM12x, "
-                "picked with SM12X_FORCE on Hopper / Blackwell), looked up through torch.ops._C like "
-                "persistent_topk: replaced there so that no decode top-k vLLM may pick reads a "
-                "placeholder as logits (vLLM's op for any other call)"),
+    _vllm_radix("cooperative_topk", ">=0.24.0,<0.30",
+                "the decode top-k for up to 32 rows on SM90+ (0.24.0 picks it on SM12x too; 0.25.0 on leaves "
+                "the SM12x family out, so there it runs with SM12X_FORCE on Hopper / Blackwell), looked up "
+                "through torch.ops._C like persistent_topk: replaced there so that no decode top-k vLLM may "
+                "pick reads a placeholder as logits (vLLM's op for any other call)"),
     _vllm_indexer("fp8_fp4_mqa_logits", vllm_wrappers.make_deferred_mqa_logits,
                   "each prefill chunk materialises [rows, keys] float32 logits (up to the 512 MB "
                   "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB budget, query sub-chunks at long context) only to "
@@ -208,7 +209,7 @@ SGLANG_PAGED_PATCHES += (
                "run_paged_indexer with FP8 queries while the transforms are ours, the logits come back as a "
                "placeholder for the fused top-k; every other caller (SGLang's DSA indexers, vLLM) gets the "
                "DeepGEMM record's replacement (this record takes that record's target, applied first, and "
-               "rebinds the copies it lists). The range is sgl-deep-gemm's, the releases SGLang 0.5.15.post1-"
+               "rebinds the copies it lists). The range is sgl-deep-gemm's, the releases SGLang 0.5.15-"
                "0.5.23 pin; SGLang's own range comes from the transform records, without which every call "
                "gets real logits"),
           upstream=("sglang 0.5.20-0.5.23 srt/layers/attention/dsv4/indexer.py (forward_c4_indexer: "
@@ -248,9 +249,9 @@ _DSA_WHY = ("SGLang's DSA indexer (DeepSeek-V3.2, GLM-5) ragged prefill material
             "for the extend batch, row-chunked only under a budget of up to 30% of GPU memory (a 1M-token prompt's "
             "8K-token chunk: 32 GiB of logits in budget-sized row chunks) and ranks them with the sgl-kernel / torch "
             "/ FlashInfer top-k")
-_DSA_UPSTREAM_OLD = ("sglang 0.5.15.post1-0.5.21 srt/layers/attention/dsa/dsa_indexer.py "
+_DSA_UPSTREAM_OLD = ("sglang 0.5.15-0.5.21 srt/layers/attention/dsa/dsa_indexer.py "
                      "(DSAIndexer._get_topk_ragged: deep_gemm.fp8_mqa_logits, then metadata.topk_transform)")
-_DSA_WHY_OLD = ("SGLang 0.5.15.post1-0.5.21's DSA indexer (DeepSeek-V3.2, GLM-5) ragged prefill materialises "
+_DSA_WHY_OLD = ("SGLang 0.5.15-0.5.21's DSA indexer (DeepSeek-V3.2, GLM-5) ragged prefill materialises "
                 "[rows, keys] float32 logits from deep_gemm.fp8_mqa_logits, row-chunked only under the logits "
                 "budget, for the DSA top-k")
 SGLANG_DSA_PATCHES = (
@@ -277,14 +278,14 @@ SGLANG_DSA_PATCHES = (
               f"top-k as sgl-kernel's transforms do: row-local (unfused), plus topk_indices_offset (RAGGED) or "
               f"as page slots of the row's request (PAGED, SM120's default prefill transform); SGLang's "
               f"backends for real logits",
-          upstream=_DSA_UPSTREAM + "; 0.5.15.post1-0.5.21 the same method", library="sglang",
+          upstream=_DSA_UPSTREAM + "; 0.5.15-0.5.21 the same method", library="sglang",
           versions=">=0.5.15,<0.5.24"),
 )
 
-_DSA_PAGED_UPSTREAM = ("sglang 0.5.15.post1-0.5.23 srt/layers/attention/dsa/dsa_indexer.py (DSAIndexer._get_topk_paged: "
+_DSA_PAGED_UPSTREAM = ("sglang 0.5.15-0.5.23 srt/layers/attention/dsa/dsa_indexer.py (DSAIndexer._get_topk_paged: "
                        "deepgemm_paged_mqa_logits_split / _native, then metadata.topk_transform); "
                        "kernels/ops/attention/dsa/paged_mqa_logits.py "
-                       "(0.5.15.post1-0.5.16: jit_kernel/dsa/paged_mqa_logits.py)")
+                       "(0.5.15-0.5.16: jit_kernel/dsa/paged_mqa_logits.py)")
 _DSA_PAGED_WHY = ("SGLang's DSA indexer (DeepSeek-V3.2, GLM-5) decode, MTP verify and draft extend "
                   "(_get_topk_paged) materialise [rows, max_seq_len] float32 logits through DeepGEMM's paged "
                   "logits, max_seq_len being the page table's width (the context limit under CUDA graphs: 4 MiB "

@@ -37,8 +37,8 @@ FLASHINFER_0614 = {
     **dist_infos({"flashinfer-python": "0.6.14"}),
 }
 
-# FlashInfer 0.6.13 (the pin of vLLM 0.24 / 0.25): no SM120 path, and a signature without the
-# SM120 keywords, so vLLM's call raises TypeError (vllm#48054)
+# FlashInfer 0.6.13 (the pin of vLLM 0.25.x; 0.24.0's 0.6.12 has the same signature): no SM120 path,
+# and a signature without the SM120 keywords, so vLLM's call raises TypeError (vllm#48054)
 FLASHINFER_0613 = {
     "flashinfer/__init__.py": "",
     "flashinfer/decode.py": "from flashinfer.mla._core import trtllm_batch_decode_sparse_mla_dsv4\n",
@@ -202,11 +202,15 @@ def test_release_outside_the_range_keeps_flashinfer(tmp_path):
     assert set(out["outcomes"].values()) == {"skipped"}, out
 
 
-def test_flashinfer_without_sm120_path(tmp_path):
-    """vLLM 0.25.1 with the FlashInfer it pins (0.6.13): every SM120 call is sm12x's, including
-    the MTP shape FlashInfer 0.6.14 would have served."""
+@pytest.mark.parametrize("vllm_release,flashinfer_release", [("0.24.0", "0.6.12"), ("0.25.1", "0.6.13")])
+def test_flashinfer_without_sm120_path(tmp_path, vllm_release, flashinfer_release):
+    """vLLM 0.24.0 / 0.25.1 with the FlashInfer each pins (0.6.12 / 0.6.13, the same function
+    signature): every SM120 call is sm12x's, including the MTP shape FlashInfer 0.6.14 would have
+    served."""
     pytest.importorskip("triton")
-    out = run_release(tmp_path, "0.25.1", FLASHINFER_0613)
+    flashinfer = {**{path: text for path, text in FLASHINFER_0613.items() if ".dist-info" not in path},
+                  **dist_infos({"flashinfer-python": flashinfer_release})}
+    out = run_release(tmp_path, vllm_release, flashinfer)
     for call in ("dspark_verify", "mtp_verify"):
         assert isinstance(out[call], float) and out[call] < 2e-3, out
     assert out["flashinfer_calls"] == [], out

@@ -401,12 +401,13 @@ def test_out_of_range_releases_are_skipped_with_the_range(tmp_path):
 DECODE_ROUTES = [f"{form} {route}" for form in ("2d", "b1") for route in ("persistent", "cooperative", "per_row")]
 
 
-def test_vllm_025_decode_logits_never_materialised(tmp_path):
+@pytest.mark.parametrize("release", ["0.24.0", "0.25.1"])  # the releases whose decode has cooperative_topk
+def test_vllm_025_decode_logits_never_materialised(tmp_path, release):
     """vLLM 0.22.1-0.29.0 decode: whichever top-k vLLM picks (torch.ops._C.persistent_topk /
     cooperative_topk, ops.top_k_per_row_decode), the paged logits are a placeholder and the
     indices are vLLM's top-k of the real logits; vLLM's ops are not called, and the replaced
     namespace attribute still answers for the op's overloads."""
-    out = _run(tmp_path, VLLM_025, CALLS_025_DECODE, {"vllm": "0.25.1"})
+    out = _run(tmp_path, VLLM_025, CALLS_025_DECODE, {"vllm": release})
     for route in DECODE_ROUTES:
         assert out[route] == {"sets": True, "untouched": True, "logits_bytes": 4, "vllm_topk_calls": []}, route
     assert out["default"] == "_C.persistent_topk.default"

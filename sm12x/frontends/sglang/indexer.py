@@ -29,7 +29,7 @@ p % page_size, -1 kept) to ``out_page_indices`` (positions when ``page_tables`` 
 kernel does). Order: SGLang's transforms are unordered (``sorted=False``); ours come best first,
 equal scores lower position first; the set differs only among keys tied at the k-th score.
 
-DSA (DeepSeek-V3.2 / GLM-5) ragged prefill, read from SGLang 0.5.15.post1-0.5.23 (quoted: 0.5.23)
+DSA (DeepSeek-V3.2 / GLM-5) ragged prefill, read from SGLang 0.5.15-0.5.23 (quoted: 0.5.23)
 ``srt/layers/attention/dsa/dsa_indexer.py`` (``DSAIndexer._get_topk_ragged``) and
 ``dsa_topk_backend.py``: per extend batch (or per row chunk under the logits budget) the indexer
 calls ``resolve_fp8_mqa_logits_fn()(q [rows, H, 128] fp8, (k fp8 [N, 128], scale fp32 [N]),
@@ -43,7 +43,7 @@ through the page_size=1 table of the row's request (``fast_topk_transform_fused`
 ``deferred_dsa_mqa_logits`` returns a placeholder and ``dsa_topk_transform`` computes those for
 it; order and ties as above.
 
-DSA decode and MTP verify, read from SGLang 0.5.15.post1-0.5.23 ``DSAIndexer._get_topk_paged``: one
+DSA decode and MTP verify, read from SGLang 0.5.15-0.5.23 ``DSAIndexer._get_topk_paged``: one
 query row per decode request, next_n rows per request in target verify / draft extend. CUDA
 computes DeepGEMM's paged logits through ``deepgemm_paged_mqa_logits_split(fn, q [rows, H, 128],
 cache [pages, 64, 1, 132], weights [rows, H], ctx_lens, block_tables [rows, pages], schedule,

@@ -22,12 +22,12 @@ caller.
 
 SGLang's DSA indexer (DeepSeek-V3.2 / GLM-5) ragged prefill: the logits function
 ``_get_topk_ragged`` calls (0.5.23: through the indexer module's copy of
-``resolve_fp8_mqa_logits_fn``; 0.5.15.post1-0.5.19: ``deep_gemm.fp8_mqa_logits`` of the module's
+``resolve_fp8_mqa_logits_fn``; 0.5.15-0.5.19: ``deep_gemm.fp8_mqa_logits`` of the module's
 ``deep_gemm``, replaced by ``IndexerDeepGemm``) returns a placeholder, and
 ``DSATopKBackend.topk_transform`` (every DSA top-k goes through it) computes the fused top-k for
 it; real logits everywhere else.
 
-SGLang's DSA indexer decode and MTP verify / draft extend (``_get_topk_paged``, 0.5.15.post1-0.5.23):
+SGLang's DSA indexer decode and MTP verify / draft extend (``_get_topk_paged``, 0.5.15-0.5.23):
 the indexer module's copies of ``deepgemm_paged_mqa_logits_split`` / ``_native`` (what it calls on
 CUDA, whichever logits function it hands them) return a placeholder under the same conditions,
 for the same transform method.
@@ -274,7 +274,7 @@ def _dsa_logits_fn(fn):
 
 
 class IndexerDeepGemm:
-    """``deep_gemm`` as SGLang 0.5.15.post1-0.5.19's DSA indexer module sees it: every attribute is
+    """``deep_gemm`` as SGLang 0.5.15-0.5.19's DSA indexer module sees it: every attribute is
     the module's own (looked up at call time, so sm12x's DeepGEMM records serve them), except
     ``fp8_mqa_logits``, which ``_dsa_logits_fn`` wraps."""
 

@@ -14,7 +14,8 @@ row (a verify step's k + 1 tokens per request are k + 1 rows), so a call is (T, 
 extra topk, extra page).
 
 What FlashInfer serves on SM120 (``flashinfer/mla/_sparse_mla_sm120`` and its csrc, read at tags
-v0.6.13, v0.6.14, v0.6.16.post4, v0.6.17, v0.6.18rc7 and in the 0.7.2.post1 and 0.7.4 wheels):
+v0.6.13, v0.6.14, v0.6.16.post4, v0.6.17, v0.6.18rc7 and in the 0.6.12, 0.7.2.post1 and 0.7.4
+wheels):
 - T <= 64 goes to its decode kernels when the SWA page is 64 tokens and (H, topk) is in
   ``_DECODE_DSV4_DISPATCH``: 0.6.14-0.6.17 {8, 16, 32, 64, 128} x {128, 512, 1024};
   0.6.18 adds topk 192 and 256; 0.7 makes the table a predicate (1 <= H <= 128, any topk, any
@@ -25,8 +26,8 @@ v0.6.13, v0.6.14, v0.6.16.post4, v0.6.17, v0.6.18rc7 and in the 0.7.2.post1 and 
   topk 128 with a compressed cache of page 64 or 2; 0.6.18 (flashinfer#4380) adds H 8 to both
   and topk 192 / 256 for one cache. 0.7 (attention_plan.h, attention_resolve.cu) serves any T with
   H in {8, 16, 32, 64, 128} and topk a multiple of 64.
-- FlashInfer before 0.6.14 has no SM120 path (vLLM 0.24/0.25 pin 0.6.13, whose function rejects
-  the ``swa_topk_lens`` keyword: vllm#48054), so it serves nothing.
+- FlashInfer before 0.6.14 has no SM120 path (vLLM 0.24.0 pins 0.6.12, 0.25.x 0.6.13; both
+  functions reject the ``swa_topk_lens`` keyword: vllm#48054), so it serves nothing.
 So DSpark's SWA width 256 (vllm#50720) and 8 heads per rank in prefill chunks (vllm#55526) fail
 in FlashInfer before 0.6.18, at any token count; sm12x's decode serves them all
 (any H up to 128, any topk, any page, the same 584-byte cache).
@@ -54,7 +55,7 @@ from sm12x.kernels.sparse_mla.decode import sparse_mla_decode
 
 OP = "trtllm_batch_decode_sparse_mla_dsv4"
 
-# FlashInfer's parameter order (0.6.13-0.7.4; later releases append keyword arguments)
+# FlashInfer's parameter order (0.6.12-0.7.4; later releases append keyword arguments)
 PARAMETERS = ("query", "swa_kv_cache", "workspace_buffer", "sparse_indices", "compressed_kv_cache",
               "sparse_topk_lens", "seq_lens", "out", "bmm1_scale", "bmm2_scale", "sinks",
               "kv_layout", "cum_seq_lens_q", "max_q_len", "enable_pdl", "swa_topk_lens",

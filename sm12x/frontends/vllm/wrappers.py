@@ -12,7 +12,7 @@ where sm12x's fused top-k serves the layer and do the work.
 ``fp8_fp4_paged_mqa_logits`` returns a placeholder when every top-k its decode may hand the
 logits to is sm12x's placeholder-aware one, which computes the fused paged top-k for it: from
 0.30.0 the selector ``get_indexer_topk(backend)`` (the module's copy, replaced); up to 0.29.0 the
-ops looked up through ``torch.ops._C`` at call time, ``persistent_topk`` (0.25.1 on also
+ops looked up through ``torch.ops._C`` at call time, ``persistent_topk`` (0.24.0 on also
 ``cooperative_topk``), whose attributes on that namespace are replaced by ``RadixTopk`` (in
 0.22.1-0.28.0 sparse_attn_indexer is their only caller; 0.29.0's qsa.py, an AMD path, is the
 other; real logits go to vLLM's op), and ``ops.top_k_per_row_decode``.
