@@ -60,7 +60,7 @@ PATCHES = tuple(
           versions_note=_ANY_DEEP_GEMM, consumers=_CONSUMERS)
     for name, why in _WHY.items()
 ) + tuple(
-    # vLLM 0.25.1 and later vendor DeepGEMM (2.5.0 with SM120 indexer kernels in 0.25.1, 2.8.1 in
+    # vLLM 0.25.0 and later vendor DeepGEMM (2.5.0 with SM120 indexer kernels in 0.25.0, 2.8.1 in
     # 0.33): ``SM12X_SKIP=vllm.third_party.deep_gemm`` keeps the vendored kernels
     Patch(name=f"vllm.third_party.deep_gemm.{name}", target=f"vllm.third_party.deep_gemm:{name}",
           make=wrappers.FACTORIES[name],

@@ -2,15 +2,19 @@
 SM12x.
 
 Only where the installed DeepGEMM has no SM120 grouped kernel (checked in each release's wheel):
-- vLLM 0.22.1 vendors DeepGEMM 2.5.0 without SM120 kernels (no ``include/deep_gemm/impls/sm120_*``;
-  its ``m_grouped_fp8_fp4_gemm_nt_contiguous`` dispatches SM90 / SM100 only and FP4 weights assert
-  ``arch_major == 10``), and its ``DeepGemmFP4Experts._supports_current_device`` admits family 100
-  only, so DeepSeek-V4's MXFP4 experts run as Marlin W4A16 there. The two records below route the
+- vLLM 0.22.1 and 0.23.0 (the same MoE code on CUDA) vendor DeepGEMM 2.5.0 without SM120 kernels
+  (no ``include/deep_gemm/impls/sm120_*``; its ``m_grouped_fp8_fp4_gemm_nt_contiguous`` dispatches
+  SM90 / SM100 only and FP4 weights assert ``arch_major == 10``), and their
+  ``DeepGemmFP4Experts._supports_current_device`` admits family 100 only, so DeepSeek-V4's MXFP4
+  experts run as Marlin W4A16 there. The two records below route the
   grouped GEMM to sm12x and then admit the DeepGEMM MXFP4 experts (W4A8: FP8 activations x MXFP4
   weights on the block-scaled MMA) on SM12x; the oracle's own order (TRTLLM, DEEPGEMM_MXFP4, MARLIN)
   then picks them. SwiGLU (with DeepSeek-V4's clamp) and the activation re-quantisation stay
-  vLLM's. vLLM 0.25.1, 0.33.0 and 0.34.0 vendor DeepGEMM with SM120 grouped kernels
-  (``impls/sm120_fp8_fp4_gemm_1d1d.cuh`` handles the M-grouped layouts) and admit family 120: no
+  vLLM's. vLLM 0.24.0 admits family 120 with the same SM120-less DeepGEMM; there the gate record
+  of :mod:`sm12x.patches.deep_gemm_dense` turns DeepGEMM off on SM12x, so its experts are Marlin's
+  (its DeepGemmFP4Experts, 0.25.0's, was not read for these records). vLLM 0.25.0 on (read: 0.25.0,
+  0.25.1, 0.33.0, 0.34.0) vendors DeepGEMM with SM120 grouped kernels
+  (``impls/sm120_fp8_fp4_gemm_1d1d.cuh`` handles the M-grouped layouts) and admits family 120: no
   record replaces them.
 - sgl-deep-gemm 0.1.4 (SGLang 0.5.15.post1's pin) has no SM120 kernels; SGLang's
   ``deep_gemm_wrapper`` grouped entries (``grouped_gemm_nt_f8f8bf16_contig`` / ``_masked``) look up
@@ -60,23 +64,24 @@ PATCHES = (
     Patch(name=f"{_VENDORED}.m_grouped_fp8_fp4_gemm_nt_contiguous",
           target=f"{_VENDORED}:m_grouped_fp8_fp4_gemm_nt_contiguous",
           make=moe_wrappers.contiguous_factory(_VENDORED, "m_grouped_fp8_fp4_gemm_nt_contiguous"),
-          why="vLLM 0.22.1's vendored DeepGEMM 2.5.0 has no SM120 grouped FP8 x MXFP4 GEMM, which "
+          why="vLLM 0.22.1 / 0.23.0's vendored DeepGEMM 2.5.0 has no SM120 grouped FP8 x MXFP4 GEMM, which "
               "DeepGemmFP4Experts (DeepSeek-V4's MXFP4 experts, recipe_a (1, 128), recipe_b (1, 32), "
               "weights viewed as int8) calls for both expert GEMMs",
           upstream="vllm 0.22.1 model_executor/layers/fused_moe/experts/deep_gemm_moe.py "
                    "(DeepGemmFP4Experts.apply); " + _DG_UNSUPPORTED,
-          library="vllm", versions=">=0.22.1,<0.23", fixed_in="0.25.1",
+          library="vllm", versions=">=0.22.1,<0.24", fixed_in="0.25.0",
           consumers=_vllm_consumers("m_grouped_fp8_fp4_gemm_nt_contiguous")),
     Patch(name="vllm.fused_moe.DeepGemmFP4Experts._supports_current_device",
           target="vllm.model_executor.layers.fused_moe.experts.deep_gemm_moe:"
                  "DeepGemmFP4Experts._supports_current_device",
           make=moe_wrappers.make_supports_current_device,
-          why="vLLM 0.22.1 admits the DeepGEMM MXFP4 experts on family 100 only, so DeepSeek-V4's "
+          why="vLLM 0.22.1 / 0.23.0 admit the DeepGEMM MXFP4 experts on family 100 only, so DeepSeek-V4's "
               "MXFP4 MoE falls to Marlin W4A16 on SM12x; with the grouped GEMM above on sm12x the "
               "oracle (TRTLLM, DEEPGEMM_MXFP4, MARLIN) picks the W4A8 experts",
           upstream="vllm 0.22.1 model_executor/layers/fused_moe/oracle/mxfp4.py (_get_priority_backends, "
-                   "select_deepseek_v4_mxfp4_moe_backend); 0.25.1 adds family 120 (vllm #43477)",
-          library="vllm", versions=">=0.22.1,<0.23", fixed_in="0.25.1"),
+                   "select_deepseek_v4_mxfp4_moe_backend); 0.24.0 adds family 120 (vllm #43477), 0.25.0 "
+                   "the SM120 kernels",
+          library="vllm", versions=">=0.22.1,<0.24", fixed_in="0.25.0"),
 ) + tuple(
     Patch(name=f"deep_gemm.{name}", target=f"deep_gemm:{name}",
           make=(moe_wrappers.contiguous_factory("deep_gemm", name) if "contiguous" in name

@@ -1,7 +1,7 @@
 """The dense DeepGEMM patch records on stand-ins shaped like each release: vLLM 0.22.1 (vendored
-DeepGEMM without SM120 kernels; DeepSeek-V4's attention calls fp8_einsum through
-``vllm.utils.deep_gemm``'s cached ``_fp8_einsum_impl``), vLLM 0.25.1 (vendored DeepGEMM with SM120
-kernels: left alone), sgl-deep-gemm 0.1.4 (no SM120 kernels; SGLang's deep_gemm_wrapper looks the
+DeepGEMM without SM120 kernels, as in 0.23.0 and 0.24.0; DeepSeek-V4's attention calls fp8_einsum
+through ``vllm.utils.deep_gemm``'s cached ``_fp8_einsum_impl``), vLLM 0.25.0 / 0.25.1 (vendored
+DeepGEMM with SM120 kernels: left alone), sgl-deep-gemm 0.1.4 (no SM120 kernels; SGLang's deep_gemm_wrapper looks the
 functions up at call time) and sgl-deep-gemm 0.2.3 (left alone)."""
 import textwrap
 
@@ -148,15 +148,18 @@ def _run(tmp_path, files, releases, calls):
     return last_json(run_py(calls.format(repo=REPO), pythonpath=[tree], env={"TRITON_INTERPRET": "1"}))
 
 
-def test_vllm_0221_wo_a_and_prenorm_reach_the_kernels(tmp_path):
-    out = _run(tmp_path, VLLM, {"vllm": "0.22.1"}, VLLM_CALLS)
+# 0.22.1-0.24.0 vendor the same DeepGEMM 2.5.0 (no SM120 kernels) behind the same wrapper module
+@pytest.mark.parametrize("release", ["0.22.1", "0.23.0", "0.24.0"])
+def test_vllm_0221_wo_a_and_prenorm_reach_the_kernels(tmp_path, release):
+    out = _run(tmp_path, VLLM, {"vllm": release}, VLLM_CALLS)
     assert out["states"]["vllm.third_party.deep_gemm.fp8_einsum"] == "applied"
     assert isinstance(out["wo_a"], float) and out["wo_a"] < 1e-5, out
     assert isinstance(out["prenorm"], float) and out["prenorm"] < 1e-5, out
 
 
-def test_vllm_0251_keeps_its_sm120_deepgemm(tmp_path):
-    out = _run(tmp_path, VLLM, {"vllm": "0.25.1"}, VLLM_CALLS)
+@pytest.mark.parametrize("release", ["0.25.0", "0.25.1"])  # the same vendored DeepGEMM, with SM120 kernels
+def test_vllm_0251_keeps_its_sm120_deepgemm(tmp_path, release):
+    out = _run(tmp_path, VLLM, {"vllm": release}, VLLM_CALLS)
     assert set(out["states"].values()) == {"skipped"}, out
     assert out["wo_a"] == ERR and out["prenorm"] == ERR  # the original ran
 

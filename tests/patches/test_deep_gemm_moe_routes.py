@@ -1,4 +1,4 @@
-"""The real DeepGEMM MoE patch set on stand-ins: vLLM 0.22.1's vendored DeepGEMM whose grouped
+"""The real DeepGEMM MoE patch set on stand-ins: vLLM 0.22.1's (and 0.23.0's) vendored DeepGEMM whose grouped
 GEMMs raise DeepGEMM's SM12x error (with ``vllm.utils.deep_gemm`` caching them in ``_*_impl``
 globals before sm12x ran: the plugin route), its ``DeepGemmFP4Experts`` that admits family 100
 only, and sgl-deep-gemm 0.1.4 as SGLang's ``deep_gemm_wrapper`` calls it."""
@@ -106,9 +106,10 @@ print(json.dumps(res))
 """
 
 
-@pytest.fixture
-def standins(tmp_path):
-    return write_tree(tmp_path, {**STANDINS, **dist_infos(RELEASES)})
+# 0.23.0's MoE code and vendored DeepGEMM on CUDA are 0.22.1's
+@pytest.fixture(params=["0.22.1", "0.23.0"])
+def standins(tmp_path, request):
+    return write_tree(tmp_path, {**STANDINS, **dist_infos({**RELEASES, "vllm": request.param})})
 
 
 def _run(standins, **env):
@@ -133,10 +134,12 @@ def test_skipping_the_vllm_gemm_restores_the_expert_choice(standins):
     assert isinstance(out["sglang_masked"], float)
 
 
-@pytest.mark.parametrize("sgl_deep_gemm", ["0.1.5.post1", "0.1.7"])  # SGLang 0.5.17's and 0.5.19's pins
-def test_releases_with_sm120_kernels_keep_their_own(tmp_path, sgl_deep_gemm):
+# SGLang 0.5.17's and 0.5.19's pins; vLLM 0.24.0 (its DeepGEMM is off on SM12x through the gate record),
+# 0.25.0 and 0.25.1 (SM120 kernels)
+@pytest.mark.parametrize("vllm,sgl_deep_gemm", [("0.25.1", "0.1.5.post1"), ("0.25.0", "0.1.7"), ("0.24.0", "0.1.7")])
+def test_releases_with_sm120_kernels_keep_their_own(tmp_path, vllm, sgl_deep_gemm):
     pytest.importorskip("triton")
-    root = write_tree(tmp_path, {**STANDINS, **dist_infos({"vllm": "0.25.1", "sgl-deep-gemm": sgl_deep_gemm})})
+    root = write_tree(tmp_path, {**STANDINS, **dist_infos({"vllm": vllm, "sgl-deep-gemm": sgl_deep_gemm})})
     out = _run(root)
     assert out["vllm_contiguous"] == ERR and out["sglang_masked"] == ERR
     assert out["supports_current_device"] is False
