@@ -42,9 +42,11 @@ _ANY_FLASH_MLA = ("no FlashMLA build of any release has SM120/SM121 kernels; the
 _DECODE_ERROR = "'RuntimeError: Unsupported architecture for sparse decode fwd'"
 _PREFILL_ERROR = "'Sparse Attention Forward Kernel is only supported on SM90a and SM100f'"
 _FLASH_MLA_SRC = "deepseek-ai/FlashMLA csrc/api/sparse_decode.h (arch check), flash_mla_interface.py"
-# checked: vLLM 0.22.1, 0.25.1, 0.26.0, 0.27.0, 0.27.1, 0.28.0-0.34.0
+# checked: every vLLM release 0.22.1-0.34.0 (0.22.1-0.25.1 vendor one flash_mla_interface.py)
 _VLLM = dict(library="vllm", versions=">=0.22.1,<0.35")
-_SGL_KERNEL = dict(library="sgl-kernel", versions=">=0.4.4,<0.5")  # checked: 0.4.4, 0.4.5, 0.4.6.post1, 0.4.10
+# checked: every release 0.4.4-0.4.10 (flash_mla.py: 0.4.4-0.4.7 one text but for formatting,
+# 0.4.8-0.4.10 one text with kv_format)
+_SGL_KERNEL = dict(library="sgl-kernel", versions=">=0.4.4,<0.5")
 _PIP = dict(library="flash_mla", versions="*", versions_note=_ANY_FLASH_MLA)
 
 # modules that bind vLLM's FlashMLA functions by name at import (plugin route: rebound too)

@@ -266,10 +266,14 @@ def test_records_are_specific():
 
 # --- the runner choice (server arguments) -------------------------------------------------------
 
+# releases whose ServerArgs._handle_moe_kernel_config imports the pass at the call (0.5.19 moved it to moe_hook)
+SERVER_ARGS_CALLER = ("0.5.15.post1", "0.5.16", "0.5.17", "0.5.18")
+
+
 def standin_arg_groups(release):
     """SGLang's MoE kernel-config pass as ``release`` calls it: 0.5.19+ from ``moe_hook`` (a
-    module-level copy) with ``model_config_of``; 0.5.15.post1 from ``ServerArgs`` (imported at the
-    call) with the view's ``get_model_config``."""
+    module-level copy) with ``model_config_of``; 0.5.15.post1-0.5.18 from ``ServerArgs`` (imported
+    at the call) with the view's ``get_model_config``."""
     overrides = """
         def _moe_runner_backend_quant_constraints(view):
             backend = view.moe_runner_backend
@@ -277,7 +281,7 @@ def standin_arg_groups(release):
                 backend = "flashinfer_cutlass"
             return {"moe_runner_backend": backend} if backend != view.moe_runner_backend else {}
     """
-    if release == "0.5.15.post1":
+    if release in SERVER_ARGS_CALLER:
         caller = {"sglang/srt/server_args.py": """
             def handle_moe_kernel_config(view):
                 from sglang.srt.arg_groups.overrides import _moe_runner_backend_quant_constraints
@@ -331,12 +335,12 @@ print(json.dumps(res))
 
 def _resolve(tmp_path, release, install_first=True, env=None):
     root = write_tree(tmp_path, {**standin_arg_groups(release), **dist_infos({"sglang": release})})
-    caller = "sglang.srt.server_args" if release == "0.5.15.post1" else "sglang.srt.arg_groups.moe_hook"
+    caller = "sglang.srt.server_args" if release in SERVER_ARGS_CALLER else "sglang.srt.arg_groups.moe_hook"
     code = RESOLVE.format(repo=REPO, install_first=install_first, caller=caller)
     return last_json(run_py(code, pythonpath=[root], env=env))
 
 
-@pytest.mark.parametrize("release", ["0.5.19", "0.5.23"])
+@pytest.mark.parametrize("release", ["0.5.17", "0.5.18", "0.5.19", "0.5.23"])
 @pytest.mark.parametrize("install_first", [True, False], ids=["sitecustomize", "plugin"])
 def test_nvfp4_checkpoints_leave_trtllm(tmp_path, release, install_first):
     """DeepSeek-V4 FP8 + NVFP4 checkpoints without all-to-all: a TRT-LLM runner becomes marlin;
@@ -349,10 +353,11 @@ def test_nvfp4_checkpoints_leave_trtllm(tmp_path, release, install_first):
     assert out["modelopt_fp4"] == "flashinfer_cutlass" and out["state"] == "applied", out
 
 
-@pytest.mark.parametrize("release,env", [("0.5.15.post1", {}), ("0.5.23", {"SM12X_SKIP": "sglang.moe.runner_choice"}),
+@pytest.mark.parametrize("release,env", [("0.5.15.post1", {}), ("0.5.16", {}),
+                                         ("0.5.23", {"SM12X_SKIP": "sglang.moe.runner_choice"}),
                                          ("0.5.23", {"SM12X_ARCH": "9.0"})])
 def test_runner_choice_left_alone(tmp_path, release, env):
-    """0.5.15.post1 (its NVFP4 Marlin scales the routed output twice), skipped, or off SM12x:
-    SGLang's TRT-LLM pick stays."""
+    """0.5.15.post1 / 0.5.16 (their top-k scales the routed output for the NVFP4 Marlin too, which
+    scales it again), skipped, or off SM12x: SGLang's TRT-LLM pick stays."""
     out = _resolve(tmp_path, release, env=env)
     assert out["hybrid_routed"] == "flashinfer_trtllm_routed" and out["state"] == "skipped", out

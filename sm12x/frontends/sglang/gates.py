@@ -1,9 +1,9 @@
 """The factories the GB10 (sm_121) gate records install for SGLang (:mod:`sm12x.patches.gb10`).
 Stdlib only at import.
 
-SGLang 0.5.15.post1-0.5.20 decide once, while ``sglang.srt.layers.deep_gemm_wrapper.configurer`` is
+SGLang 0.5.15-0.5.20 decide once, while ``sglang.srt.layers.deep_gemm_wrapper.configurer`` is
 being imported, how SGLang uses DeepGEMM, from ``get_device_sm()`` (major * 10 + minor) compared with
-120 only: whether DeepGEMM is on at all (``_compute_enable_deep_gemm``; 0.5.15.post1-0.5.19 turn it
+120 only: whether DeepGEMM is on at all (``_compute_enable_deep_gemm``; 0.5.15-0.5.19 turn it
 off for 120, 0.5.20 keeps it on for 120 when DeepGEMM has its SM120 entry point) and, in 0.5.20,
 whether its scales are UE8M0 (a module-level constant). The answers are module constants
 (``ENABLE_JIT_DEEPGEMM``, ``DEEPGEMM_SCALE_UE8M0``) copied by the wrapper package, so the question

@@ -59,7 +59,7 @@ def _runner_backend() -> str:
 
 def _deep_gemm_enabled() -> bool:
     """Whether SGLang runs DeepGEMM in this process (``deep_gemm_wrapper``'s ``ENABLE_JIT_DEEPGEMM``:
-    off on SM12x in 0.5.15.post1-0.5.19, and wherever ``SGLANG_ENABLE_JIT_DEEPGEMM=0``); without
+    off on SM12x in 0.5.15-0.5.19, and wherever ``SGLANG_ENABLE_JIT_DEEPGEMM=0``); without
     it the DeepGEMM runner calls a ``deep_gemm`` the wrapper never imported."""
     try:
         from sglang.srt.layers.deep_gemm_wrapper import configurer
@@ -138,7 +138,7 @@ TRTLLM_RUNNERS = ("flashinfer_trtllm", "flashinfer_trtllm_routed")
 
 
 def _model_config(view):
-    """The model configuration behind a server-args view (0.5.19+: ``model_config_of``; 0.5.15.post1:
+    """The model configuration behind a server-args view (0.5.19+: ``model_config_of``; 0.5.15-0.5.18:
     the view's ``get_model_config``)."""
     from sglang.srt.arg_groups import overrides
 
