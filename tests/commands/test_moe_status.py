@@ -41,7 +41,7 @@ def test_own_kernels_and_ranges():
     rows = _rows({"sglang": "0.5.15.post1"}, {RUNNER: ("skipped", "sglang 0.5.15.post1 outside the checked range")})
     assert rows["NVFP4 routed experts (target)"]["serves"].startswith("nothing correct")
     # a release no statement was checked for gets no row
-    assert _rows({"sglang": "0.5.10", "vllm": "0.23.0"}, {}) == {}
+    assert _rows({"sglang": "0.5.10", "vllm": "0.22.0"}, {}) == {}
 
 
 def test_vllm_0221_without_the_records_names_marlin():
@@ -69,11 +69,31 @@ def test_status_prints_the_rows(tmp_path):
 
 
 def test_every_checked_release_has_each_sglang_row():
-    """0.5.15.post1, 0.5.19 and 0.5.23 each get one row per kind of experts (no gap, no overlap)."""
-    for release in ("0.5.15.post1", "0.5.19", "0.5.23"):
+    """Every SGLang release 0.5.15-0.5.23 gets one row per kind of experts (no gap, no overlap);
+    every vLLM release 0.22.1-0.34.0 one row."""
+    for release in ("0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21",
+                    "0.5.22", "0.5.23"):
         rows = moe_paths.moe_rows({"sglang": release}, [])
         kinds = [r["experts"] for r in rows]
         assert len(kinds) == len(set(kinds)) == 4, (release, kinds)
+    for release in ("0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.30.0", "0.34.0"):
+        assert len(moe_paths.moe_rows({"vllm": release}, [])) == 1, release
+
+
+def test_vllm_0240_names_the_gate():
+    gate = "vllm.platforms.cuda.support_deep_gemm"
+    row = _rows({"vllm": "0.24.0"}, {gate: ("applied", "")})["MXFP4 routed experts"]
+    assert row["serves"].startswith("Marlin W4A16") and row["via"] == f"sm12x records: {gate}"
+    row = _rows({"vllm": "0.24.0"}, {gate: ("skipped", "turned off by SM12X_SKIP")})["MXFP4 routed experts"]
+    assert "no SM120 kernels: fails" in row["serves"] and "VLLM_USE_DEEP_GEMM=0" in row["serves"]
+
+
+def test_sglang_0517_nvfp4_experts_take_the_runner_choice():
+    row = _rows({"sglang": "0.5.17"}, {RUNNER: ("applied", "")})["NVFP4 routed experts (target)"]
+    assert row["serves"].startswith("SGLang's NVFP4 Marlin") and row["via"] == f"sm12x records: {RUNNER}"
+    rows = _rows({"sglang": "0.5.16"}, {})
+    assert rows["NVFP4 routed experts (target)"]["serves"].startswith("nothing correct")
+    assert "CUTLASS" in rows["MXFP4 experts of FP8 checkpoints (target and MTP draft)"]["serves"]
 
 
 def test_paths_name_registered_records():
