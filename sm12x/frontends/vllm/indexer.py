@@ -18,10 +18,10 @@ Two call shapes, read from vLLM's own sources (``vllm/model_executor/layers/spar
   are those positions, -1 padded.
 - vLLM 0.22.1-0.29.0 decode: the same paged logits call (with ``clean_logits=False``), then on
   CUDA ``torch.ops._C.persistent_topk(logits, seq_lens, topk_indices, workspace, topk, max_len)``
-  for topk 512 / 1024 / 2048 (0.25.1-0.29.0: ``torch.ops._C.cooperative_topk``, same arguments, for
-  few rows outside the SM12x family), ``ops.top_k_per_row_decode(logits, next_n, seq_lens,
-  topk_indices, rows, stride0, stride1, topk)`` otherwise. ``decode_topk`` runs the fused paged
-  top-k for a placeholder in each of them; rows and indices as above.
+  for topk 512 / 1024 / 2048 (0.24.0-0.29.0: ``torch.ops._C.cooperative_topk``, same arguments, for
+  up to 32 rows on SM90+, outside the SM12x family from 0.25.0), ``ops.top_k_per_row_decode(logits,
+  next_n, seq_lens, topk_indices, rows, stride0, stride1, topk)`` otherwise. ``decode_topk`` runs
+  the fused paged top-k for a placeholder in each of them; rows and indices as above.
 - vLLM 0.22.1-0.32.0 prefill chunks call ``fp8_fp4_mqa_logits((q, q_scale), (k, k_scale), weights,
   ks, ke, clean_logits=False)`` and pass the [rows, keys] logits straight to
   ``ops.top_k_per_row_prefill(logits, ks, ke, out, rows, stride0, stride1, topk)``; 0.33.0-0.34.0

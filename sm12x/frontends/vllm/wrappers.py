@@ -111,7 +111,7 @@ def make_deferred_mqa_logits(original):
     """``sparse_attn_indexer``'s ``fp8_fp4_mqa_logits`` (vLLM 0.22.1-0.32.0): a placeholder for
     ``ops.top_k_per_row_prefill`` when the indexer's ``ops`` is ours (its record applied) and
     ``_caller_reads_only_topk``: under DCP vLLM merges the shards' top-k by reading the logits
-    (0.25.1 on), and v4.1 candidate blocks select or mask on them (0.30.0 on); those calls go to
+    (0.25.0 on), and v4.1 candidate blocks select or mask on them (0.30.0 on); those calls go to
     ``original`` (DeepGEMM's logits, which sm12x's DeepGEMM records serve)."""
     api = _api()
 
@@ -183,7 +183,7 @@ def make_indexer_ops(original):
 
 class RadixTopk:
     """``torch.ops._C.persistent_topk`` / ``cooperative_topk`` (vLLM 0.22.1-0.29.0; cooperative_topk
-    from 0.25.1), as ``sparse_attn_indexer``'s decode looks them up on ``torch.ops._C``: a call with
+    from 0.24.0), as ``sparse_attn_indexer``'s decode looks them up on ``torch.ops._C``: a call with
     placeholder logits gets the fused paged top-k, any other vLLM's op; every attribute (its
     overloads, ``.default``) is the op's own."""
 
