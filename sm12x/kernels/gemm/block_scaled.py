@@ -79,6 +79,29 @@ def load_scales_ue8m0(sf_ptr, rows, mask, stride_mn, stride_k, k0, SF_KIND: tl.c
 
 
 @triton.jit
+def _scaled_step(acc, x, y, x_rows, x_mask, xs_ptr, xs_stride_mn, xs_stride_k,
+                 y_rows, y_mask, ys_ptr, ys_stride_mn, ys_stride_k, k0,
+                 XS_KIND: tl.constexpr, XS_GRAN_MN: tl.constexpr, XS_GRAN_K: tl.constexpr,
+                 YS_KIND: tl.constexpr, YS_GRAN_MN: tl.constexpr, YS_GRAN_K: tl.constexpr,
+                 BLOCK_K: tl.constexpr, SCALED_MMA: tl.constexpr):
+    """acc += the K-tile at ``k0`` of x [R, BLOCK_K] . y [C, BLOCK_K]^T with its scales."""
+    if SCALED_MMA:
+        sx = load_scales_ue8m0(xs_ptr, x_rows, x_mask, xs_stride_mn, xs_stride_k, k0, XS_KIND,
+                               XS_GRAN_MN, XS_GRAN_K, BLOCK_K)
+        sy = load_scales_ue8m0(ys_ptr, y_rows, y_mask, ys_stride_mn, ys_stride_k, k0, YS_KIND,
+                               YS_GRAN_MN, YS_GRAN_K, BLOCK_K)
+        acc = tl.dot_scaled(x, sx, "e4m3", tl.trans(y), sy, "e4m3", acc)
+    else:
+        sx = load_scales_fp32(xs_ptr, x_rows, x_mask, xs_stride_mn, xs_stride_k, k0 // XS_GRAN_K,
+                              XS_KIND, XS_GRAN_MN)
+        sy = load_scales_fp32(ys_ptr, y_rows, y_mask, ys_stride_mn, ys_stride_k, k0 // YS_GRAN_K,
+                              YS_KIND, YS_GRAN_MN)
+        part = tl.dot(x, tl.trans(y))
+        acc += part * (sx[:, None] * sy[None, :])
+    return acc
+
+
+@triton.jit
 def block_scaled_dot(acc,
                      x_ptr, x_rows, x_mask, stride_xr, stride_xk,
                      xs_ptr, xs_stride_mn, xs_stride_k,
@@ -102,21 +125,35 @@ def block_scaled_dot(acc,
             k_ok = (k0 + offs_k) < K
             x = tl.load(x_ptrs, mask=x_mask[:, None] & k_ok[None, :], other=0.0)
             y = tl.load(y_ptrs, mask=y_mask[:, None] & k_ok[None, :], other=0.0)
-        if SCALED_MMA:
-            sx = load_scales_ue8m0(xs_ptr, x_rows, x_mask, xs_stride_mn, xs_stride_k, k0, XS_KIND,
-                                   XS_GRAN_MN, XS_GRAN_K, BLOCK_K)
-            sy = load_scales_ue8m0(ys_ptr, y_rows, y_mask, ys_stride_mn, ys_stride_k, k0, YS_KIND,
-                                   YS_GRAN_MN, YS_GRAN_K, BLOCK_K)
-            acc = tl.dot_scaled(x, sx, "e4m3", tl.trans(y), sy, "e4m3", acc)
-        else:
-            sx = load_scales_fp32(xs_ptr, x_rows, x_mask, xs_stride_mn, xs_stride_k, k0 // XS_GRAN_K,
-                                  XS_KIND, XS_GRAN_MN)
-            sy = load_scales_fp32(ys_ptr, y_rows, y_mask, ys_stride_mn, ys_stride_k, k0 // YS_GRAN_K,
-                                  YS_KIND, YS_GRAN_MN)
-            part = tl.dot(x, tl.trans(y))
-            acc += part * (sx[:, None] * sy[None, :])
+        acc = _scaled_step(acc, x, y, x_rows, x_mask, xs_ptr, xs_stride_mn, xs_stride_k,
+                           y_rows, y_mask, ys_ptr, ys_stride_mn, ys_stride_k, k0,
+                           XS_KIND, XS_GRAN_MN, XS_GRAN_K, YS_KIND, YS_GRAN_MN, YS_GRAN_K,
+                           BLOCK_K, SCALED_MMA)
         x_ptrs += BLOCK_K * stride_xk
         y_ptrs += BLOCK_K * stride_yk
+    return acc
+
+
+@triton.jit
+def block_scaled_dot_tma(acc,
+                         x_desc, x_row0, x_rows, x_mask, xs_ptr, xs_stride_mn, xs_stride_k,
+                         y_desc, y_row0, y_rows, y_mask, ys_ptr, ys_stride_mn, ys_stride_k,
+                         t_begin, t_end,
+                         XS_KIND: tl.constexpr, XS_GRAN_MN: tl.constexpr, XS_GRAN_K: tl.constexpr,
+                         YS_KIND: tl.constexpr, YS_GRAN_MN: tl.constexpr, YS_GRAN_K: tl.constexpr,
+                         BLOCK_K: tl.constexpr, SCALED_MMA: tl.constexpr):
+    """:func:`block_scaled_dot` with X and Y read through tensor descriptors (TMA on sm_90 and
+    sm_120: one bulk copy per tile instead of per-thread addresses and loads). The tiles are the
+    consecutive rows from ``x_row0`` / ``y_row0`` (``x_rows`` / ``y_rows`` for the scales); rows
+    and K past the descriptors' shapes read 0."""
+    for t in range(t_begin, t_end):
+        k0 = t * BLOCK_K
+        x = x_desc.load([x_row0, k0])
+        y = y_desc.load([y_row0, k0])
+        acc = _scaled_step(acc, x, y, x_rows, x_mask, xs_ptr, xs_stride_mn, xs_stride_k,
+                           y_rows, y_mask, ys_ptr, ys_stride_mn, ys_stride_k, k0,
+                           XS_KIND, XS_GRAN_MN, XS_GRAN_K, YS_KIND, YS_GRAN_MN, YS_GRAN_K,
+                           BLOCK_K, SCALED_MMA)
     return acc
 
 
@@ -132,6 +169,8 @@ class Tile:
     the weight's N and the columns the activation's M). block_k: K per MMA step (64 or 128).
     swap_ab: put the weight rows on the MMA's M side (small M). group_r: tiles grouped along the
     rows for L2 reuse. scaled_mma: use ``tl.dot_scaled`` when both operands have UE8M0 scales.
+    tma: read the operand tiles through TMA tensor descriptors where the operands allow it
+    (:func:`block_scaled_dot_tma`).
     """
 
     block_r: int
@@ -142,10 +181,24 @@ class Tile:
     swap_ab: bool = False
     group_r: int = 8
     scaled_mma: bool = False
+    tma: bool = False
 
     def describe(self) -> str:
         return (f"{'swapAB ' if self.swap_ab else ''}{self.block_r}x{self.block_c}x{self.block_k} "
-                f"w{self.num_warps} s{self.num_stages}{' mx' if self.scaled_mma else ''}")
+                f"w{self.num_warps} s{self.num_stages}{' mx' if self.scaled_mma else ''}"
+                f"{' tma' if self.tma else ''}")
+
+
+def _triton_release() -> tuple:
+    parts = []
+    for p in triton.__version__.split("+")[0].split(".")[:2]:
+        parts.append(int("".join(ch for ch in p if ch.isdigit()) or 0))
+    return tuple(parts)
+
+
+# TMA on sm_120 / sm_121 from Triton 3.7: Triton 3.6's descriptor lowering leaves a stack frame
+# there, which the compile check counts as a spill.
+_SM12X_TMA = _triton_release() >= (3, 7)
 
 
 # Per-arch tiles by M class. ``small``: M <= 64 (decode), weight rows on the MMA's M side, the
@@ -156,27 +209,23 @@ class Tile:
 # 128x256x128 tiles ran 2.3-3.1x slower than 128x128x128 at M = 4096, 128x128x64 1.4x slower (the
 # promotion tile doubles the accumulator's registers); 64-row swap-AB tiles 6% slower than 128.
 # sm_120 / sm_121: mma.sync and 101,376 B of shared memory: 3 K steps of 128x128x128 FP8 in flight
-# (98,304 B; 101,376 with the UE8M0 scale tiles); with UE8M0 scales the block-scaled MMA
-# (scaled_mma). 8 warps for the 64-row tile: with 4 its fp32-promotion path spills on sm_120.
+# (98,304 B; 101,376 with the UE8M0 scale tiles, so the large tile keeps per-thread loads: TMA's
+# barriers would add 24 B); with UE8M0 scales the block-scaled MMA (scaled_mma). 8 warps for the
+# 64-row tile: with 4 its fp32-promotion path spills on sm_120.
+# TMA: the operand tiles as bulk copies instead of per-thread addresses and loads, which (with two
+# warps per scheduler) bound the pointer-loaded K-loop.
 TILES = {
     "sm_90": {
-        "small": Tile(128, 16, 128, 4, 6, swap_ab=True),
-        "medium": Tile(64, 128, 128, 4, 4),
-        "large": Tile(128, 128, 128, 8, 4),
+        "small": Tile(128, 16, 128, 4, 6, swap_ab=True, tma=True),
+        "medium": Tile(64, 128, 128, 4, 4, tma=True),
+        "large": Tile(128, 128, 128, 8, 4, tma=True),
     },
     "sm_120": {
-        "small": Tile(128, 16, 128, 4, 4, swap_ab=True, scaled_mma=True),
-        "medium": Tile(64, 128, 128, 8, 4, scaled_mma=True),
+        "small": Tile(128, 16, 128, 4, 4, swap_ab=True, scaled_mma=True, tma=_SM12X_TMA),
+        "medium": Tile(64, 128, 128, 8, 4, scaled_mma=True, tma=_SM12X_TMA),
         "large": Tile(128, 128, 128, 8, 4, scaled_mma=True),
     },
 }
-
-
-def _triton_release() -> tuple:
-    parts = []
-    for p in triton.__version__.split("+")[0].split(".")[:2]:
-        parts.append(int("".join(ch for ch in p if ch.isdigit()) or 0))
-    return tuple(parts)
 
 
 # sm_121 (GB10): Triton >= 3.8 emits the native FP8 and block-scaled MMAs there (triton #10010),
@@ -187,8 +236,8 @@ if _triton_release() >= (3, 8):
     TILES["sm_121"] = TILES["sm_120"]
 else:
     TILES["sm_121"] = {
-        "small": Tile(128, 16, 128, 4, 4, swap_ab=True),
-        "medium": Tile(64, 128, 128, 8, 4),
+        "small": Tile(128, 16, 128, 4, 4, swap_ab=True, tma=_SM12X_TMA),
+        "medium": Tile(64, 128, 128, 8, 4, tma=_SM12X_TMA),
         "large": Tile(128, 128, 64, 8, 4),
     }
 

@@ -11,7 +11,9 @@ and K with K % 16 == 0.
 
 Launch: M <= 64 puts the weight's rows on the MMA's M side (swap-AB: a 16-64 column tile holds
 the activations); when the output tiles alone leave SMs idle, K is split (a count from the shapes
-only) and a second kernel sums the fp32 partials, adds c and writes d.
+only) and a second kernel sums the fp32 partials, adds c and writes d. K-major operands with
+16-byte aligned rows are read through TMA tensor descriptors where the tile says so
+(``Tile.tma``); other strides through per-thread pointers.
 """
 from __future__ import annotations
 
@@ -20,11 +22,13 @@ import functools
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from sm12x.kernels.common import configs
 from sm12x.kernels.common.checks import require
+from sm12x.kernels.common.compile_check import interpreting
 
-from sm12x.kernels.gemm.block_scaled import block_scaled_dot, pick_tile, split_k
+from sm12x.kernels.gemm.block_scaled import block_scaled_dot, block_scaled_dot_tma, pick_tile, split_k
 from sm12x.kernels.gemm.scales import read_scales
 
 OP = "fp8_gemm_nt"
@@ -45,7 +49,7 @@ def _tile_coords(pid, num_r, num_c, GROUP_R: tl.constexpr):
 
 
 @triton.jit
-def fp8_gemm_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, d_ptr, c_ptr, ws_ptr,
+def fp8_gemm_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, d_ptr, c_ptr, ws_ptr, a_desc, b_desc,
                     M, N, K, tiles_per_split,
                     stride_am, stride_ak, stride_bn, stride_bk, stride_dm, stride_dn, stride_cm, stride_cn,
                     sfa_stride_mn, sfa_stride_k, sfb_stride_mn, sfb_stride_k,
@@ -54,7 +58,10 @@ def fp8_gemm_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, d_ptr, c_ptr, ws_ptr,
                     SFB_KIND: tl.constexpr, SFB_GRAN_MN: tl.constexpr, SFB_GRAN_K: tl.constexpr,
                     BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr,
                     GROUP_R: tl.constexpr, SWAP_AB: tl.constexpr, SPLIT: tl.constexpr,
-                    HAS_C: tl.constexpr, SCALED_MMA: tl.constexpr, EVEN_K: tl.constexpr):
+                    HAS_C: tl.constexpr, SCALED_MMA: tl.constexpr, EVEN_K: tl.constexpr,
+                    TMA: tl.constexpr):
+    """One (output tile, K split, group) per program. TMA (one group): a and b tiles come through
+    the tensor descriptors ``a_desc`` / ``b_desc`` (block shapes: the tile's rows x BLOCK_K)."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
     # groups (einsum heads) are independent GEMMs: offset every operand to this one
@@ -77,15 +84,28 @@ def fp8_gemm_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, d_ptr, c_ptr, ws_ptr,
     t_begin = split * tiles_per_split
     t_end = tl.minimum(t_begin + tiles_per_split, tl.cdiv(K, BLOCK_K))
     acc = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.float32)
-    if SWAP_AB:  # acc[n, m]
+    if TMA:  # the same tiles through the descriptors (swap-AB: weight rows on the MMA's M side)
+        if SWAP_AB:
+            acc = block_scaled_dot_tma(acc, b_desc, pid_r * BLOCK_R, rows, rows < N,
+                                       sfb_ptr, sfb_stride_mn, sfb_stride_k,
+                                       a_desc, pid_c * BLOCK_C, cols, cols < M,
+                                       sfa_ptr, sfa_stride_mn, sfa_stride_k, t_begin, t_end,
+                                       SFB_KIND, SFB_GRAN_MN, SFB_GRAN_K,
+                                       SFA_KIND, SFA_GRAN_MN, SFA_GRAN_K, BLOCK_K, SCALED_MMA)
+        else:
+            acc = block_scaled_dot_tma(acc, a_desc, pid_r * BLOCK_R, rows, rows < M,
+                                       sfa_ptr, sfa_stride_mn, sfa_stride_k,
+                                       b_desc, pid_c * BLOCK_C, cols, cols < N,
+                                       sfb_ptr, sfb_stride_mn, sfb_stride_k, t_begin, t_end,
+                                       SFA_KIND, SFA_GRAN_MN, SFA_GRAN_K,
+                                       SFB_KIND, SFB_GRAN_MN, SFB_GRAN_K, BLOCK_K, SCALED_MMA)
+    elif SWAP_AB:  # acc[n, m]
         acc = block_scaled_dot(acc, b_ptr, rows, rows < N, stride_bn, stride_bk,
                                sfb_ptr, sfb_stride_mn, sfb_stride_k,
                                a_ptr, cols, cols < M, stride_am, stride_ak,
                                sfa_ptr, sfa_stride_mn, sfa_stride_k,
                                t_begin, t_end, K, SFB_KIND, SFB_GRAN_MN, SFB_GRAN_K,
                                SFA_KIND, SFA_GRAN_MN, SFA_GRAN_K, BLOCK_K, SCALED_MMA, EVEN_K)
-        offs_m = cols[None, :]
-        offs_n = rows[:, None]
     else:  # acc[m, n]
         acc = block_scaled_dot(acc, a_ptr, rows, rows < M, stride_am, stride_ak,
                                sfa_ptr, sfa_stride_mn, sfa_stride_k,
@@ -93,6 +113,10 @@ def fp8_gemm_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, d_ptr, c_ptr, ws_ptr,
                                sfb_ptr, sfb_stride_mn, sfb_stride_k,
                                t_begin, t_end, K, SFA_KIND, SFA_GRAN_MN, SFA_GRAN_K,
                                SFB_KIND, SFB_GRAN_MN, SFB_GRAN_K, BLOCK_K, SCALED_MMA, EVEN_K)
+    if SWAP_AB:
+        offs_m = cols[None, :]
+        offs_n = rows[:, None]
+    else:
         offs_m = rows[:, None]
         offs_n = cols[None, :]
     mask = (offs_m < M) & (offs_n < N)
@@ -193,6 +217,12 @@ def _plan(m, n, k, ue8m0_a, ue8m0_b, gran_k_a, gran_k_b, groups, arch, sms):
     return tile, block_k, scaled, splits, per, out_tiles
 
 
+def _tma_ready(x) -> bool:
+    """A TMA descriptor can read ``x`` [rows, K] (fp8): K-major, 16-byte aligned start and rows."""
+    return ((x.is_cuda or interpreting()) and x.stride(1) == 1 and x.data_ptr() % 16 == 0
+            and x.stride(0) % 16 == 0)
+
+
 def launch(a, sa, b, sb, d, c, groups: int = 1, group_strides=(0, 0, 0, 0)):
     """Launch on validated inputs. ``a`` [M, K], ``b`` [N, K], ``d`` / ``c`` [M, N] are group 0's
     views; ``groups`` > 1 runs that many independent GEMMs whose a / b / d / c start
@@ -206,8 +236,17 @@ def launch(a, sa, b, sb, d, c, groups: int = 1, group_strides=(0, 0, 0, 0)):
     sg_a, sg_b, sg_d, sg_c = group_strides
     if not has_c:
         sg_c = sg_d
+    # TMA descriptors where the tile uses them and the operands allow one (one group, K-major,
+    # 16-byte aligned rows); the nn / tn / tt forms' transposed views and the einsum keep pointers
+    tma = tile.tma and groups == 1 and _tma_ready(a) and _tma_ready(b)
+    if tma:
+        rows_a, rows_b = (tile.block_c, tile.block_r) if tile.swap_ab else (tile.block_r, tile.block_c)
+        a_desc = TensorDescriptor.from_tensor(a, [rows_a, block_k])
+        b_desc = TensorDescriptor.from_tensor(b, [rows_b, block_k])
+    else:
+        a_desc, b_desc = a, b
     fp8_gemm_kernel[(out_tiles, splits, groups)](
-        a, sa.data, b, sb.data, d, c_arg, ws, m, n, k, per,
+        a, sa.data, b, sb.data, d, c_arg, ws, a_desc, b_desc, m, n, k, per,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), d.stride(0), d.stride(1),
         c_arg.stride(0), c_arg.stride(1), sa.stride_mn, sa.stride_k, sb.stride_mn, sb.stride_k,
         sg_a, sg_b, sg_d, sg_c, sa.stride_g, sb.stride_g,
@@ -215,7 +254,7 @@ def launch(a, sa, b, sb, d, c, groups: int = 1, group_strides=(0, 0, 0, 0)):
         SFB_KIND=sb.kind, SFB_GRAN_MN=sb.gran_mn, SFB_GRAN_K=sb.gran_k,
         BLOCK_R=tile.block_r, BLOCK_C=tile.block_c, BLOCK_K=block_k, GROUP_R=tile.group_r,
         SWAP_AB=tile.swap_ab, SPLIT=splits > 1, HAS_C=has_c, SCALED_MMA=scaled,
-        EVEN_K=k % block_k == 0, num_warps=tile.num_warps, num_stages=tile.num_stages)
+        EVEN_K=k % block_k == 0, TMA=tma, num_warps=tile.num_warps, num_stages=tile.num_stages)
     if splits > 1:
         split_k_reduce_kernel[(triton.cdiv(m * n, REDUCE_BLOCK), groups)](
             ws, d, c_arg, m, n, d.stride(0), d.stride(1), c_arg.stride(0), c_arg.stride(1), sg_d, sg_c,
@@ -230,16 +269,19 @@ def launch(a, sa, b, sb, d, c, groups: int = 1, group_strides=(0, 0, 0, 0)):
 UNIT_STRIDES = ("stride_ak", "stride_bk", "stride_dn", "stride_cn", "sfa_stride_mn")
 
 
-def _signature(out_t: str, c_t: str, sf_t: str) -> dict:
+def _signature(out_t: str, c_t: str, sf_t: str, desc_blocks=None) -> dict:
+    """``desc_blocks``: the (a, b) tensor-descriptor block shapes of a TMA launch, else None."""
     sig = {"a_ptr": "*fp8e4nv", "sfa_ptr": sf_t, "b_ptr": "*fp8e4nv", "sfb_ptr": sf_t, "d_ptr": out_t,
            "c_ptr": c_t, "ws_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32", "tiles_per_split": "i32"}
+    for name, block in zip(("a_desc", "b_desc"), desc_blocks or (None, None)):
+        sig[name] = f"tensordesc<fp8e4nv{list(block)}>" if block else "*fp8e4nv"
     for name in ("stride_am", "stride_bn", "stride_dm", "stride_cm", "sfa_stride_k", "sfb_stride_mn", "sfb_stride_k",
                  "stride_ag", "stride_bg", "stride_dg", "stride_cg", "sfa_stride_g", "sfb_stride_g"):
         sig[name] = "i32"
     for name in UNIT_STRIDES:  # Triton specialises an int argument equal to 1 into a constant
         sig[name] = "constexpr"
     for name in ("SFA_KIND", "SFA_GRAN_MN", "SFA_GRAN_K", "SFB_KIND", "SFB_GRAN_MN", "SFB_GRAN_K", "BLOCK_R",
-                 "BLOCK_C", "BLOCK_K", "GROUP_R", "SWAP_AB", "SPLIT", "HAS_C", "SCALED_MMA", "EVEN_K"):
+                 "BLOCK_C", "BLOCK_K", "GROUP_R", "SWAP_AB", "SPLIT", "HAS_C", "SCALED_MMA", "EVEN_K", "TMA"):
         sig[name] = "constexpr"
     # in the kernel's parameter order: launch hints are given by position
     return {name: sig[name] for name in fp8_gemm_kernel.arg_names}
@@ -248,7 +290,7 @@ def _signature(out_t: str, c_t: str, sf_t: str) -> dict:
 def compile_reports(targets=("sm_120", "sm_121")):
     """Compile every tile class of ``targets`` with fp32 scales (fp32 promotion) and packed UE8M0
     scales (block-scaled MMA where the tile enables it), bf16 and fp32 outputs, split and not,
-    plus the split-K reduction."""
+    operands through TMA descriptors and through pointers, plus the split-K reduction."""
     from sm12x.kernels.common.compile_check import compile_kernel
     from sm12x.kernels.gemm.block_scaled import TILE_MS, m_class
     from sm12x.kernels.gemm.scales import SF_FP32, SF_UE8M0_PACKED
@@ -259,16 +301,20 @@ def compile_reports(targets=("sm_120", "sm_121")):
             cls, tile = m_class(m), pick_tile(m, arch=target)
             for kind in (SF_FP32, SF_UE8M0_PACKED):
                 scaled = tile.scaled_mma and kind != SF_FP32
-                for out_t, has_c, split in (("*bf16", False, False), ("*fp32", True, cls != "large")):
-                    const = dict(SFA_KIND=kind, SFA_GRAN_MN=1, SFA_GRAN_K=128, SFB_KIND=kind,
+                variants = [(o, c, sp, tma) for o, c, sp in (("*bf16", False, False), ("*fp32", True, cls != "large"))
+                            for tma in ((True, False) if tile.tma else (False,))]
+                rows_a, rows_b = (tile.block_c, tile.block_r) if tile.swap_ab else (tile.block_r, tile.block_c)
+                for out_t, has_c, split, tma in variants:
+                    const = dict(TMA=tma, SFA_KIND=kind, SFA_GRAN_MN=1, SFA_GRAN_K=128, SFB_KIND=kind,
                                  SFB_GRAN_MN=128 if kind == SF_FP32 else 1, SFB_GRAN_K=128,
                                  BLOCK_R=tile.block_r, BLOCK_C=tile.block_c, BLOCK_K=tile.block_k,
                                  GROUP_R=tile.group_r, SWAP_AB=tile.swap_ab, SPLIT=split, HAS_C=has_c,
                                  SCALED_MMA=scaled, EVEN_K=True, **dict.fromkeys(UNIT_STRIDES, 1))
                     name = (f"{cls} {tile.describe()} {'ue8m0' if kind else 'fp32'}-sf "
-                            f"{out_t[1:]}{' +C' if has_c else ''}{' split' if split else ''}")
+                            f"{out_t[1:]}{' +C' if has_c else ''}{' split' if split else ''}{'' if tma or not tile.tma else ' pointers'}")
+                    blocks = ((rows_a, tile.block_k), (rows_b, tile.block_k)) if tma else None
                     reports.append(compile_kernel(
-                        fp8_gemm_kernel, _signature(out_t, "*fp32", "*i32" if kind else "*fp32"), const,
+                        fp8_gemm_kernel, _signature(out_t, "*fp32", "*i32" if kind else "*fp32", blocks), const,
                         target=target, num_warps=tile.num_warps, num_stages=tile.num_stages,
                         config_name=name))
         sig = {"ws_ptr": "*fp32", "d_ptr": "*bf16", "c_ptr": "*fp32", "M": "i32", "N": "i32", "stride_dm": "i32",
