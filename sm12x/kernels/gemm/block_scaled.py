@@ -79,81 +79,56 @@ def load_scales_ue8m0(sf_ptr, rows, mask, stride_mn, stride_k, k0, SF_KIND: tl.c
 
 
 @triton.jit
-def _scaled_step(acc, x, y, x_rows, x_mask, xs_ptr, xs_stride_mn, xs_stride_k,
-                 y_rows, y_mask, ys_ptr, ys_stride_mn, ys_stride_k, k0,
-                 XS_KIND: tl.constexpr, XS_GRAN_MN: tl.constexpr, XS_GRAN_K: tl.constexpr,
-                 YS_KIND: tl.constexpr, YS_GRAN_MN: tl.constexpr, YS_GRAN_K: tl.constexpr,
-                 BLOCK_K: tl.constexpr, SCALED_MMA: tl.constexpr):
-    """acc += the K-tile at ``k0`` of x [R, BLOCK_K] . y [C, BLOCK_K]^T with its scales."""
-    if SCALED_MMA:
-        sx = load_scales_ue8m0(xs_ptr, x_rows, x_mask, xs_stride_mn, xs_stride_k, k0, XS_KIND,
-                               XS_GRAN_MN, XS_GRAN_K, BLOCK_K)
-        sy = load_scales_ue8m0(ys_ptr, y_rows, y_mask, ys_stride_mn, ys_stride_k, k0, YS_KIND,
-                               YS_GRAN_MN, YS_GRAN_K, BLOCK_K)
-        acc = tl.dot_scaled(x, sx, "e4m3", tl.trans(y), sy, "e4m3", acc)
-    else:
-        sx = load_scales_fp32(xs_ptr, x_rows, x_mask, xs_stride_mn, xs_stride_k, k0 // XS_GRAN_K,
-                              XS_KIND, XS_GRAN_MN)
-        sy = load_scales_fp32(ys_ptr, y_rows, y_mask, ys_stride_mn, ys_stride_k, k0 // YS_GRAN_K,
-                              YS_KIND, YS_GRAN_MN)
-        part = tl.dot(x, tl.trans(y))
-        acc += part * (sx[:, None] * sy[None, :])
-    return acc
-
-
-@triton.jit
 def block_scaled_dot(acc,
-                     x_ptr, x_rows, x_mask, stride_xr, stride_xk,
+                     x_src, x_rows, x_mask, stride_xr, stride_xk,
                      xs_ptr, xs_stride_mn, xs_stride_k,
-                     y_ptr, y_rows, y_mask, stride_yr, stride_yk,
+                     y_src, y_rows, y_mask, stride_yr, stride_yk,
                      ys_ptr, ys_stride_mn, ys_stride_k,
                      t_begin, t_end, K,
                      XS_KIND: tl.constexpr, XS_GRAN_MN: tl.constexpr, XS_GRAN_K: tl.constexpr,
                      YS_KIND: tl.constexpr, YS_GRAN_MN: tl.constexpr, YS_GRAN_K: tl.constexpr,
-                     BLOCK_K: tl.constexpr, SCALED_MMA: tl.constexpr, EVEN_K: tl.constexpr):
+                     BLOCK_K: tl.constexpr, SCALED_MMA: tl.constexpr, EVEN_K: tl.constexpr,
+                     TMA: tl.constexpr = False, x_row0=0, y_row0=0):
     """acc [BLOCK_R, BLOCK_C] fp32 += the block-scaled X . Y^T over K-tiles [t_begin, t_end)
-    (see the module docstring for the full contract). Returns the new acc."""
+    (see the module docstring for the full contract). Returns the new acc.
+    ``x_src`` / ``y_src`` are the operands' pointers, or with TMA their tensor descriptors (TMA on
+    sm_90 and sm_120: one bulk copy per tile instead of per-thread addresses and loads); a
+    descriptor tile is the consecutive rows from ``x_row0`` / ``y_row0`` (``x_rows`` / ``y_rows``
+    still address the scales), and rows and K past its shape read 0."""
     offs_k = tl.arange(0, BLOCK_K)
-    x_ptrs = x_ptr + x_rows.to(tl.int64)[:, None] * stride_xr + (t_begin * BLOCK_K + offs_k)[None, :] * stride_xk
-    y_ptrs = y_ptr + y_rows.to(tl.int64)[:, None] * stride_yr + (t_begin * BLOCK_K + offs_k)[None, :] * stride_yk
+    if not TMA:
+        x_ptrs = (x_src + x_rows.to(tl.int64)[:, None] * stride_xr
+                  + (t_begin * BLOCK_K + offs_k)[None, :] * stride_xk)
+        y_ptrs = (y_src + y_rows.to(tl.int64)[:, None] * stride_yr
+                  + (t_begin * BLOCK_K + offs_k)[None, :] * stride_yk)
     for t in range(t_begin, t_end):
         k0 = t * BLOCK_K
-        if EVEN_K:
+        if TMA:
+            x = x_src.load([x_row0, k0])
+            y = y_src.load([y_row0, k0])
+        elif EVEN_K:
             x = tl.load(x_ptrs, mask=x_mask[:, None], other=0.0)
             y = tl.load(y_ptrs, mask=y_mask[:, None], other=0.0)
         else:
             k_ok = (k0 + offs_k) < K
             x = tl.load(x_ptrs, mask=x_mask[:, None] & k_ok[None, :], other=0.0)
             y = tl.load(y_ptrs, mask=y_mask[:, None] & k_ok[None, :], other=0.0)
-        acc = _scaled_step(acc, x, y, x_rows, x_mask, xs_ptr, xs_stride_mn, xs_stride_k,
-                           y_rows, y_mask, ys_ptr, ys_stride_mn, ys_stride_k, k0,
-                           XS_KIND, XS_GRAN_MN, XS_GRAN_K, YS_KIND, YS_GRAN_MN, YS_GRAN_K,
-                           BLOCK_K, SCALED_MMA)
-        x_ptrs += BLOCK_K * stride_xk
-        y_ptrs += BLOCK_K * stride_yk
-    return acc
-
-
-@triton.jit
-def block_scaled_dot_tma(acc,
-                         x_desc, x_row0, x_rows, x_mask, xs_ptr, xs_stride_mn, xs_stride_k,
-                         y_desc, y_row0, y_rows, y_mask, ys_ptr, ys_stride_mn, ys_stride_k,
-                         t_begin, t_end,
-                         XS_KIND: tl.constexpr, XS_GRAN_MN: tl.constexpr, XS_GRAN_K: tl.constexpr,
-                         YS_KIND: tl.constexpr, YS_GRAN_MN: tl.constexpr, YS_GRAN_K: tl.constexpr,
-                         BLOCK_K: tl.constexpr, SCALED_MMA: tl.constexpr):
-    """:func:`block_scaled_dot` with X and Y read through tensor descriptors (TMA on sm_90 and
-    sm_120: one bulk copy per tile instead of per-thread addresses and loads). The tiles are the
-    consecutive rows from ``x_row0`` / ``y_row0`` (``x_rows`` / ``y_rows`` for the scales); rows
-    and K past the descriptors' shapes read 0."""
-    for t in range(t_begin, t_end):
-        k0 = t * BLOCK_K
-        x = x_desc.load([x_row0, k0])
-        y = y_desc.load([y_row0, k0])
-        acc = _scaled_step(acc, x, y, x_rows, x_mask, xs_ptr, xs_stride_mn, xs_stride_k,
-                           y_rows, y_mask, ys_ptr, ys_stride_mn, ys_stride_k, k0,
-                           XS_KIND, XS_GRAN_MN, XS_GRAN_K, YS_KIND, YS_GRAN_MN, YS_GRAN_K,
-                           BLOCK_K, SCALED_MMA)
+        if SCALED_MMA:
+            sx = load_scales_ue8m0(xs_ptr, x_rows, x_mask, xs_stride_mn, xs_stride_k, k0, XS_KIND,
+                                   XS_GRAN_MN, XS_GRAN_K, BLOCK_K)
+            sy = load_scales_ue8m0(ys_ptr, y_rows, y_mask, ys_stride_mn, ys_stride_k, k0, YS_KIND,
+                                   YS_GRAN_MN, YS_GRAN_K, BLOCK_K)
+            acc = tl.dot_scaled(x, sx, "e4m3", tl.trans(y), sy, "e4m3", acc)
+        else:
+            sx = load_scales_fp32(xs_ptr, x_rows, x_mask, xs_stride_mn, xs_stride_k, k0 // XS_GRAN_K,
+                                  XS_KIND, XS_GRAN_MN)
+            sy = load_scales_fp32(ys_ptr, y_rows, y_mask, ys_stride_mn, ys_stride_k, k0 // YS_GRAN_K,
+                                  YS_KIND, YS_GRAN_MN)
+            part = tl.dot(x, tl.trans(y))
+            acc += part * (sx[:, None] * sy[None, :])
+        if not TMA:
+            x_ptrs += BLOCK_K * stride_xk
+            y_ptrs += BLOCK_K * stride_yk
     return acc
 
 
@@ -170,7 +145,7 @@ class Tile:
     swap_ab: put the weight rows on the MMA's M side (small M). group_r: tiles grouped along the
     rows for L2 reuse. scaled_mma: use ``tl.dot_scaled`` when both operands have UE8M0 scales.
     tma: read the operand tiles through TMA tensor descriptors where the operands allow it
-    (:func:`block_scaled_dot_tma`).
+    (``block_scaled_dot`` with ``TMA``).
     """
 
     block_r: int

@@ -28,7 +28,7 @@ from sm12x.kernels.common import configs
 from sm12x.kernels.common.checks import require
 from sm12x.kernels.common.compile_check import interpreting
 
-from sm12x.kernels.gemm.block_scaled import block_scaled_dot, block_scaled_dot_tma, pick_tile, split_k
+from sm12x.kernels.gemm.block_scaled import block_scaled_dot, pick_tile, split_k
 from sm12x.kernels.gemm.scales import read_scales
 
 OP = "fp8_gemm_nt"
@@ -84,35 +84,28 @@ def fp8_gemm_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, d_ptr, c_ptr, ws_ptr, a_desc
     t_begin = split * tiles_per_split
     t_end = tl.minimum(t_begin + tiles_per_split, tl.cdiv(K, BLOCK_K))
     acc = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.float32)
-    if TMA:  # the same tiles through the descriptors (swap-AB: weight rows on the MMA's M side)
-        if SWAP_AB:
-            acc = block_scaled_dot_tma(acc, b_desc, pid_r * BLOCK_R, rows, rows < N,
-                                       sfb_ptr, sfb_stride_mn, sfb_stride_k,
-                                       a_desc, pid_c * BLOCK_C, cols, cols < M,
-                                       sfa_ptr, sfa_stride_mn, sfa_stride_k, t_begin, t_end,
-                                       SFB_KIND, SFB_GRAN_MN, SFB_GRAN_K,
-                                       SFA_KIND, SFA_GRAN_MN, SFA_GRAN_K, BLOCK_K, SCALED_MMA)
-        else:
-            acc = block_scaled_dot_tma(acc, a_desc, pid_r * BLOCK_R, rows, rows < M,
-                                       sfa_ptr, sfa_stride_mn, sfa_stride_k,
-                                       b_desc, pid_c * BLOCK_C, cols, cols < N,
-                                       sfb_ptr, sfb_stride_mn, sfb_stride_k, t_begin, t_end,
-                                       SFA_KIND, SFA_GRAN_MN, SFA_GRAN_K,
-                                       SFB_KIND, SFB_GRAN_MN, SFB_GRAN_K, BLOCK_K, SCALED_MMA)
-    elif SWAP_AB:  # acc[n, m]
-        acc = block_scaled_dot(acc, b_ptr, rows, rows < N, stride_bn, stride_bk,
+    if TMA:  # the same tiles through the descriptors
+        a_src = a_desc
+        b_src = b_desc
+    else:
+        a_src = a_ptr
+        b_src = b_ptr
+    if SWAP_AB:  # acc[n, m]
+        acc = block_scaled_dot(acc, b_src, rows, rows < N, stride_bn, stride_bk,
                                sfb_ptr, sfb_stride_mn, sfb_stride_k,
-                               a_ptr, cols, cols < M, stride_am, stride_ak,
+                               a_src, cols, cols < M, stride_am, stride_ak,
                                sfa_ptr, sfa_stride_mn, sfa_stride_k,
                                t_begin, t_end, K, SFB_KIND, SFB_GRAN_MN, SFB_GRAN_K,
-                               SFA_KIND, SFA_GRAN_MN, SFA_GRAN_K, BLOCK_K, SCALED_MMA, EVEN_K)
+                               SFA_KIND, SFA_GRAN_MN, SFA_GRAN_K, BLOCK_K, SCALED_MMA, EVEN_K,
+                               TMA, pid_r * BLOCK_R, pid_c * BLOCK_C)
     else:  # acc[m, n]
-        acc = block_scaled_dot(acc, a_ptr, rows, rows < M, stride_am, stride_ak,
+        acc = block_scaled_dot(acc, a_src, rows, rows < M, stride_am, stride_ak,
                                sfa_ptr, sfa_stride_mn, sfa_stride_k,
-                               b_ptr, cols, cols < N, stride_bn, stride_bk,
+                               b_src, cols, cols < N, stride_bn, stride_bk,
                                sfb_ptr, sfb_stride_mn, sfb_stride_k,
                                t_begin, t_end, K, SFA_KIND, SFA_GRAN_MN, SFA_GRAN_K,
-                               SFB_KIND, SFB_GRAN_MN, SFB_GRAN_K, BLOCK_K, SCALED_MMA, EVEN_K)
+                               SFB_KIND, SFB_GRAN_MN, SFB_GRAN_K, BLOCK_K, SCALED_MMA, EVEN_K,
+                               TMA, pid_r * BLOCK_R, pid_c * BLOCK_C)
     if SWAP_AB:
         offs_m = cols[None, :]
         offs_n = rows[:, None]
