@@ -7,7 +7,8 @@ Contract of :func:`block_scaled_dot` (a ``@triton.jit`` helper, inlined into the
                  (X[x_rows[r], tile t] . Y[y_rows[c], tile t]) * sx(x_rows[r], t) * sy(y_rows[c], t)
 
 X and Y are float8_e4m3fn operands, both "row x K" (X [R, K], Y [C, K], any strides; the caller
-offsets ``x_ptr`` / ``y_ptr`` to its group or expert). ``x_rows`` / ``y_rows`` are the tile's row
+offsets the pointers ``x_src`` / ``y_src`` to its group or expert; with the ``TMA`` constexpr they
+are tensor descriptors whose tiles start at rows ``x_row0`` / ``y_row0``). ``x_rows`` / ``y_rows`` are the tile's row
 indices (int32 or int64 vectors of length BLOCK_R / BLOCK_C, any values: a grouped kernel passes
 its own expert-local rows), ``x_mask`` / ``y_mask`` mark the valid ones (masked rows read 0). The
 scales are read straight from the caller's DeepGEMM-format tensor (see :mod:`scales`): pointer
