@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The full sm_120/sm_121 compile sweeps (decode, sparse prefill, indexer) under other Triton
-# versions: framework images carry older Tritons than the newest on PyPI, and ptxas' register
+# The full sm_120/sm_121 compile sweeps (every op's compile test, which asserts the limits and the
+# ISA report's full-rate verdict) and the ISA report's summary under other Triton versions: framework images carry older Tritons than the newest on PyPI, and ptxas' register
 # use differs between them (Triton 3.6 spills where 3.8 does not). One virtual environment per
 # version under ${VENVS:-/tmp/sm12x-tritons}, sharing this interpreter's packages except triton.
 # No GPU needed. Usage: bash scripts/compile_check_tritons.sh [VERSION ...]   (default 3.6.0 3.8.0)
@@ -17,5 +17,6 @@ for v in "$@"; do
     echo "== triton $v"
     SM12X_SLOW_TESTS=1 PYTHONPATH=. "$env_dir/bin/python" -m pytest -q -p no:cacheprovider \
         tests/kernels/*/test_*_compile.py 2>&1 | tail -15 || rc=1
+    PYTHONPATH=. "$env_dir/bin/python" scripts/isa_report.py --summary-only || rc=1
 done
 exit $rc

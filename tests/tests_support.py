@@ -48,12 +48,19 @@ def dist_infos(releases=RELEASES):
             for name, version in releases.items()}
 
 
-def assert_within_sm12x_limits(reports):
-    """Print the compile reports' table and fail, naming them, on any configuration over SM12x's
-    shared memory or spilling registers."""
+def assert_within_sm12x_limits(reports, op="compile check"):
+    """Print the compile reports' table and the ISA report, and fail, naming them, on any
+    configuration over SM12x's shared memory, spilling registers, or feeding an FP8 / FP4 operand
+    to a reduced-rate MMA in its hot loop on sm_120 / sm_121 without an allow-list entry
+    (``sm12x.kernels.common.isa.ALLOW``)."""
+    from sm12x.kernels.common import isa_report
     from sm12x.kernels.common.compile_check import format_reports, over_limits
 
     print()
     print(format_reports(reports))
     bad = over_limits(reports)
     assert not bad, format_reports(bad)
+    rows = isa_report.judge(op, [r for r in reports if r.target.startswith("sm_12")])
+    print(isa_report.format_rows(rows))
+    reduced = [r for r in rows if r.failed]
+    assert not reduced, "reduced-rate MMA on SM12x:\n" + isa_report.format_rows(reduced)

@@ -6,7 +6,9 @@ On a CUDA GPU the cases run at production shapes (``--quick``: one per op, well 
 max abs/rel error, time per call (CUDA events, median of repeated calls) and GB/s or TFLOPS.
 Without a GPU the same kernels run at small shapes under the Triton interpreter, labelled
 ``interpreter``: correctness only, times mean nothing there. ``--full`` also compiles every
-sm_120/sm_121 kernel configuration and checks shared memory and spills. Exit code 1 on any failure.
+sm_120/sm_121 kernel configuration and checks shared memory and spills, and prints the ISA report
+(``--ops isa``: the matrix instructions of every hot loop and whether an FP8 / FP4 operand runs below
+the full block-scaled rate). Exit code 1 on any failure.
 No network, no model download.
 """
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import sys
 
 COMPILE = "compile"  # not an op: the sm_120/sm_121 compile check of every op
+ISA = "isa"  # not an op: the ISA report (what the sm_120/sm_121 machine code of every op runs)
 
 
 def _device():
@@ -44,6 +47,24 @@ def check_compile(ops, full):
                      f"max regs {max(r.registers for r in reports)}")
 
 
+def check_isa(ops, stream):
+    """The ISA report of every op: per configuration the hot loop's matrix instructions and the
+    verdict (an FP8 / FP4 operand on a reduced-rate MMA fails unless the allow-list says why)."""
+    from sm12x.kernels.common import isa_report
+    from sm12x.kernels.registry import result
+
+    for op in ops:
+        if op.compile_reports is None:
+            continue
+        rows = isa_report.report([op])
+        print(isa_report.format_rows(rows), file=stream)
+        verdicts = isa_report.summarise(rows).get(op.name, {}).get("verdicts", {})
+        bad = [r for r in rows if r.failed]
+        yield result(ISA, f"{op.name}: {len(rows)} sm_120/sm_121 configs", ok=not bad,
+                     detail="; ".join(f"{r.kernel} {r.config} {r.target}: {r.why}" for r in bad),
+                     throughput=", ".join(f"{v} {n}" for v, n in sorted(verdicts.items())))
+
+
 def run(ops=None, full=False, json_path=None, stream=None) -> int:
     from sm12x.commands import status as status_command
 
@@ -52,7 +73,7 @@ def run(ops=None, full=False, json_path=None, stream=None) -> int:
     from sm12x.kernels.registry import all_ops
 
     registry = all_ops()
-    names = [op.name for op in registry] + [COMPILE]
+    names = [op.name for op in registry] + [COMPILE, ISA]
     unknown = sorted(set(ops or ()) - set(names))
     if unknown:
         print(f"sm12x selftest: argument '--ops' got {', '.join(unknown)}; supported: "
@@ -67,9 +88,10 @@ def run(ops=None, full=False, json_path=None, stream=None) -> int:
     print(f"sm12x selftest: device {gpu}, mode {mode}, torch {torch.__version__}, "
           f"triton {triton.__version__}", file=stream)
     status_command.print_status(status, stream)
-    chosen = [o for o in names if (ops is None or o in ops) and (o != COMPILE or full or ops)]
+    chosen = [o for o in names if (ops is None or o in ops) and (o not in (COMPILE, ISA) or full or ops)]
     checks = {op.name: functools.partial(op.selftest, device, full) for op in registry}
     checks[COMPILE] = functools.partial(check_compile, registry, full)
+    checks[ISA] = functools.partial(check_isa, registry, stream)
     tty = stream.isatty()
     results = []
     for i, op in enumerate(chosen):
@@ -100,7 +122,7 @@ def run(ops=None, full=False, json_path=None, stream=None) -> int:
 
 def _line(r) -> str:
     verdict = "PASS" if r["ok"] else "FAIL"
-    if r["op"] == "compile" or os.environ.get("TRITON_INTERPRET") != "1":
+    if r["op"] in (COMPILE, ISA) or os.environ.get("TRITON_INTERPRET") != "1":
         timing = f"{r['us']:9.1f} us  {r['throughput']}" if r["us"] else r["throughput"]
     else:
         timing = "(interpreter: untimed)"
@@ -113,7 +135,8 @@ def add_selftest_command(subparsers):
     g = p.add_mutually_exclusive_group()
     g.add_argument("--quick", action="store_true", help="one production case per op (default)")
     g.add_argument("--full", action="store_true", help="the production sweep + compile check")
-    p.add_argument("--ops", help="comma-separated op names (as the report lists them), or 'compile'")
+    p.add_argument("--ops", help="comma-separated op names (as the report lists them), 'compile' (the "
+                   "sm_120/sm_121 compile check) or 'isa' (the ISA report: which MMA each hot loop runs)")
     p.add_argument("--json", dest="json_path", metavar="PATH", help="also write results as JSON")
     p.set_defaults(func=lambda a: run(
         ops=[o.strip() for o in a.ops.split(",")] if a.ops else None, full=a.full,

@@ -18,6 +18,15 @@ from sm12x.kernels.common.register_budget import as_option, budgets
 SM12X_SHARED_LIMIT = 101_376
 TARGETS = {"sm_120": 120, "sm_121": 121, "sm_90": 90}
 
+# Per-SM residency limits (CUDA C++ Programming Guide, "Technical Specifications per Compute
+# Capability"): warps, blocks, 32-bit registers, shared memory per SM; 1 KB of shared memory is
+# reserved per resident block. Registers are allocated per warp in units of 256.
+SM_LIMITS = {
+    "sm_120": dict(warps=48, blocks=32, registers=65_536, shared=102_400),
+    "sm_121": dict(warps=48, blocks=32, registers=65_536, shared=102_400),
+    "sm_90": dict(warps=64, blocks=32, registers=65_536, shared=233_472),
+}
+
 
 @dataclasses.dataclass
 class CompileReport:
@@ -31,6 +40,34 @@ class CompileReport:
     spill_bytes: int  # local memory + stack: non-zero means the kernel spills registers
     ok: bool
     problem: str = ""
+    num_warps: int = 0
+    ctas_per_sm: int = 0  # resident CTAs per SM that registers, shared memory and warps allow
+    triton: str = ""  # the Triton version that built it
+    isa: dict = dataclasses.field(default_factory=dict)  # isa.IsaSummary as a dict (SASS read)
+
+
+def ctas_per_sm(target: str, num_warps: int, registers: int, shared_bytes: int) -> int:
+    """Resident CTAs per SM on ``target`` for a kernel of ``num_warps`` warps using ``registers``
+    per thread and ``shared_bytes`` of shared memory per CTA."""
+    lim = SM_LIMITS[target]
+    per_warp = -(-max(registers, 1) * 32 // 256) * 256
+    by_regs = (lim["registers"] // per_warp) // num_warps
+    by_smem = lim["shared"] // (shared_bytes + 1024) if shared_bytes else lim["blocks"]
+    return max(0, min(lim["blocks"], lim["warps"] // num_warps, by_regs, by_smem))
+
+
+def sass(cubin: bytes) -> str:
+    """The SASS listing of a cubin (``cuobjdump -sass``)."""
+    from triton import knobs
+
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(cubin)
+        path = f.name
+    try:
+        return subprocess.run([knobs.nvidia.cuobjdump.path, "-sass", path],
+                              capture_output=True, text=True, check=True).stdout
+    finally:
+        os.unlink(path)
 
 
 def _resource_usage(cubin: bytes) -> tuple[int, int]:
@@ -102,8 +139,13 @@ def compile_kernel(fn, signature: dict, constexprs: dict, *, target: str, num_wa
     if spill:
         problems.append(f"spills {spill} B")
     name = getattr(fn, "__name__", None) or fn.fn.__name__
+    from sm12x.kernels.common import isa
+
+    summary = isa.analyse(sass(compiled.asm["cubin"]))
     return CompileReport(name, config_name, target, shared, regs, spill, not problems,
-                         "; ".join(problems))
+                         "; ".join(problems), num_warps=num_warps,
+                         ctas_per_sm=ctas_per_sm(target, num_warps, regs, shared),
+                         triton=triton.__version__, isa=dataclasses.asdict(summary))
 
 
 def format_reports(reports) -> str:
