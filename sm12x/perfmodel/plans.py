@@ -1,0 +1,372 @@
+"""What each op launches for its production cases: per case, the compiled configuration, grid, matrix
+FLOPs, hot-loop trips and DRAM bytes of every kernel launch, worked out by the op's own launch
+logic (its plan / tile choice, run as if on the modelled card: ``SM12X_KERNEL_CONFIGS`` and
+``SM12X_NUM_SMS`` set for the call) and matched to the op's compile reports for that target.
+
+The cases are the production cases of the benchmarks (``scripts/bench_*.py``), so that the model's
+sm_90 figures can be held against their measured times.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import os
+
+from sm12x.perfmodel.engine import Launch
+
+
+@dataclasses.dataclass
+class Case:
+    """One production case of one op.
+
+    op, name: the op and the case label (as the benchmark prints it).
+    launches: the kernel launches (:class:`~sm12x.perfmodel.engine.Launch`).
+    flops: the useful matrix FLOPs (the op's own count, no padding); ``kind``: the ``Card.rates``
+        key of the fastest instruction for its operands on SM12x (the roofline's peak).
+    dram_bytes: the bytes a perfect kernel moves (inputs read once, outputs written once).
+    key: the case's key in the measured tables (``perf_model.MEASURED``).
+    """
+
+    op: str
+    name: str
+    launches: list
+    flops: float
+    kind: str
+    dram_bytes: float
+    key: tuple = ()
+
+
+@contextlib.contextmanager
+def as_card(card):
+    """Run the ops' launch logic as on ``card``: its compile target's configurations, its SM count."""
+    saved = {k: os.environ.get(k) for k in ("SM12X_KERNEL_CONFIGS", "SM12X_NUM_SMS")}
+    os.environ["SM12X_KERNEL_CONFIGS"] = card.target
+    os.environ["SM12X_NUM_SMS"] = str(card.sms)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@functools.lru_cache(maxsize=None)
+def reports(op_name: str, target: str) -> tuple:
+    """The op's compile reports for ``target`` (each with its SASS summary), compiled once."""
+    from sm12x.kernels.registry import all_ops
+
+    op = next(o for o in all_ops() if o.name == op_name)
+    return tuple(op.compile_reports((target,)))
+
+
+def find(op_name: str, target: str, match, what: str):
+    """The first compile report of ``op_name`` on ``target`` whose (kernel, config) ``match`` accepts."""
+    for r in reports(op_name, target):
+        if match(r.kernel, r.config):
+            return r
+    raise LookupError(f"perf model: no {target} compile report of {op_name} matches {what}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Dense GEMM (fp8_gemm_nt, fp8_einsum)
+
+GEMM_NK = [(1024, 4096), (512, 4096), (32768, 1024), (8192, 1024), (4096, 8192), (4096, 4096), (4096, 2048)]
+GEMM_MS = [1, 16, 64, 128, 4096]
+EINSUM_BS = [1, 8, 64, 128, 2048]
+EINSUM_HRD = (8, 4096, 1024)
+
+
+def _gemm_launches(op_name, m, n, k, card, groups=1, ue8m0=None):
+    """Launches of one block-scaled GEMM (``groups`` of them in one launch, as the einsum runs).
+    ``ue8m0``: the scales' kind; default the card's production form (UE8M0 on SM12x, as vLLM >=
+    0.25 passes; float32 on sm_90, DeepGEMM's SM90 layout)."""
+    from sm12x.kernels.gemm import fp8_gemm
+    from sm12x.kernels.gemm.block_scaled import m_class
+
+    sm12x = card.target.startswith("sm_12")
+    ue8m0 = sm12x if ue8m0 is None else ue8m0
+    tile, block_k, scaled, splits, per, out_tiles = fp8_gemm._plan(
+        m, n, k, ue8m0, ue8m0, 128, 128, groups, card.target, card.sms)
+    sf = "ue8m0" if ue8m0 else "fp32"
+    prefix = f"{m_class(m)} {tile.describe()} {sf}-sf bf16"
+    tma = tile.tma and groups == 1
+
+    def match(kernel, config):
+        return (kernel == "fp8_gemm_kernel" and config.startswith(prefix)
+                and (" split" in config) == (splits > 1) and (" pointers" in config) == (tile.tma and not tma))
+
+    def match_any_split(kernel, config):  # the compile check builds split variants with +C only
+        return (kernel == "fp8_gemm_kernel" and config.startswith(f"{m_class(m)} {tile.describe()} {sf}-sf")
+                and (" split" in config) == (splits > 1) and (" pointers" in config) == (tile.tma and not tma))
+
+    try:
+        rep = find(op_name, card.target, match, prefix)
+    except LookupError:
+        rep = find(op_name, card.target, match_any_split, prefix)
+    m_tile, n_tile = (tile.block_c, tile.block_r) if tile.swap_ab else (tile.block_r, tile.block_c)
+    m_pad, n_pad = -(-m // m_tile) * m_tile, -(-n // n_tile) * n_tile
+    flops = 2.0 * m_pad * n_pad * (per * splits * block_k) * groups
+    ctas = out_tiles * splits * groups
+    out_bytes = m * n * 2 * groups
+    dram = groups * (m * k + n * k + (m + n) * k / 128 * 4) + out_bytes
+    launches = [Launch(rep, ctas, flops, dram + (splits * m * n * 4 * groups if splits > 1 else 0))]
+    if splits > 1:  # the reduction of the fp32 partials
+        red = find(op_name, card.target, lambda kern, cfg: kern == "split_k_reduce_kernel", "reduce")
+        launches.append(Launch(red, -(-m * n // 1024) * groups, 0.0, splits * m * n * 4 * groups + out_bytes))
+    return launches, 2.0 * m * n * k * groups, dram
+
+
+def gemm_cases(card) -> list:
+    out = []
+    with as_card(card):
+        for n, k in GEMM_NK:
+            for m in GEMM_MS:
+                launches, flops, dram = _gemm_launches("fp8_gemm_nt", m, n, k, card)
+                out.append(Case("fp8_gemm_nt", f"M {m} x N {n} x K {k}", launches, flops, "mxf8", dram,
+                                ("fp8_gemm_nt", m, n, k)))
+        h, r, d = EINSUM_HRD
+        for b in EINSUM_BS:
+            launches, flops, dram = _gemm_launches("fp8_gemm_nt", b, d, r, card, groups=h)
+            out.append(Case("fp8_einsum", f"bhr,hdr->bhd B {b} (H {h}, R {r}, D {d})", launches, flops,
+                            "mxf8", dram, ("fp8_einsum", b)))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Sparse MLA decode and prefill
+
+# (name, fmt, h_q, main top-k, main page, extra top-k, extra page, batches): FlashMLA's production
+# decode cases, s_q 2 (scripts/bench_sparse_mla_decode.py)
+DECODE = [
+    ("MODEL1 CONFIG1", "model1", 64, 128, 512, (2, 64, 74, 128, 148, 256)),
+    ("MODEL1 CONFIG2", "model1", 128, 128, 1024, (2, 64, 74, 128, 148, 256)),
+    ("MODEL1 CONFIG3", "model1", 64, 128, 1024, (2, 64, 74, 128, 148, 256)),
+    ("MODEL1 CONFIG4", "model1", 128, 128, 1024, (2, 64, 74, 128, 148, 256)),
+    ("V3.2", "v32", 128, 2048, 0, (2, 64, 74, 128)),
+]
+# (name, d_qk, s_q, h_q, top-k, s_kv): FlashMLA's prefill performance cases (bench_sparse_mla_prefill.py)
+PREFILL = ([("V3.2 h128 top-2048", 576, 4096, 128, 2048, s) for s in (8192, 131072)]
+           + [("MODEL1 h64 top-512", 512, 4096, 64, 512, s) for s in (8192, 65536)]
+           + [("MODEL1 h128 top-1024", 512, 4096, 128, 1024, s) for s in (8192, 65536)]
+           + [("V4 h64 640, 16 query tokens", 512, 16, 64, 640, 65536)])
+D_V = 512
+
+
+def _split_kernel_launches(op_name, fmt, b, s_q, h_q, topk, extra, card, bytes_per_token):
+    """The decode kernel's launches (split kernel, then the combine where rows are split)."""
+    import torch
+
+    from sm12x.kernels.sparse_mla.decode_plan import plan
+
+    pl = plan(b, s_q, h_q, topk, extra, torch.device("cpu"), fmt=fmt)
+    cfg = pl.cfg
+    name = f"{fmt} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']}"
+    if fmt.startswith("bf16"):
+        name = f"prefill {fmt} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']}"
+
+    def match(kernel, config):
+        return (kernel == "_sparse_mla_split_kernel" and config.startswith(name + " ")
+                and (" direct" in config) == pl.direct and (" dealt" in config) == pl.dealt
+                and (" pdl" in config) == (pl.pdl and not pl.direct))
+
+    def loose(kernel, config):
+        return (kernel == "_sparse_mla_split_kernel" and config.startswith(name + " ")
+                and (" direct" in config) == pl.direct)
+
+    try:
+        rep = find(op_name, card.target, match, name)
+    except LookupError:
+        rep = find(op_name, card.target, loose, name)
+    d_qk = 576 if fmt in ("v32", "bf16_576") else 512
+    rows = b * s_q * pl.head_blocks
+    units = rows * pl.tiles
+    flops = 2.0 * cfg["BLOCK_H"] * cfg["BLOCK_N"] * (d_qk + D_V) * units
+    tokens = b * s_q * (topk + extra)
+    dram = tokens * bytes_per_token + b * s_q * h_q * (d_qk + D_V) * 2
+    # a direct plan's programs walk whole rows (the hot loop), their tiles in a loop inside it; the
+    # other plans' programs walk units (tiles) in the hot loop
+    trips = rows / pl.programs if pl.direct else units / pl.programs
+    launches = [Launch(rep, pl.programs, flops, dram, trips=trips)]
+    if not pl.direct:
+        parts = rows * pl.splits if not pl.dealt else pl.programs
+        ws = parts * cfg["BLOCK_H"] * D_V * 4 * 2
+        comb = find(op_name, card.target, lambda k, c: k == "_sparse_mla_combine_kernel", "combine")
+        launches.append(Launch(comb, 1, 0.0, ws))
+    return launches, dram
+
+
+def decode_cases(card) -> list:
+    out = []
+    with as_card(card):
+        for name, fmt, h_q, topk, extra, batches in DECODE:
+            bpt = 584 if fmt == "model1" else 656
+            d_qk = 512 if fmt == "model1" else 576
+            for b in batches:
+                launches, dram = _split_kernel_launches("sparse_mla_decode", fmt, b, 2, h_q, topk, extra,
+                                                        card, bpt)
+                flops = 2.0 * b * 2 * h_q * (topk + extra) * (d_qk + D_V)
+                out.append(Case("sparse_mla_decode", f"{name} b {b}", launches, flops, "mxf8", dram,
+                                ("sparse_mla_decode", name, b)))
+    return out
+
+
+def prefill_cases(card) -> list:
+    import torch
+
+    from sm12x.kernels.sparse_mla import prefill
+
+    out = []
+    with as_card(card):
+        for name, d_qk, s_q, h_q, topk, s_kv in PREFILL:
+            flops = 2.0 * s_q * h_q * topk * (d_qk + D_V)
+            dram = s_kv * d_qk * 2 + s_q * h_q * (d_qk + D_V) * 2 + s_q * topk * 4
+            if prefill.use_pipelined(s_q, h_q, d_qk, torch.device("cpu")):
+                cfg = prefill.pipelined_config(d_qk, torch.device("cpu"))
+                tag = f"pipelined d{d_qk} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']} s{cfg['num_stages']}"
+                rep = find("sparse_mla_prefill", card.target, lambda k, c: c == tag, tag)
+                blocks = -(-h_q // cfg["BLOCK_H"])
+                ctas = s_q * blocks
+                tiles = -(-topk // cfg["BLOCK_N"])
+                issued = 2.0 * cfg["BLOCK_H"] * cfg["BLOCK_N"] * (d_qk + D_V) * tiles * ctas
+                launches = [Launch(rep, ctas, issued, dram)]
+            else:
+                launches, _ = _split_kernel_launches("sparse_mla_decode", f"bf16_{d_qk}", s_q, 1, h_q, topk,
+                                                     0, card, d_qk * 2)
+                launches[0].dram_bytes = dram
+            out.append(Case("sparse_mla_prefill", f"{name} s_kv {s_kv}", launches, flops, "mxf8", dram,
+                            ("sparse_mla_prefill", name, s_kv)))
+    return out
+
+
+BUILDERS = {"fp8_gemm_nt": gemm_cases, "sparse_mla_decode": decode_cases,
+            "sparse_mla_prefill": prefill_cases}
+
+
+# ----------------------------------------------------------------------------------------------
+# MoE grouped GEMMs (DeepSeek-V4-Flash experts: 256 experts, hidden 4096, intermediate 2048)
+
+EXPERTS = 256
+# (weights, GEMM, N, K, top-k, tokens): scripts/bench_moe.py's decode (masked) and prefill
+# (contiguous) cases
+MOE_DECODE = [("FP8", "gate_up", 4096, 4096, 6, 256), ("FP8", "gate_up", 4096, 4096, 8, 768),
+              ("FP8", "down", 4096, 2048, 6, 256), ("FP8", "down", 4096, 2048, 8, 768),
+              ("FP4", "gate_up", 4096, 4096, 6, 256), ("FP4", "down", 4096, 2048, 6, 256)]
+MOE_PREFILL = [("FP4", "gate_up", 4096, 4096, 6, 4096), ("FP4", "gate_up", 4096, 4096, 6, 16384),
+               ("FP4", "down", 4096, 2048, 6, 16384), ("FP8", "gate_up", 4096, 4096, 6, 4096),
+               ("FP8", "gate_up", 4096, 4096, 6, 16384), ("FP8", "down", 4096, 2048, 6, 16384)]
+
+
+def _moe_variant(fp4: bool, card) -> str:
+    if not fp4:
+        return "fp8 b:packed-row"
+    return "fp4 a:packed128" if card.target.startswith("sm_12") else "fp4 a:fp32-128"
+
+
+def _weight_bytes(n, k, fp4):
+    return n * k // 2 + n * k // 32 if fp4 else n * k + n * (k // 128) * 4
+
+
+def moe_cases(card) -> list:
+    import torch
+
+    from sm12x.kernels.moe import grouped_contiguous as gc
+    from sm12x.kernels.moe import grouped_masked as gm
+
+    out = []
+    cpu = torch.device("cpu")
+    with as_card(card):
+        for w, gemm, n, k, top, tokens in MOE_DECODE:
+            fp4 = w == "FP4"
+            rows = top * tokens / EXPERTS  # routed at random: every expert has rows
+            bm = gm.block_m(int(-(-rows // 1)))
+            cfg = gm.pick_config(cpu, fp4, int(-(-rows // 1)))
+            tag = f"{_moe_variant(fp4, card)} BM{bm} "
+            rep = find("m_grouped_fp8_fp4_gemm_nt_masked", card.target, lambda kern, c: c.startswith(tag), tag)
+            bn = int(rep.config.split(" BN")[1].split()[0])
+            units = EXPERTS * -(-n // bn)
+            ctas = max(1, min(units, cfg.get("per_sm", 2) * card.sms))
+            issued = 2.0 * EXPERTS * bm * (-(-n // bn) * bn) * k
+            dram = EXPERTS * (_weight_bytes(n, k, fp4) + rows * (k + n * 2))
+            out.append(Case("m_grouped_fp8_fp4_gemm_nt_masked", f"decode {w} {gemm} top-{top} x {tokens}",
+                            [Launch(rep, ctas, issued, dram, trips=units / ctas)],
+                            2.0 * top * tokens * n * k, "mxf4" if fp4 else "mxf8", dram,
+                            ("moe", "decode", w, gemm, top, tokens)))
+        for w, gemm, n, k, top, tokens in MOE_PREFILL:
+            fp4 = w == "FP4"
+            m = top * tokens + EXPERTS * 64  # segments padded to 128-row alignment, on average half a tile
+            cfg = gc.pick_config(cpu, fp4, 128)
+            size = "large"
+            tag = f"{_moe_variant(fp4, card)} {size} BN{cfg['BN']} ids"
+            rep = find("m_grouped_fp8_fp4_gemm_nt_contiguous", card.target, lambda kern, c: c.startswith(tag), tag)
+            ctas = -(-m // cfg["BM"]) * -(-n // cfg["BN"])
+            issued = 2.0 * (-(-m // cfg["BM"]) * cfg["BM"]) * (-(-n // cfg["BN"]) * cfg["BN"]) * k
+            dram = EXPERTS * _weight_bytes(n, k, fp4) + top * tokens * (k + n * 2)
+            out.append(Case("m_grouped_fp8_fp4_gemm_nt_contiguous", f"prefill {w} {gemm} {tokens} x top-{top}",
+                            [Launch(rep, ctas, issued, dram)], 2.0 * top * tokens * n * k,
+                            "mxf4" if fp4 else "mxf8", dram, ("moe", "prefill", w, gemm, top, tokens)))
+    return out
+
+
+BUILDERS["moe"] = moe_cases
+
+
+# ----------------------------------------------------------------------------------------------
+# Indexer logits (DeepGEMM fp8_mqa_logits / fp8_paged_mqa_logits), H 64, D 128, FP8
+
+IDX_H, IDX_D = 64, 128
+# (S, S_kv): causal prefill rows at the end of S_kv keys (scripts/bench_indexer.py)
+MQA_PREFILL = [(2048, 8192), (2048, 65536), (4096, 16384), (4096, 65536), (8192, 32768), (8192, 65536)]
+# (B, average context, next_n): paged decode (scripts/bench_indexer.py)
+PAGED_DECODE = [(b, ctx, nn) for b, ctx in ((256, 8192), (1024, 8192), (256, 65536), (4096, 8192))
+                for nn in (1, 2)]
+
+
+def indexer_cases(card) -> list:
+    import torch
+
+    from sm12x.kernels.common import configs
+    from sm12x.kernels.indexer import mqa_logits as ml
+    from sm12x.kernels.indexer import paged_mqa_logits as pml
+
+    out = []
+    cpu = torch.device("cpu")
+    with as_card(card):
+        cfg = configs.pick(ml.CONFIGS, cpu)["fp8"]
+        tag = f"fp8 H{IDX_H} D{IDX_D} out0"
+        rep = find("mqa_logits", card.target, lambda k, c: c.startswith(tag) and "clean" not in c, tag)
+        bq = ml._block_q(IDX_H, cfg["rows"])
+        for s, s_kv in MQA_PREFILL:
+            eff = s * (s_kv - s) + s * (s + 1) // 2  # visible (row, key) pairs
+            tiles = -(-s_kv // cfg["BLOCK_N"])
+            n_iters = configs.fit_iters(cfg["N_ITERS"], tiles, -(-s // bq), cpu)
+            grid = -(-s // bq) * -(-tiles // n_iters)
+            visible = eff / (s * s_kv)  # programs past every row's last key exit at once
+            ctas = max(1, round(grid * visible))
+            issued = 2.0 * bq * IDX_H * IDX_D * cfg["BLOCK_N"] * (eff / (bq * cfg["BLOCK_N"]))
+            dram = s_kv * (IDX_D + 4) + s * IDX_H * (IDX_D + 4) + eff * 4
+            out.append(Case("mqa_logits", f"prefill S {s} x S_kv {s_kv}", [Launch(rep, ctas, issued, dram)],
+                            2.0 * eff * IDX_H * IDX_D, "mxf8", dram, ("mqa_logits", s, s_kv)))
+        pcfg = configs.pick(pml.CONFIGS, cpu)["fp8"]
+        for b, ctx, nn in PAGED_DECODE:
+            bt = pml.block_t(IDX_H, nn, pcfg["rows"])
+            pair = pml.pair_tokens(pcfg, bt, IDX_H, nn, False)
+            row_programs = b * -(-nn // (2 * bt if pair else bt))
+            blocks = -(-ctx // 64)
+            cols, _, multi = pml.grid_columns(blocks, row_programs, cpu, pcfg)
+            want = f"fp8 H{IDX_H} D{IDX_D} bkv64 T{bt}{'x2' if pair else ''} out0"
+            rep = find("paged_mqa_logits", card.target,
+                       lambda k, c: c.startswith(want) and ("multi-chunk" in c) == multi and "clean" not in c, want)
+            ctas = row_programs * cols
+            rows_per = (2 * bt if pair else bt) * IDX_H
+            issued = 2.0 * rows_per * IDX_D * 64 * blocks * row_programs
+            dram = b * ctx * (IDX_D + 4) + b * nn * ctx * 4
+            out.append(Case("paged_mqa_logits", f"decode B {b} x ctx {ctx}, next_n {nn}",
+                            [Launch(rep, ctas, issued, dram)], 2.0 * b * nn * ctx * IDX_H * IDX_D, "mxf8", dram,
+                            ("paged_mqa_logits", b, ctx, nn)))
+    return out
+
+
+BUILDERS["indexer"] = indexer_cases
