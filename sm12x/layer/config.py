@@ -75,6 +75,6 @@ V4_FLASH = LayerConfig().check()
 
 def small() -> LayerConfig:
     """The widths of the CPU runs (the Triton interpreter): every kernel constraint of V4-Flash kept."""
-    return LayerConfig(hidden=256, heads=8, q_lora=256, o_groups=2, o_lora=128, window=16,
-                       index_heads=8, index_topk=8, experts=8, experts_per_token=2, moe_inter=256,
+    return LayerConfig(hidden=256, heads=4, q_lora=256, o_groups=2, o_lora=128, window=16,
+                       index_heads=8, index_topk=8, experts=8, experts_per_token=2, moe_inter=128,
                        shared_inter=256, cache_block=32).check()

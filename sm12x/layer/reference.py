@@ -7,6 +7,9 @@ wo_a and w2, the KV cache holds FP8 NoPE per 64 and bf16 RoPE, the indexer's q a
 token. Everything else (norms, RoPE, mHC, attention, the gate, SwiGLU) stays float32; the patched
 path rounds its activations to bf16 between ops as the frameworks do.
 
+``dtype`` bf16 runs the GEMMs (linears, wo_a, experts) in bf16 and keeps bf16 activations (a
+plain torch path to time beside the patched one; softmax, norms and mHC stay float32).
+
 Discrete choices are taken from the patched run when ``trace`` holds them (the indexer's top-k sets
 and the routed experts), so that a near-tie decided the other way does not swamp the comparison;
 how often the reference's own choice agrees is recorded in ``decisions`` (recall of the top-k sets,
@@ -76,8 +79,8 @@ def topk_desc(scores, k, ks):
 
 
 class ReferenceBackend:
-    def __init__(self, cfg, attn_sink, trace: dict | None = None, layer: int = 0):
-        self.cfg, self.attn_sink, self.layer = cfg, attn_sink, layer
+    def __init__(self, cfg, attn_sink, trace: dict | None = None, layer: int = 0, dtype=torch.float32):
+        self.cfg, self.attn_sink, self.layer, self.dtype = cfg, attn_sink, layer, dtype
         self.trace = trace if trace is not None else {}
         self.tokens, self.comp, self.index_keys, self.history = {}, {}, {}, {}
         self.decisions: dict = {}
@@ -85,11 +88,11 @@ class ReferenceBackend:
         self.step_no = 0
 
     def act(self, x):
-        return x.float()
+        return x.to(self.dtype)
 
     def _w(self, name, w):
         if name not in self._deq:
-            self._deq[name] = w.dequant()
+            self._deq[name] = w.dequant().to(self.dtype)
         return self._deq[name]
 
     def hc_prenorm(self, x_flat, fn):
@@ -97,10 +100,10 @@ class ReferenceBackend:
         return xf @ fn.float().T, (xf * xf).sum(-1)
 
     def linear(self, name, x, w):
-        return blocks.fake_quant(x, 128) @ self._w(name, w).T
+        return blocks.fake_quant(x, 128).to(self.dtype) @ self._w(name, w).T
 
     def wo_a(self, o, w):
-        return torch.einsum("bhr,hdr->bhd", blocks.fake_quant(o, 128), self._w("wo_a", w))
+        return torch.einsum("bhr,hdr->bhd", blocks.fake_quant(o, 128).to(self.dtype), self._w("wo_a", w))
 
     # --------------------------------------------------------------------------------------------
     @staticmethod
@@ -172,6 +175,7 @@ class ReferenceBackend:
         a = blocks.fake_quant(h, 128)
         for e in torch.unique(ids).tolist():
             tok, slot = (ids == e).nonzero(as_tuple=True)
-            y = blocks.swiglu(a[tok] @ w13.dequant(e).T, cfg.swiglu_limit) * weights[tok, slot][:, None]
-            out.index_add_(0, tok, blocks.fake_quant(y, 128) @ w2.dequant(e).T)
+            dt = self.dtype
+            y = blocks.swiglu(a[tok].to(dt) @ w13.dequant(e).to(dt).T, cfg.swiglu_limit) * weights[tok, slot][:, None]
+            out.index_add_(0, tok, (blocks.fake_quant(y, 128).to(dt) @ w2.dequant(e).to(dt).T).float())
         return out

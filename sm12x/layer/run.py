@@ -33,9 +33,7 @@ from sm12x.layer.weights import make_weights
 
 # Relative error budget. Per op (same inputs): bf16 outputs round at 2^-9 (about 0.2% RMS), TF32
 # keeps 10 mantissa bits, fp32 accumulation order differs; attention rounds P to bf16 before PV.
-# Layer boundaries: the bf16 activations between ops and the FP8 casts they feed (a value near a
-# rounding boundary of e4m3, 3 mantissa bits, lands on the other side) add up over the ~15 ops
-# of a layer; the budget for a boundary grows with the layers before it in the stack.
+# Measured 3.5e-3 for every FP8 / MXFP4 GEMM and 2e-3 for the attention calls (small widths, CPU).
 OP_BUDGET = {
     "tf32_hc_prenorm_gemm": 5e-3,
     "fp8_gemm_nt": 1e-2,
@@ -46,8 +44,21 @@ OP_BUDGET = {
     "m_grouped_fp8_fp4_gemm_nt_masked": 1e-2,
 }
 MIN_TOPK_RECALL = 0.9          # ties and near-ties of the float32 scores may go either way
-BOUNDARY_BUDGET = 3e-2         # per layer of depth: layer i's boundaries get (i + 1) x this
-OUT_BUDGET = 2e-2              # the streams after layer i: (i + 1) x this
+# Layer boundaries: the floor is the FP8 casts, not the kernels. The patched path casts bf16
+# activations, the reference float32 ones; a value within 2^-9 of an e4m3 rounding boundary (3
+# mantissa bits) lands one step (up to 12.5%) apart, which is about 1.5% RMS per cast, and a layer
+# chains 3-4 casts (wq_a -> wq_b, wo_a -> wo_b, w13 -> w2) after the FP8 KV cache. Measured at
+# small widths (CPU, every step): worst boundary 0.066 in layer 0 and 0.113 in layer 1 of two, the
+# layer output 0.052 and 0.076. The budget grows with depth as the streams carry the drift on; a
+# cache or scale layout that a reader takes differently from its writer gives O(1) at the first
+# boundary after it.
+BOUNDARY_BUDGET = (0.10, 0.06)   # layer i (from 0): 0.10 + 0.06 i
+OUT_BUDGET = (0.07, 0.04)        # the streams after layer i: 0.07 + 0.04 i
+
+
+def budget(kind, layer: int) -> float:
+    base, per_layer = BOUNDARY_BUDGET if kind != "out" else OUT_BUDGET
+    return base + per_layer * layer
 
 
 @dataclasses.dataclass
@@ -57,6 +68,7 @@ class Scenario:
     other_len: int = 256           # the others' lengths are drawn from [compress_ratio, other_len]
     spec: tuple = (2, 4)           # query tokens per request in the spec-decode steps
     spec_batch: int = 8            # requests in a spec-decode step
+    batch1: bool = True            # a decode step of request 0 alone
 
     def max_tokens(self) -> int:
         grow = 2 + sum(self.spec)
@@ -71,15 +83,16 @@ class LayerStack:
     """``layers`` layers of ``cfg`` with their weights, caches and both backends."""
 
     def __init__(self, cfg: LayerConfig, layers: int, scenario: Scenario, device, *, dg=None, fmla=None,
-                 check_ops=True, reference=True, scale_format="packed", seed=0):
+                 check_ops=True, reference=True, patched=True, scale_format="packed", reference_dtype=torch.float32,
+                 seed=0):
         self.cfg, self.device, self.scenario = cfg, torch.device(device), scenario
         self.weights = [make_weights(cfg, device, seed + i).t for i in range(layers)]
         self.trace: dict = {}
-        self.patched = [PatchedBackend(cfg, PagedCaches(cfg, scenario.batch, scenario.max_tokens(), device, seed + i),
+        self.patched = None if not patched else [PatchedBackend(cfg, PagedCaches(cfg, scenario.batch, scenario.max_tokens(), device, seed + i),
                                        w["attn_sink"], dg=dg, fmla=fmla, check_ops=check_ops, trace=self.trace,
                                        layer=i, scale_format=scale_format)
                         for i, w in enumerate(self.weights)]
-        self.reference = [ReferenceBackend(cfg, w["attn_sink"], trace=self.trace, layer=i)
+        self.reference = [ReferenceBackend(cfg, w["attn_sink"], trace=self.trace, layer=i, dtype=reference_dtype)
                           for i, w in enumerate(self.weights)] if reference else None
         self.lengths = [0] * scenario.batch
         self.step_no = 0
@@ -96,17 +109,19 @@ class LayerStack:
         x = self.embeddings(step.rows)
         xp, xr, layers = x, x.float(), []
         for i, w in enumerate(self.weights):
-            be = self.patched[i]
-            be.step_no = self.step_no
             taps_p: dict = {}
-            xp = layer_forward(be, w, self.cfg, xp, step, taps_p)
+            if self.patched is not None:
+                be = self.patched[i]
+                be.step_no = self.step_no
+                xp = layer_forward(be, w, self.cfg, xp, step, taps_p)
             if self.reference is not None and compare:
                 ref = self.reference[i]
                 ref.step_no = self.step_no
                 taps_r: dict = {}
                 xr = layer_forward(ref, w, self.cfg, xr, step, taps_r)
-                layers.append({name: rel_error(taps_p[name], taps_r[name]) for name in taps_p
-                               if taps_p[name].is_floating_point()})
+                if taps_p:
+                    layers.append({name: rel_error(taps_p[name], taps_r[name]) for name in taps_p
+                                   if taps_p[name].is_floating_point()})
         for r, n in zip(reqs, counts):
             self.lengths[r] += n
         self.step_no += 1
@@ -115,14 +130,16 @@ class LayerStack:
 
 def scenario_steps(sc: Scenario):
     """(name, requests, tokens per request, decode) in the order they run."""
-    others = list(range(1, sc.batch))
+    others = list(range(1 if sc.prefill_len else 0, sc.batch))
     g = torch.Generator().manual_seed(7)
     lens = [int(v) for v in torch.randint(4, sc.other_len + 1, (len(others),), generator=g)]
-    steps = [(f"prefill {sc.prefill_len} tokens (1 request)", [0], [sc.prefill_len], False)]
+    steps = [(f"prefill {sc.prefill_len} tokens (1 request)", [0], [sc.prefill_len], False)] if sc.prefill_len else []
     if others:
         steps.append((f"prefill chunk ({len(others)} requests, {sum(lens)} tokens)", others, lens, False))
-    steps.append(("decode batch 1", [0], [1], True))
-    steps.append((f"decode batch {sc.batch}", list(range(sc.batch)), [1] * sc.batch, True))
+    if sc.batch1:
+        steps.append(("decode batch 1", [0], [1], True))
+    if sc.batch > 1 or not sc.batch1:
+        steps.append((f"decode batch {sc.batch}", list(range(sc.batch)), [1] * sc.batch, True))
     for n in sc.spec:
         b = min(sc.spec_batch, sc.batch)
         steps.append((f"spec decode batch {b} x {n} tokens", list(range(b)), [n] * b, True))
@@ -140,9 +157,9 @@ def run_check(cfg: LayerConfig, scenario: Scenario, device, layers: int = 1, **k
         report["steps"].append({"step": name, "rows": sum(counts), "layers": per_layer})
         for i, taps in enumerate(per_layer):
             for tap, err in taps.items():
-                budget = (i + 1) * (OUT_BUDGET if tap == "out" else BOUNDARY_BUDGET)
-                if not err <= budget:
-                    report["failures"].append(f"{name}: layer {i} {tap} error {err:.3g} > {budget:.3g}")
+                limit = budget(tap, i)
+                if not err <= limit:
+                    report["failures"].append(f"{name}: layer {i} {tap} error {err:.3g} > {limit:.3g}")
     ops: dict = {}
     for be in stack.patched:
         for op, errs in be.op_errors.items():
@@ -163,7 +180,8 @@ def run_check(cfg: LayerConfig, scenario: Scenario, device, layers: int = 1, **k
     if missing:
         report["failures"].append(f"ops not exercised: {', '.join(missing)}")
     report["budget"] = {"ops": OP_BUDGET, "min_topk_recall": MIN_TOPK_RECALL,
-                        "boundary_per_layer": BOUNDARY_BUDGET, "out_per_layer": OUT_BUDGET}
+                        "boundary": [budget("boundary", i) for i in range(layers)],
+                        "out": [budget("out", i) for i in range(layers)]}
     report["ok"] = not report["failures"]
     return report
 
@@ -173,16 +191,19 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
-def time_layer(cfg: LayerConfig, scenario: Scenario, device, layers: int = 1, repeats: int = 5, **kwargs) -> dict:
+def time_layer(cfg: LayerConfig, scenario: Scenario, device, layers: int = 1, repeats: int = 5, warm: bool = True,
+               reference: bool = False, **kwargs) -> dict:
     """Wall time of the patched path alone (no reference, no op checks) after a warm-up pass that
-    compiles every kernel: the prefill of request 0, the other requests' chunk, decode steps at
+    compiles every kernel (``warm`` False: the caller ran these shapes already): the prefill of request 0, the other requests' chunk, decode steps at
     batch 1 and ``batch`` and the spec form (median of ``repeats`` steps, each advancing the
-    requests), in ms per step for the whole stack; peak GPU memory in GiB."""
-    kwargs = dict(kwargs, check_ops=False, reference=False)
-    warm = LayerStack(cfg, layers, scenario, device, **kwargs)
-    for _, reqs, counts, decode in scenario_steps(scenario):
-        warm.step(reqs, counts, decode)
-    del warm
+    requests), in ms per step for the whole stack; peak GPU memory in GiB. ``reference``: time the
+    reference backend alone instead (``reference_dtype`` in ``kwargs``, e.g. bf16)."""
+    kwargs = dict(kwargs, check_ops=False, reference=reference, patched=not reference)
+    if warm:
+        first = LayerStack(cfg, layers, scenario, device, **kwargs)
+        for _, reqs, counts, decode in scenario_steps(scenario):
+            first.step(reqs, counts, decode)
+        del first
     stack = LayerStack(cfg, layers, scenario, device, **kwargs)
     if torch.device(device).type == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -193,7 +214,7 @@ def time_layer(cfg: LayerConfig, scenario: Scenario, device, layers: int = 1, re
         for _ in range(runs):
             _sync(device)
             t0 = time.perf_counter()
-            stack.step(reqs, counts, decode, compare=False)
+            stack.step(reqs, counts, decode, compare=reference)
             _sync(device)
             samples.append((time.perf_counter() - t0) * 1e3)
         times[name] = sorted(samples)[len(samples) // 2]
