@@ -62,18 +62,16 @@ def compress(kv: torch.Tensor, score: torch.Tensor, ape: torch.Tensor, ratio: in
     second half of the channels and those of block j - 1 with the first half (none before block 0).
     -> float32 [count, d]."""
     d = kv.shape[1] // 2
-    out = []
-    for j in range(first, first + count):
-        cur = slice(j * ratio, (j + 1) * ratio)
-        cand_kv = [kv[cur, d:]]
-        cand_s = [score[cur, d:] + ape[:, d:]]
-        if j > 0:
-            prev = slice((j - 1) * ratio, j * ratio)
-            cand_kv.append(kv[prev, :d])
-            cand_s.append(score[prev, :d] + ape[:, :d])
-        w = torch.softmax(torch.cat(cand_s).float(), dim=0)
-        out.append((w * torch.cat(cand_kv).float()).sum(0))
-    return torch.stack(out) if out else kv.new_zeros((0, d), dtype=torch.float32)
+    if count <= 0:
+        return kv.new_zeros((0, d), dtype=torch.float32)
+    blocks_kv = kv[: (first + count) * ratio].float().view(-1, ratio, 2 * d)
+    blocks_s = score[: (first + count) * ratio].float().view(-1, ratio, 2 * d) + ape.float()
+    j = torch.arange(first, first + count, device=kv.device)
+    prev = (j - 1).clamp_min(0)
+    cand_kv = torch.cat((blocks_kv[j, :, d:], blocks_kv[prev, :, :d]), dim=1)        # [count, 2r, d]
+    prev_s = blocks_s[prev, :, :d].masked_fill((j == 0)[:, None, None], float("-inf"))
+    w = torch.softmax(torch.cat((blocks_s[j, :, d:], prev_s), dim=1), dim=1)
+    return (w * cand_kv).sum(1)
 
 
 def hc_split(mix: torch.Tensor, sqr_sum: torch.Tensor, k: int, scale: torch.Tensor, base: torch.Tensor,

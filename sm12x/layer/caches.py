@@ -83,8 +83,11 @@ class PagedCaches:
         s = table[req].long()[pos // block] * block + pos % block
         return torch.where(positions < 0, -1, s).to(torch.int32)
 
-    def write_tokens(self, req, positions, kv):
-        write_model1(self.swa_arena, self.block, self.slots(self.swa_table, req, positions, self.block), kv)
+    def write_tokens(self, row_req, positions, kv):
+        """Tokens of several requests at once: row r is request ``row_req[r]`` at ``positions[r]``."""
+        pos = positions.long()
+        slots = self.swa_table[row_req.long(), pos // self.block].long() * self.block + pos % self.block
+        write_model1(self.swa_arena, self.block, slots, kv)
 
     def write_entries(self, req, entries, comp, index_keys):
         write_model1(self.comp_arena, self.block, self.slots(self.comp_table, req, entries, self.block), comp)

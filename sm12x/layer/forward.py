@@ -22,14 +22,16 @@ requests, or B requests x next_n decode tokens):
     MXFP4 experts through the grouped GEMMs (contiguous layout for prefill, masked for decode;
     SwiGLU clamped at 10, routing weight before w2), the shared FP8 expert, mHC post.
 
-Where the two frameworks differ (the layer follows the first form named; the backend's call forms
-say which): the mHC pre-norm GEMM runs through DeepGEMM in SGLang above a token count (torch below
-it), in vLLM inside its fused mHC kernels; the wo_a einsum takes per-128 float32 block scales with
-recipe (1, 128, 128) on SM90 and packed per-row UE8M0 with (1, 1, 128) from SM100 in vLLM, the
-checkpoint's recipe in SGLang; vLLM's decode attention is one query per row (``s_q`` 1, spec tokens
-as extra rows) while SGLang's MTP verify passes ``s_q`` = next_n; vLLM's indexer keeps FP8 or (by
-option) FP4 keys, SGLang's DeepSeek-V4 indexer FP4 keys by default; routed experts are DeepGEMM's
-contiguous grouped GEMM in vLLM's DeepGEMM MoE and the masked one in SGLang's low-latency path.
+Where the two frameworks differ (read in their wheels; the backends' call forms say which one the
+layer takes): the mHC pre-norm GEMM is ``deep_gemm.tf32_hc_prenorm_gemm`` in SGLang (above a token
+count; torch below it), while vLLM's NVIDIA model runs its own TileLang mHC kernels; the wo_a
+``fp8_einsum`` takes per-128 float32 block scales with recipe (1, 128, 128) up to SM90 and packed
+per-row UE8M0 with (1, 1, 128) from SM100 in vLLM (the layer takes the packed form), the checkpoint's
+recipe in SGLang; vLLM's decode passes every query token as its own row (``s_q`` 1), the layer's
+spec-decode steps pass the 2-4 tokens of a request as ``s_q`` (FlashMLA's own test form) so both
+forms run; both keep FP8 indexer keys with an FP4 option (the layer uses FP8); SGLang's DeepGEMM MoE
+runner gives V4's MXFP4 experts ``recipe_a`` (1, 128) and ``recipe_b`` (1, 32), in its contiguous
+and masked forms alike (the layer: contiguous for prefill, masked for decode).
 
 Simplified here (the same in both backends, so no kernel is spared): the SWA cache keeps every token
 (the window is read through indices, not a ring buffer), RoPE has no YaRN factor, the compressor's
@@ -57,6 +59,9 @@ class Step:
 
     def positions(self, device) -> torch.Tensor:
         return torch.cat([torch.arange(s, s + n) for s, n in zip(self.starts, self.lens)]).to(device)
+
+    def row_reqs(self, device) -> torch.Tensor:
+        return torch.tensor([r for r, n in zip(self.reqs, self.lens) for _ in range(n)], device=device)
 
     @property
     def rows(self) -> int:
@@ -92,8 +97,7 @@ def layer_forward(be, w: dict, cfg, streams: torch.Tensor, step: Step, taps: dic
                      cfg.rope_dim, cfg.rope_theta)
     tap("kv", kv)
     # 3. caches: tokens, then the compressed entries whose blocks completed in this step
-    for r, s, n, row in step.spans():
-        be.write_tokens(r, pos[row:row + n], kv[row:row + n])
+    be.write_tokens(step, pos, kv)
     _compress(be, w, cfg, h, step)
     # 4. indexer
     iq = be.linear("idx_wq_b", qr, w["idx_wq_b"]).view(t_rows, cfg.index_heads, cfg.index_dim)

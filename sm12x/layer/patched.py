@@ -121,8 +121,8 @@ class PatchedBackend:
         return z
 
     # --------------------------------------------------------------------------------------------
-    def write_tokens(self, req, positions, kv):
-        self.caches.write_tokens(req, positions, kv)
+    def write_tokens(self, step, positions, kv):
+        self.caches.write_tokens(step.row_reqs(kv.device), positions, kv)
 
     def write_entries(self, req, entries, comp, index_keys):
         self.caches.write_entries(req, entries, comp, index_keys)

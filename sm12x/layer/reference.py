@@ -118,8 +118,10 @@ class ReferenceBackend:
         cur[at.long()] = rows
         store[req] = cur
 
-    def write_tokens(self, req, positions, kv):
-        self._put(self.tokens, req, positions, blocks.fake_quant_kv(kv, self.cfg.nope_dim))
+    def write_tokens(self, step, positions, kv):
+        kv = blocks.fake_quant_kv(kv, self.cfg.nope_dim)
+        for r, s, n, row in step.spans():
+            self._put(self.tokens, r, positions[row:row + n], kv[row:row + n])
 
     def write_entries(self, req, entries, comp, index_keys):
         self._put(self.comp, req, entries, blocks.fake_quant_kv(comp, self.cfg.nope_dim))
