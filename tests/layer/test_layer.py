@@ -61,6 +61,28 @@ def test_planted_cache_layout_bug_fails(monkeypatch):
     assert any(" attn error" in f for f in report["failures"]), report["failures"]
 
 
+@pytest.mark.cpu_only
+def test_per_op_check_sees_a_two_percent_gemm_error():
+    """The per-op check is tight enough to catch a GEMM 2% off (a scale read one way too many)."""
+    from sm12x.layer.patched import PatchedBackend
+    from sm12x.layer.weights import make_weights
+
+    cfg = small()
+    w = make_weights(cfg).t
+    be = PatchedBackend(cfg, None, w["attn_sink"], check_ops=True)
+    real_gemm = be.dg.fp8_gemm_nt
+    x = torch.randn(3, cfg.hidden)
+    be.linear("wq_a", x, w["wq_a"])
+    assert be.op_errors["fp8_gemm_nt"][-1] <= OP_BUDGET["fp8_gemm_nt"]
+
+    def off_by_2_percent(a, b, d, *args, **kwargs):
+        real_gemm(a, b, d, *args, **kwargs)
+        d.mul_(1.02)
+    be.dg.fp8_gemm_nt = off_by_2_percent
+    be.linear("wq_a", x, w["wq_a"])
+    assert be.op_errors["fp8_gemm_nt"][-1] > OP_BUDGET["fp8_gemm_nt"]
+
+
 def test_bad_layer_depth_is_one_line():
     proc = run_py("from sm12x.cli import main; raise SystemExit(main(['selftest', '--layer', '0']))",
                   pythonpath=[REPO], check=False)
