@@ -7,7 +7,7 @@ KV vector per token, q_lora 1024, the grouped output projection (8 groups of 102
 indexer 64 heads x 128 with top-512, 256 routed MXFP4 experts (top 6, intermediate 2048) plus one
 shared FP8 expert, the mHC residual of 4 streams with 20 Sinkhorn iterations. ``small()`` keeps every
 fixed width a kernel requires (head dim 512, rope 64, indexer head dim 128, K a multiple of 128) and
-shrinks the rest so the Triton interpreter gets through a layer in seconds.
+shrinks the rest so the Triton interpreter gets through a step of a layer in a few seconds.
 """
 from __future__ import annotations
 
@@ -74,7 +74,10 @@ V4_FLASH = LayerConfig().check()
 
 
 def small() -> LayerConfig:
-    """The widths of the CPU runs (the Triton interpreter): every kernel constraint of V4-Flash kept."""
+    """The widths of the CPU runs (the Triton interpreter): every kernel constraint of V4-Flash kept.
+    The dense FP8 GEMMs keep K >= 256 (shared_inter): ``fp8_gemm_nt`` called without a recipe, as
+    SGLang calls it, reads the one packed UE8M0 word of a K = 128 operand as four 1 x 32 scales
+    (V4-Flash's smallest dense K is 1,024)."""
     return LayerConfig(hidden=256, heads=4, q_lora=256, o_groups=2, o_lora=128, window=16,
                        index_heads=8, index_topk=8, experts=8, experts_per_token=2, moe_inter=128,
                        shared_inter=256, cache_block=32).check()
