@@ -19,6 +19,7 @@ examples:
   python3 -m sm12x launch vllm --model /models/DeepSeek-V4-Flash --tp 2 --dry-run
   python3 -m sm12x status                                  # inside a container: what applies here
   python3 -m sm12x selftest                                # every kernel against its reference here
+  python3 -m sm12x selftest --layer                        # V4-Flash layers end to end, with decode / prefill times
   python3 -m sm12x contract vllm-0.34.0-*.whl              # do the patch records fit that release?
 """
 

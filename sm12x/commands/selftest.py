@@ -8,7 +8,8 @@ Without a GPU the same kernels run at small shapes under the Triton interpreter,
 ``interpreter``: correctness only, times mean nothing there. ``--full`` also compiles every
 sm_120/sm_121 kernel configuration and checks shared memory and spills, and prints the ISA report
 (``--ops isa``: the matrix instructions of every hot loop and whether an FP8 / FP4 operand runs below
-the full block-scaled rate). Exit code 1 on any failure.
+the full block-scaled rate). ``--layer``: instead of the ops one by one, DeepSeek-V4-Flash layers end
+to end through the patched calls (``sm12x.commands.selftest_layer``). Exit code 1 on any failure.
 No network, no model download.
 """
 from __future__ import annotations
@@ -65,11 +66,16 @@ def check_isa(ops, stream):
                      throughput=", ".join(f"{v} {n}" for v, n in sorted(verdicts.items())))
 
 
-def run(ops=None, full=False, json_path=None, stream=None) -> int:
+def run(ops=None, full=False, json_path=None, stream=None, layer=None) -> int:
     from sm12x.commands import status as status_command
 
     stream = stream or sys.stdout
     device = _device()
+    if layer is not None:
+        if ops or full:
+            print("sm12x selftest: argument '--layer' runs on its own; leave out --ops and --full", file=sys.stderr)
+            return 2
+        return _run_layer(device, layer, json_path, stream)
     from sm12x.kernels.registry import all_ops
 
     registry = all_ops()
@@ -120,6 +126,24 @@ def run(ops=None, full=False, json_path=None, stream=None) -> int:
     return 1 if failed or not results else 0
 
 
+def _run_layer(device, depth, json_path, stream) -> int:
+    import torch
+    import triton
+
+    from sm12x.commands import selftest_layer
+    from sm12x.commands import status as status_command
+
+    if device == "cuda":
+        torch.empty(0, device="cuda")  # the status header names the GPU
+    gpu = torch.cuda.get_device_name() if device == "cuda" else "none"
+    mode = "cuda" if device == "cuda" else "interpreter (CPU, small widths; times are not meaningful)"
+    print(f"sm12x selftest --layer: device {gpu}, mode {mode}, torch {torch.__version__}, "
+          f"triton {triton.__version__}", file=stream)
+    status = status_command.status_data()
+    return selftest_layer.run_layer(device, depth or None, json_path, stream,
+                                    header=dict(torch=torch.__version__, triton=triton.__version__, status=status))
+
+
 def _line(r) -> str:
     verdict = "PASS" if r["ok"] else "FAIL"
     if r["op"] in (COMPILE, ISA) or os.environ.get("TRITON_INTERPRET") != "1":
@@ -138,6 +162,21 @@ def add_selftest_command(subparsers):
     p.add_argument("--ops", help="comma-separated op names (as the report lists them), 'compile' (the "
                    "sm_120/sm_121 compile check) or 'isa' (the ISA report: which MMA each hot loop runs)")
     p.add_argument("--json", dest="json_path", metavar="PATH", help="also write results as JSON")
+    p.add_argument("--layer", nargs="?", type=_depth, const=0, metavar="DEPTH",
+                   help="DeepSeek-V4-Flash layers end to end through the patched calls, against the "
+                        "reference, with decode / prefill times (DEPTH layers; default 2 on a GPU, 1 on CPU)")
     p.set_defaults(func=lambda a: run(
         ops=[o.strip() for o in a.ops.split(",")] if a.ops else None, full=a.full,
-        json_path=a.json_path))
+        json_path=a.json_path, layer=a.layer))
+
+
+def _depth(text):
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 1 <= value <= 8:
+        raise argparse.ArgumentTypeError(f"{text!r}: a layer count from 1 to 8")
+    return value

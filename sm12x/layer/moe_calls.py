@@ -1,0 +1,111 @@
+"""The routed experts' DeepGEMM calls as the frameworks lay them out.
+
+- prefill: the contiguous layout (vLLM's DeepGEMM MoE): rows sorted by expert, each expert's
+  segment padded to the M alignment the caller sets for the call
+  (``get_theoretical_mk_alignment_for_contiguous_layout``), ``grouped_layout`` an int32 expert id
+  per row (-1 padding), ``m_grouped_fp8_fp4_gemm_nt_contiguous`` for w13 and again for w2;
+- decode: the masked layout (SGLang's low-latency path, vLLM's batched experts): A
+  [E, M_max, hidden] with ``masked_m`` rows per expert, ``m_grouped_fp8_fp4_gemm_nt_masked``.
+
+Activations are cast to FP8 per 1 x 128 (UE8M0); the MXFP4 weights keep their (1, 32) scales
+(packed UE8M0 int32 as DeepGEMM's ``transform_sf_into_required_layout`` makes them, or float32).
+SwiGLU (clamped at ``swiglu_limit``) times the routing weight runs in float32 between the two GEMMs.
+"""
+from __future__ import annotations
+
+import torch
+
+from sm12x.layer import blocks
+
+# SGLang 0.5.23's DeepSeek-V4 MXFP4 experts name the granularities (its DeepGEMM MoE runner):
+# activations per 1 x 128, weights per 1 x 32
+RECIPE_A, RECIPE_B = (1, 128), (1, 32)
+
+
+def _weight_scales(be, key, w):
+    if key not in be._wsf:
+        e, n, k2 = w.q.shape
+        be._wsf[key] = w.sf if be.scale_format == "fp32" else \
+            be.dg.transform_sf_into_required_layout(w.sf, n, 2 * k2, (1, 32), num_groups=e)
+    return be._wsf[key]
+
+
+def _a_scales(be, sf):
+    if be.scale_format == "fp32":
+        return sf.contiguous()
+    return be.dg.get_mn_major_tma_aligned_packed_ue8m0_tensor(sf)
+
+
+def routed_experts(be, step, h, ids, weights, w13, w2):
+    cfg, dg = be.cfg, be.dg
+    t_rows, k = ids.shape
+    flat_e = ids.reshape(-1)
+    flat_t = torch.arange(t_rows, device=h.device).repeat_interleave(k)
+    flat_w = weights.reshape(-1).float()
+    order = torch.argsort(flat_e, stable=True)
+    counts = torch.bincount(flat_e, minlength=cfg.experts)
+    hq, hs = blocks.quant_fp8(h, 128)
+    sf13, sf2 = _weight_scales(be, "experts_w13", w13), _weight_scales(be, "experts_w2", w2)
+    out = torch.zeros(t_rows, cfg.hidden, dtype=torch.float32, device=h.device)
+    if not step.decode:
+        name = "m_grouped_fp8_fp4_gemm_nt_contiguous"
+        align = dg.get_theoretical_mk_alignment_for_contiguous_layout(t_rows * k, cfg.experts)
+        seg = (counts + align - 1) // align * align
+        seg_start = torch.cumsum(seg, 0) - seg
+        e_sorted = flat_e[order]
+        rank = torch.arange(order.numel(), device=h.device) - (torch.cumsum(counts, 0) - counts)[e_sorted]
+        dest = seg_start[e_sorted] + rank                                   # row of each (token, choice)
+        m = int(seg.sum())
+        layout = torch.full((m,), -1, dtype=torch.int32, device=h.device)
+        layout[dest] = e_sorted.to(torch.int32)
+        tok = flat_t[order]
+
+        def gemm(a_q, a_s, w, sf, n):
+            aq = torch.zeros((m, a_q.shape[1]), dtype=torch.float8_e4m3fn, device=h.device)
+            asf = torch.ones((m, a_s.shape[1]), dtype=torch.float32, device=h.device)
+            aq[dest], asf[dest] = a_q, a_s
+            d = torch.empty((m, n), dtype=torch.bfloat16, device=h.device)
+            previous = dg.get_mk_alignment_for_contiguous_layout()
+            dg.set_mk_alignment_for_contiguous_layout(align)
+            try:
+                dg.m_grouped_fp8_fp4_gemm_nt_contiguous((aq, _a_scales(be, asf)), (w.q, sf), d, layout,
+                                                        recipe_a=RECIPE_A, recipe_b=RECIPE_B)
+            finally:
+                dg.set_mk_alignment_for_contiguous_layout(previous)
+            return d[dest]
+        d1 = gemm(hq[tok], hs[tok], w13, sf13, 2 * cfg.moe_inter)
+        y = blocks.swiglu(d1, cfg.swiglu_limit) * flat_w[order][:, None]
+        yq, ys = blocks.quant_fp8(y, 128)
+        d2 = gemm(yq, ys, w2, sf2, cfg.hidden)
+    else:
+        name = "m_grouped_fp8_fp4_gemm_nt_masked"
+        m_max = max(16, -(-t_rows // 16) * 16)
+        e_sorted = flat_e[order]
+        rank = torch.arange(order.numel(), device=h.device) - (torch.cumsum(counts, 0) - counts)[e_sorted]
+        masked_m = counts.to(torch.int32).contiguous()
+        expected_m = max(1, -(-t_rows * k // cfg.experts))
+        tok = flat_t[order]
+
+        def gemm(a_q, a_s, w, sf, n):
+            aq = torch.zeros((cfg.experts, m_max, a_q.shape[1]), dtype=torch.float8_e4m3fn, device=h.device)
+            asf = torch.ones((cfg.experts, m_max, a_s.shape[1]), dtype=torch.float32, device=h.device)
+            aq[e_sorted, rank], asf[e_sorted, rank] = a_q, a_s
+            d = torch.empty((cfg.experts, m_max, n), dtype=torch.bfloat16, device=h.device)
+            dg.m_grouped_fp8_fp4_gemm_nt_masked((aq, _a_scales(be, asf)), (w.q, sf), d, masked_m, expected_m,
+                                                recipe_a=RECIPE_A, recipe_b=RECIPE_B)
+            return d[e_sorted, rank]
+        d1 = gemm(hq[tok], hs[tok], w13, sf13, 2 * cfg.moe_inter)
+        y = blocks.swiglu(d1, cfg.swiglu_limit) * flat_w[order][:, None]
+        yq, ys = blocks.quant_fp8(y, 128)
+        d2 = gemm(yq, ys, w2, sf2, cfg.hidden)
+    out.index_add_(0, tok, d2.float())
+    if be.check_ops:
+        a1 = hq[tok].float() * hs[tok].repeat_interleave(128, -1)
+        a2 = yq.float() * ys.repeat_interleave(128, -1)
+        r1, r2 = torch.empty_like(d1, dtype=torch.float32), torch.empty_like(d2, dtype=torch.float32)
+        for e in torch.unique(e_sorted).tolist():
+            rows = e_sorted == e
+            r1[rows] = a1[rows] @ w13.dequant(e).T
+            r2[rows] = a2[rows] @ w2.dequant(e).T
+        be._record(name, torch.cat((d1.flatten(), d2.flatten())).float(), torch.cat((r1.flatten(), r2.flatten())))
+    return out
