@@ -87,7 +87,7 @@ def model(builders, card_list):
                 roof = engine.roofline_us(case.flops, case.dram_bytes, card, roofline_kind(case.kind, card))
                 rep = case.launches[0].report
                 rows.append(dict(op=case.op, case=case.name, card=card.name, target=card.target,
-                                 model_us=round(e.time_us, 2), roofline_us=round(roof, 2), bound=e.bound,
+                                 flops=case.flops, model_us=round(e.time_us, 2), roofline_us=round(roof, 2), bound=e.bound,
                                  detail=e.detail, config=rep.config, key=list(case.key),
                                  of_roofline=round(roof / e.time_us, 3) if e.time_us else 0.0))
     return rows
@@ -97,13 +97,14 @@ def sm12x_tables(rows, card_list) -> str:
     out = []
     for op in dict.fromkeys(r["op"] for r in rows if r["target"] != "sm_90"):
         cases = list(dict.fromkeys(r["case"] for r in rows if r["op"] == op))
-        head = "| case | " + " | ".join(f"{c.name} model µs (roofline, bound)" for c in card_list) + " |"
+        head = "| case | " + " | ".join(f"{c.name}: model µs, roofline µs, bound, TFLOPS" for c in card_list) + " |"
         out += [f"### {op} (modeled, not measured)", "", head, "|---|" + "---:|" * len(card_list)]
         for case in cases:
             cells = []
             for c in card_list:
                 r = next((x for x in rows if x["op"] == op and x["case"] == case and x["card"] == c.name), None)
-                cells.append(f"{r['model_us']:.1f} ({r['roofline_us']:.1f}, {r['bound']})" if r else "")
+                cells.append(f"{r['model_us']:.1f}, {r['roofline_us']:.1f}, {r['bound']}, "
+                             f"{r['flops'] / r['model_us'] / 1e6:.0f}" if r else "")
             out.append(f"| {case} | " + " | ".join(cells) + " |")
         out.append("")
     return "\n".join(out)

@@ -33,17 +33,22 @@ def _device():
 
 
 def check_compile(ops, full):
-    """Compile every sm_120/sm_121 configuration of each op that launches kernels of its own."""
+    """Compile every sm_120/sm_121 configuration of each op that launches kernels of its own; a
+    configuration over the limits or with a reduced-rate MMA verdict (the ISA report) fails."""
+    from sm12x.kernels.common import isa_report
     from sm12x.kernels.registry import result
 
     for op in ops:
         if op.compile_reports is None:
             continue
         reports = op.compile_reports(("sm_120", "sm_121"))
+        reduced = [r for r in isa_report.judge(op.name, reports) if r.failed]
         bad = [r for r in reports if not r.ok]
         worst = max(reports, key=lambda r: r.shared_bytes)
-        yield result("compile", f"{op.name}: {len(reports)} sm_120/sm_121 configs", ok=not bad,
-                     detail="; ".join(f"{r.kernel} {r.config} {r.target}: {r.problem}" for r in bad),
+        yield result("compile", f"{op.name}: {len(reports)} sm_120/sm_121 configs", ok=not bad and not reduced,
+                     detail="; ".join([f"{r.kernel} {r.config} {r.target}: {r.problem}" for r in bad]
+                                      + [f"{r.kernel} {r.config} {r.target}: reduced-rate MMA: {r.why}"
+                                         for r in reduced]),
                      throughput=f"max smem {worst.shared_bytes} B, "
                      f"max regs {max(r.registers for r in reports)}")
 
@@ -94,7 +99,10 @@ def run(ops=None, full=False, json_path=None, stream=None, layer=None) -> int:
     print(f"sm12x selftest: device {gpu}, mode {mode}, torch {torch.__version__}, "
           f"triton {triton.__version__}", file=stream)
     status_command.print_status(status, stream)
-    chosen = [o for o in names if (ops is None or o in ops) and (o not in (COMPILE, ISA) or full or ops)]
+    # --full compiles every configuration once (COMPILE judges the ISA verdicts too); the ISA
+    # report's table prints only when asked for
+    chosen = [o for o in names if (ops is None or o in ops) and (o != COMPILE or full or ops)
+              and (o != ISA or ops)]
     checks = {op.name: functools.partial(op.selftest, device, full) for op in registry}
     checks[COMPILE] = functools.partial(check_compile, registry, full)
     checks[ISA] = functools.partial(check_isa, registry, stream)

@@ -370,3 +370,28 @@ def indexer_cases(card) -> list:
 
 
 BUILDERS["indexer"] = indexer_cases
+
+
+# ----------------------------------------------------------------------------------------------
+# Anchors: what the field's SM12x kernels are reported to reach, at the same shapes
+
+def anchor_cases(card) -> list:
+    """The published SM12x anchor points as cases of our ops on ``card``: FlashInfer's SM120 sparse
+    decode at T=1 (one V4 request, 64 heads, SWA window 128 + top-512 of an 18K context's compressed
+    cache: flashinfer #4802, 11.3 µs on an RTX PRO 6000), DeepGEMM's SM120 FP8 GEMM (~778 TFLOPS on
+    an RTX PRO 6000, DeepGEMM PR #324, secondary report) and torch's MXFP8 ``_scaled_mm`` at 4096^3
+    (678 TFLOPS on an RTX 5090, quack PR #153)."""
+    out = []
+    with as_card(card):
+        launches, dram = _split_kernel_launches("sparse_mla_decode", "model1", 1, 1, 64, 128, 512, card, 584)
+        out.append(Case("anchor", "V4 decode T=1, h 64, 128 + 512 of 18K (FlashInfer SM120: 11.3 µs, PRO 6000)",
+                        launches, 2.0 * 64 * 640 * (512 + 512), "mxf8", dram, ("anchor", "decode")))
+        for m, n, k, label in ((4096, 4096, 8192, "DeepGEMM SM120 FP8 ~778 TFLOPS, PRO 6000"),
+                               (4096, 4096, 4096, "torch MXFP8 _scaled_mm 678 TFLOPS, RTX 5090")):
+            launches, flops, dram = _gemm_launches("fp8_gemm_nt", m, n, k, card, ue8m0=True)
+            out.append(Case("anchor", f"fp8_gemm_nt {m}x{n}x{k} UE8M0 ({label})", launches, flops, "mxf8", dram,
+                            ("anchor", m, n, k)))
+    return out
+
+
+BUILDERS["anchors"] = anchor_cases
