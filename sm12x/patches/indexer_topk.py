@@ -181,10 +181,10 @@ _SGLANG_WHY = ("SGLang's DeepSeek-V4 non-paged prefill indexer (one request's ex
                "plan has no logits budget (8 GiB for an 8K-token chunk at a 1M-token prompt)")
 
 
-def _sglang(name, target, make, why, versions):
+def _sglang(name, target, make, why, versions, notes=""):
     return Patch(name=f"sglang.dsv4.indexer.{name}", target=f"{sglang_wrappers.DSV4_INDEXER}:{target}",
                  make=make, why=why, upstream=_SGLANG_UPSTREAM, library="sglang", versions=versions,
-                 retire_when=_RETIRE_SGLANG_DSV4)
+                 retire_when=_RETIRE_SGLANG_DSV4, notes=notes)
 
 
 _PAGED_WHY = ("SGLang 0.5.20-0.5.23 on SM120 runs the DeepSeek-V4 paged indexer through {what} by default: "
@@ -231,9 +231,11 @@ SGLANG_PATCHES = (
             f"original's logits unless every transform below is applied)", ">=0.5.21,<0.5.24"),
 ) + tuple(
     _sglang(name, name, make,
-            f"{when} receives the non-paged indexer's logits; for the placeholder it writes the fused "
-            f"top-k as page slots, as SGLang's transforms do ({_SGLANG_WHY}; from 0.5.20 the paged records' "
-            f"placeholders too)", ">=0.5.20,<0.5.24")
+            f"{when} receives the non-paged indexer's logits ([rows, max_seqlen_k] float32, 8 GiB for an "
+            f"8K-token chunk at a 1M-token prompt); for the placeholder it writes the fused top-k as page "
+            f"slots, as SGLang's transforms do", ">=0.5.20,<0.5.24",
+            notes="from 0.5.20 the paged layers' placeholders too; the non-paged prefill indexer is one "
+                  "request's extend, on by default, with no row cap when the plan has no logits budget")
     for name, make, when in (
         ("topk_transform_paged", sglang_wrappers.make_topk_transform,
          "the sgl-kernel transform (dsa_topk_backend sgl-kernel, SGLANG_OPT_USE_TOPK_V2 off)"),
@@ -265,8 +267,9 @@ SGLANG_DSA_PATCHES = (
           target=f"{sglang_wrappers.DSA_INDEXER}:resolve_fp8_mqa_logits_fn",
           make=sglang_wrappers.make_resolve_fp8_mqa_logits_fn,
           why=f"{_DSA_WHY}; the logits function it resolves returns a placeholder for the fused top-k when "
-              f"_get_topk_ragged calls it with FP8 queries sm12x serves and only a top-k sm12x writes reads them "
-              f"(the original's logits for FlashInfer's PAGED transform, init / local token marks, other callers)",
+              f"only a top-k sm12x writes reads them",
+          notes="a placeholder for _get_topk_ragged's calls with FP8 queries sm12x serves only; the original's "
+                "logits for FlashInfer's PAGED transform, init / local token marks and other callers",
           upstream=_DSA_UPSTREAM, library="sglang", versions=">=0.5.22,<0.5.24", retire_when=_RETIRE_SGLANG_DSA,
           # the deprecated nsa shim star-imports the module (its copy is not what _get_topk_ragged calls)
           consumers=("sglang.srt.layers.attention.nsa.nsa_indexer",)),
@@ -280,10 +283,10 @@ SGLANG_DSA_PATCHES = (
     Patch(name="sglang.dsa.ragged_indexer.topk_transform",
           target=f"{sglang_wrappers.DSA_TOPK}:DSATopKBackend.topk_transform",
           make=sglang_wrappers.make_dsa_topk_transform,
-          why=f"{_DSA_WHY}; every DSA top-k goes through this method: for the placeholder it writes the fused "
-              f"top-k as sgl-kernel's transforms do: row-local (unfused), plus topk_indices_offset (RAGGED) or "
-              f"as page slots of the row's request (PAGED, SM120's default prefill transform); SGLang's "
-              f"backends for real logits",
+          why=f"{_DSA_WHY}; every DSA top-k goes through this method, which for the placeholder writes the "
+              f"fused top-k as sgl-kernel's transforms do (SGLang's backends for real logits)",
+          notes="row-local (unfused), plus topk_indices_offset (RAGGED) or as page slots of the row's request "
+                "(PAGED, SM120's default prefill transform)",
           upstream=_DSA_UPSTREAM + "; 0.5.15-0.5.21 the same method", library="sglang",
           versions=">=0.5.15,<0.5.24", retire_when=_RETIRE_SGLANG_DSA),
 )
@@ -293,15 +296,16 @@ _DSA_PAGED_UPSTREAM = ("sglang 0.5.15-0.5.23 srt/layers/attention/dsa/dsa_indexe
                        "kernels/ops/attention/dsa/paged_mqa_logits.py "
                        "(0.5.15-0.5.16: jit_kernel/dsa/paged_mqa_logits.py)")
 _DSA_PAGED_WHY = ("SGLang's DSA indexer (DeepSeek-V3.2, GLM-5) decode, MTP verify and draft extend "
-                  "(_get_topk_paged) materialise [rows, max_seq_len] float32 logits through DeepGEMM's paged "
-                  "logits, max_seq_len being the page table's width (the context limit under CUDA graphs: 4 MiB "
-                  "a row at 1M tokens, 1 GiB for a 256-row verify batch) only for the DSA top-k; {how}. The "
-                  "logits come back as a placeholder for the fused paged top-k when only a top-k sm12x writes "
-                  "reads them (DSATopKBackend.topk_transform applied; no init / local token marks; not "
-                  "FlashInfer with a tie-break set, not the fused torch backend), SGLang's logits otherwise")
+                  "(_get_topk_paged) materialise [rows, max_seq_len] float32 logits through {name} only for the "
+                  "DSA top-k (4 MiB a row at 1M tokens, 1 GiB for a 256-row verify batch); they come back as a "
+                  "placeholder for the fused paged top-k when only a top-k sm12x writes reads them")
+_DSA_PAGED_NOTES = ("{how}; max_seq_len is the page table's width (the context limit under CUDA graphs); the "
+                    "placeholder needs DSATopKBackend.topk_transform applied, no init / local token marks, not "
+                    "FlashInfer with a tie-break set, not the fused torch backend (SGLang's logits otherwise)")
 SGLANG_DSA_PAGED_PATCHES = tuple(
     Patch(name=f"sglang.dsa.paged_indexer.{name}", target=f"{sglang_wrappers.DSA_INDEXER}:{name}", make=make,
-          why=_DSA_PAGED_WHY.format(how=how), upstream=_DSA_PAGED_UPSTREAM, library="sglang",
+          why=_DSA_PAGED_WHY.format(name=name), notes=_DSA_PAGED_NOTES.format(how=how),
+          upstream=_DSA_PAGED_UPSTREAM, library="sglang",
           versions=">=0.5.15,<0.5.24", retire_when=_RETIRE_SGLANG_DSA,
           consumers=("sglang.srt.layers.attention.nsa.nsa_indexer",))  # the nsa shim's star-import copy
     for name, make, how in (

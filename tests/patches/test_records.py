@@ -14,6 +14,9 @@ def test_every_record_states_its_range_and_upstream():
         assert p.versions not in ("", "*") or p.versions_note, p.name
     whys = [p.why for p in patches]
     assert len(set(whys)) == len(whys), "two records share one why"
+    # why: the failure and its effect in a sentence or two (release-reading notes go to notes)
+    for r in list(patches) + [layer for p in patches for layer in p.layers]:
+        assert len(r.why) <= 500, f"{r.name}: why has {len(r.why)} characters; move release notes to notes"
 
 
 def test_one_record_per_target_and_release():
