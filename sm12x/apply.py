@@ -354,8 +354,8 @@ def plan() -> list:
             elif state in ("applied", "would-apply"):
                 layer_row = layer_state(layer)
                 layer_row = ("would-apply", "") if layer_row[0] == "applied" else layer_row
-            else:
-                layer_row = (state, f"its record {p.name}: {state}" + (f" ({reason})" if reason else ""))
+            else:  # the record's own state and reason (``layer_of`` names the record)
+                layer_row = (state, reason)
             rows.append(_row(layer, p.target, *layer_row, layer_of=p.name))
     return rows
 
