@@ -323,6 +323,7 @@ def test_one_validation_per_call(monkeypatch):
 
     monkeypatch.setattr(decode, "validate", counting_validate)
     monkeypatch.setattr(convention, "wants_sparse_fp8", counting_wants)
+    monkeypatch.setattr(api, "wants_sparse_fp8", counting_wants)
 
     def original(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata, num_splits=None,
                  softmax_scale=None, causal=False, is_fp8_kvcache=False, indices=None):
