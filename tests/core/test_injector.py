@@ -383,7 +383,7 @@ main(["status", "--json", "--apply"])
     assert states["t.missing"][0] == "skipped"
     for p in data["patches"]:
         assert set(p) == {"name", "target", "state", "reason", "library", "versions", "fixed_in",
-                          "upstream", "why"}
+                          "retire_when", "upstream", "why", "layer_of"}
         assert p["state"] in {"would-apply", "applied", "skipped", "retired", "failed"}
     assert data["bootstrap"]["active"] is True
 
