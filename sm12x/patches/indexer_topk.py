@@ -24,9 +24,9 @@ pair where the release's source shows it:
 - Both keep real logits where another reader needs them (DCP's merge, v4.1 candidate blocks from
   0.30.0), read from the indexer call's own arguments.
 - SGLang 0.5.20-0.5.23's DeepSeek-V4 indexer: the paged logits functions SM120 uses by default
-  (TileLang, torch; these records take the DeepGEMM records' targets and must be applied before
-  them, so this table comes first in ``all_patches()``), DeepGEMM's ``fp8_paged_mqa_logits`` when
-  those are turned off (a placeholder only for ``run_paged_indexer``'s call), the non-paged prefill's
+  (TileLang, torch) and DeepGEMM's ``fp8_paged_mqa_logits`` when those are turned off (a
+  placeholder only for ``run_paged_indexer``'s call): ``PAGED_LAYERS``, which the DeepGEMM-route
+  records of those targets (:mod:`sm12x.patches.deep_gemm`) stack on sm12x's logits; the non-paged prefill's
   ``_nonpaged_mqa_logits`` (0.5.21 on), and the top-k transforms the indexer module binds.
 - SGLang 0.5.15-0.5.23's DSA indexer (DeepSeek-V3.2, GLM-5), ragged prefill
   (``_get_topk_ragged``, whole batch or budget row chunks): the logits function it calls returns a
