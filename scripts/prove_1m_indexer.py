@@ -62,11 +62,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the prove_1m package beside this script
 
-from prove_1m.common import BLOCK, PASSES, RELEASES, REPO, TIE_TOL  # noqa: E402,F401 (the test reads them here)
-from prove_1m.finder import install_framework  # noqa: E402,F401
-from prove_1m.report import report, table  # noqa: E402,F401
 from prove_1m import run  # noqa: E402 (its module: the test replaces the reference scores there)
-from prove_1m.run import Inputs, compare, run_worker, worker  # noqa: E402,F401
+from prove_1m.common import BLOCK, RELEASES, REPO  # noqa: E402,F401 (BLOCK: the test reads it here)
+from prove_1m.report import report, table  # noqa: E402,F401 (table: the test's)
+from prove_1m.run import Inputs, compare, run_worker, worker  # noqa: E402,F401 (Inputs, compare: the test's)
 
 
 def parse_args(argv=None):
