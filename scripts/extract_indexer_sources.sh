@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Extract, from the real framework wheels, only the modules scripts/prove_1m_indexer.py runs as the
-# frameworks' own code (every other module they import is a stand-in inside that script), plus
+# frameworks' own code (every other module they import is a stand-in in scripts/prove_1m/stand_ins.py), plus
 # each release's dist-info METADATA (sm12x reads the release from it to pick its patch records).
 #
 #   scripts/extract_indexer_sources.sh WHEEL_DIR [OUT_DIR]      (OUT_DIR defaults to .proof-src)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Everything that needs a CUDA GPU, in one go (how we use our H200 with SM12X_FORCE=1):
+# Everything that needs a CUDA GPU, in one go (on a GPU that is not SM12x, SM12X_FORCE=1 applies the
+# SM12x replacements there):
 # GPU tests (default configs and the sm_120 configs), the self-test, the benchmarks.
 # Results go to ${OUT:-./out}. Usage: bash scripts/gpu_check.sh [--quick]
 set -uo pipefail

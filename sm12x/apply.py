@@ -3,6 +3,8 @@ record the outcome.
 
 Outcomes (``OUTCOMES[patch.name]``) are ``applied``, ``skipped`` (with the reason), ``retired``
 (the installed library is at or past the record's ``fixed_in``) or ``failed`` (with the error).
+A record's layers (behaviours stacked on its replacement for part of its range) get outcomes of
+their own under their names: ``applied``, or ``skipped`` / ``retired`` with the reason.
 Applying is idempotent: the replacement carries ``__sm12x_patch__`` (the patch name) and
 ``__sm12x_original__``, and a target already carrying our marker is left alone.
 ``SM12X_STRICT=1`` raises on any skip or failure other than a release outside the record's checked
@@ -19,7 +21,7 @@ import os
 import sys
 
 from sm12x import platform
-from sm12x.patches import Patch, all_patches
+from sm12x.patches import Layer, Patch, all_patches
 
 OUTCOMES: dict = {}  # patch name -> (state, reason)
 _LOGGED: set = set()
@@ -93,12 +95,38 @@ def skipped_by_user(name: str) -> bool:
 
 
 def unmatched_skips() -> list:
-    """``SM12X_SKIP`` entries that name no registered patch (a typo skips nothing)."""
-    names = [p.name for p in all_patches()]
+    """``SM12X_SKIP`` entries that name no registered patch or layer (a typo skips nothing)."""
+    names = [n for p in all_patches() for n in (p.name,) + tuple(layer.name for layer in p.layers)]
     return [i for i in skip_items() if not any(_names(i, n) for n in names)]
 
 
-def retirement(p: Patch) -> str:
+def in_library_range(r):
+    """(True, "") when the installed ``r.library`` is in ``r.versions`` (a record's or a layer's),
+    else (False, reason)."""
+    if r.library != "*" and r.versions not in ("", "*"):
+        have = _versions().get(r.library)
+        if have is None:
+            return False, f"{r.library} version unknown (not installed as a distribution)"
+        if not platform.in_range(have, r.versions):
+            return False, f"{r.library} {have} {OUT_OF_RANGE} {r.versions}"
+    return True, ""
+
+
+def layer_state(layer: Layer):
+    """(state, reason) of a layer whose record applies: skipped (SM12X_SKIP, outside its range),
+    retired (at or past its ``fixed_in``) or applied."""
+    if skipped_by_user(layer.name):
+        return "skipped", SKIP_REASON
+    ok, why = in_library_range(layer)
+    if not ok:
+        return "skipped", why
+    retired = retirement(layer)
+    if retired:
+        return "retired", retired
+    return "applied", ""
+
+
+def retirement(p) -> str:
     """Why ``p`` is retired (its library's installed release is at or past ``fixed_in``, whose own
     code serves SM12x), or ""."""
     if not p.fixed_in:
@@ -142,13 +170,7 @@ def eligibility(p: Patch):
         ok, why = exact_arch(p.arch)
         if not ok:
             return False, why
-    if p.library != "*" and p.versions not in ("", "*"):
-        have = _versions().get(p.library)
-        if have is None:
-            return False, f"{p.library} version unknown (not installed as a distribution)"
-        if not platform.in_range(have, p.versions):
-            return False, f"{p.library} {have} {OUT_OF_RANGE} {p.versions}"
-    return True, ""
+    return in_library_range(p)
 
 
 def _resolve(module, qualname):
@@ -201,13 +223,14 @@ def _copy_name(module, attr, original):
     return attr if len(names) > 1 else None
 
 
-def _record(p: Patch, state: str, reason: str = "") -> None:
+def _record(p, state: str, reason: str = "") -> None:
     OUTCOMES[p.name] = (state, reason)
     level = "debug" if state == "applied" else ("warning" if state == "failed" else "info")
-    log_once(level, f"patch {p.name} -> {p.target}: {state}" + (f" ({reason})" if reason else ""))
+    target = getattr(p, "target", "its record's target")
+    log_once(level, f"patch {p.name} -> {target}: {state}" + (f" ({reason})" if reason else ""))
     by_design = reason == SKIP_REASON or OUT_OF_RANGE in reason
     if state not in ("applied", "retired") and not by_design and os.environ.get("SM12X_STRICT") == "1":
-        raise PatchError(f"sm12x: patch {p.name} ({p.target}) {state}: {reason}")
+        raise PatchError(f"sm12x: patch {p.name} ({target}) {state}: {reason}")
 
 
 def apply_patch(p: Patch, module) -> str:
@@ -245,6 +268,12 @@ def apply_patch(p: Patch, module) -> str:
         raw = vars(owner).get(attr, current) if isinstance(owner, type) else current
         copy_name = _copy_name(module, attr, current) if owner is module else None
         replacement = _load_factory(p.make)(current)
+        layered = []
+        for layer in p.layers:
+            state, reason = layer_state(layer)
+            if state == "applied":
+                replacement = _load_factory(layer.make)(current, replacement)
+            layered.append((layer, state, reason))
         replacement.__sm12x_patch__ = p.name
         replacement.__sm12x_original__ = current
         replacement.__sm12x_copy_name__ = copy_name
@@ -256,6 +285,8 @@ def apply_patch(p: Patch, module) -> str:
             setattr(owner, attr, replacement)
         _rebind(p.consumers, current, replacement, copy_name)
         _record(p, "applied")
+        for layer, state, reason in layered:
+            _record(layer, state, reason)
         return "applied"
     except PatchError:
         raise
@@ -316,10 +347,55 @@ def plan() -> list:
                 state, reason = "skipped", blocker
             else:
                 state, reason = "would-apply", ""
-        rows.append({"name": p.name, "target": p.target, "state": state, "reason": reason,
-                     "library": p.library, "versions": p.versions, "fixed_in": p.fixed_in,
-                     "upstream": p.upstream, "why": p.why})
+        rows.append(_row(p, p.target, state, reason))
+        for layer in p.layers:
+            if layer.name in OUTCOMES:
+                layer_row = OUTCOMES[layer.name]
+            elif state in ("applied", "would-apply"):
+                layer_row = layer_state(layer)
+                layer_row = ("would-apply", "") if layer_row[0] == "applied" else layer_row
+            else:  # the record's own state and reason (``layer_of`` names the record)
+                layer_row = (state, reason)
+            rows.append(_row(layer, p.target, *layer_row, layer_of=p.name))
     return rows
+
+
+def _row(r, target, state, reason, layer_of="") -> dict:
+    """One plan row (a record, or a layer of record ``layer_of``)."""
+    return {"name": r.name, "target": target, "state": state, "reason": reason, "library": r.library,
+            "versions": r.versions, "fixed_in": r.fixed_in, "retire_when": r.retire_when,
+            "upstream": r.upstream, "why": r.why, "layer_of": layer_of}
+
+
+def factory_path(make) -> str:
+    """A record's factory as the manifest names it: ``"module:function"`` (a ``"module:function"``
+    string stays as it is)."""
+    if isinstance(make, str):
+        return make
+    return f"{getattr(make, '__module__', '')}:{getattr(make, '__name__', '')}"
+
+
+def op_routes(rows=None) -> dict:
+    """Which upstream calls reach each op: ``{op name: [{"api", "record", "target", "state",
+    "reason"}]}``, one entry per record whose factory the op manifest lists under one of the op's
+    functions (a layer under its own name), in manifest order (ops no record reaches map to
+    []); ``rows`` is :func:`plan`'s
+    answer (computed when None). Records whose factory reaches no op (gates and backend choices)
+    are left out."""
+    from sm12x.kernels import manifest
+
+    rows = {r["name"]: r for r in (plan() if rows is None else rows)}
+    by_factory = manifest.op_of_wrapper()
+    routes = {op.name: [] for op in manifest.OPS}
+    for p in all_patches():
+        for r in (p,) + tuple(p.layers):
+            hit = by_factory.get(factory_path(r.make))
+            if hit is None:
+                continue
+            row = rows.get(r.name, {})
+            routes[hit[0]].append({"api": hit[1], "record": r.name, "target": p.target,
+                                   "state": row.get("state", ""), "reason": row.get("reason", "")})
+    return routes
 
 
 def apply_installed() -> list:

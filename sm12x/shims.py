@@ -2,8 +2,8 @@
 
 vLLM and SGLang only take their DeepGEMM paths when ``import deep_gemm`` works. On SM12x, when no
 ``deep_gemm`` is installed at all, the import watcher provides one built from the DeepGEMM front
-ends (``sm12x.frontends.deep_gemm``: indexer, dense GEMMs, grouped MoE GEMMs; the functions each
-lists in ``NAMES`` and ``HELPER_NAMES``). A real installed module always wins: the import watcher
+ends (``sm12x.frontends.deep_gemm``: indexer, dense GEMMs, grouped MoE GEMMs): every ``deep_gemm``
+function the op manifest (:mod:`sm12x.kernels.manifest`) lists. A real installed module always wins: the import watcher
 (``sm12x.hooks``) asks for a stand-in only after every other finder found nothing, and none is
 made when vLLM's vendored ``vllm.third_party.deep_gemm`` exists. The stand-in carries what those
 front ends implement, not all of DeepGEMM: a framework path that calls a DeepGEMM function outside
@@ -14,29 +14,29 @@ import importlib
 import os
 import sys
 
-# each stand-in is assembled from front-end modules that list what they provide in ``NAMES`` and
-# ``HELPER_NAMES``; a module not present in this build is left out
-SHIMS = {"deep_gemm": ("sm12x.frontends.deep_gemm.indexer", "sm12x.frontends.deep_gemm.gemm",
-                       "sm12x.frontends.deep_gemm.moe")}
+# the libraries a stand-in is made for: each carries the manifest's functions of that library
+SHIMS = ("deep_gemm",)
 
 
 class _ShimLoader:
-    def __init__(self, sources):
-        self.sources = sources
+    def __init__(self, library):
+        self.library = library
 
     def create_module(self, spec):
         return None
 
     def exec_module(self, module):
-        for source in self.sources:
+        from sm12x.kernels import manifest
+
+        for name, function in manifest.library_functions(self.library).items():
+            source, _, attribute = function.partition(":")
             try:
                 api = importlib.import_module(source)
-            except ModuleNotFoundError as e:
+            except ModuleNotFoundError as e:  # a front end left out of this build
                 if e.name != source:
                     raise
                 continue
-            for name in tuple(api.NAMES) + tuple(getattr(api, "HELPER_NAMES", ())):
-                setattr(module, name, getattr(api, name))
+            setattr(module, name, getattr(api, attribute))
         module.__sm12x_shim__ = True
         module.__version__ = "0+sm12x.shim"
 
@@ -64,7 +64,7 @@ def find_shim_spec(fullname):
         except Exception:
             pass
 
-    return importlib.machinery.ModuleSpec(fullname, _ShimLoader(SHIMS[fullname]))
+    return importlib.machinery.ModuleSpec(fullname, _ShimLoader(fullname))
 
 
 def shim_state(name: str) -> str:

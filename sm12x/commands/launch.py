@@ -36,8 +36,8 @@ class LaunchError(Exception):
 
 
 # ---------------------------------------------------------------------------------------------------
-# The DeepSeek-V4-Flash recipe. Sources: /work/shared/research/anchors.md §1.7 (0xSero SGLang recipe),
-# §4 (hikarioyama vLLM TP2), §5 (jasl PR #41834 line), §8 (hermia stock vLLM 4x TP4).
+# The DeepSeek-V4-Flash recipe. Sources: the community SM12x recipes (0xSero's SGLang recipe,
+# hikarioyama's vLLM TP2, jasl's PR #41834 line, hermia's stock vLLM 4x TP4).
 # ---------------------------------------------------------------------------------------------------
 
 def recipe_args(framework: str, tp: int, port: int, served_name: str, spec: bool = True,

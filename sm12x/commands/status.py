@@ -48,6 +48,8 @@ def status_data(apply: bool = False) -> dict:
         "torch_build": platform.torch_build(),
         "patches": rows,
         "moe": moe_paths.moe_rows(platform.versions(), rows),
+        # per op of the manifest, the upstream calls that reach it (records and layers, with state)
+        "ops": applier.op_routes(rows),
         "shims": {name: shims.shim_state(name) for name in shims.SHIMS},
         "skip": {"items": applier.skip_items(), "unmatched": applier.unmatched_skips()},
         # records for one compute capability only (GB10's gates): shown on that GPU even when skipped
@@ -178,6 +180,12 @@ def print_status(data: dict, stream=None, verbose: bool = False) -> None:
         via = f" [{m['via']}]" if m["via"] else ""
         print_(textwrap.fill(f"{m['framework']} {m['version']}: {m['experts']}: {m['serves']}{via}", 100,
                              initial_indent="MoE:        ", subsequent_indent=" " * 14))
+    for op, routes in (data.get("ops") or {}).items():
+        serving = [r for r in routes if verbose or r["state"] in ("applied", "would-apply")]
+        if serving:
+            calls = ", ".join(sorted({f"{r['api']} ({r['state']})" if verbose else r["api"] for r in serving}))
+            print_(textwrap.fill(f"{op} <- {calls}", 100, initial_indent="op:         ",
+                                 subsequent_indent=" " * 14))
     rows = [p for p in data["patches"] if verbose or p["state"] not in ("skipped",)]
     if rows:
         print_("")

@@ -2,9 +2,10 @@
 compile-check entry, so that ``sm12x selftest``, the sm_120/sm_121 compile check and the
 benchmarks iterate one list.
 
-Adding an op is its module (kernel, launcher, validation, configs) plus one :class:`Op` in its
-family's ``cases`` module; :func:`all_ops` lists the families. Importing this module imports
-nothing heavy; :func:`all_ops` imports the families (torch, triton).
+The ops are declared once, in :mod:`sm12x.kernels.manifest`; :func:`all_ops` turns each
+declaration into an :class:`Op` whose callables import their modules on first call. Importing this
+module, and calling :func:`all_ops`, imports nothing heavy (the references, self-tests and
+compile checks import torch / triton when they run).
 """
 from __future__ import annotations
 
@@ -39,20 +40,19 @@ class Op:
 FAMILIES = ("sparse_mla", "indexer", "gemm", "moe")
 
 
-def all_ops() -> list:
-    """Every registered op, family by family."""
-    import importlib
+def from_spec(spec) -> Op:
+    """The :class:`Op` of one manifest declaration (:class:`sm12x.kernels.manifest.OpSpec`)."""
+    return Op(name=spec.name, family=spec.family, reference=reference_in(*spec.reference.split(":")),
+              selftest=_imported(*spec.selftest.split(":")),
+              compile_reports=compiled_by(spec.compile, **dict(spec.compile_fixed)) if spec.compile else None,
+              benchmark=spec.benchmark)
 
-    ops = []
-    for family in FAMILIES:
-        try:
-            cases = importlib.import_module(f"sm12x.kernels.{family}.cases")
-        except ModuleNotFoundError as e:  # a family not built yet has no cases module
-            if e.name != f"sm12x.kernels.{family}.cases" and e.name != f"sm12x.kernels.{family}":
-                raise
-            continue
-        ops.extend(cases.OPS)
-    return ops
+
+def all_ops() -> list:
+    """Every op of the manifest, in its order (family by family)."""
+    from sm12x.kernels import manifest
+
+    return [from_spec(spec) for spec in manifest.OPS]
 
 
 def op_names() -> list:
@@ -75,16 +75,22 @@ def compiled_by(module: str, **fixed):
     return compile_reports
 
 
-def reference_in(module: str, name: str):
-    """An Op's reference: ``module.name``, imported on its first call (the references need torch,
-    the registry does not)."""
-    def reference(*args, **kwargs):
+def _imported(module: str, name: str):
+    """``module.name``, imported on its first call (the ops' modules need torch, the registry
+    does not)."""
+    def call(*args, **kwargs):
         import importlib
 
         return getattr(importlib.import_module(module), name)(*args, **kwargs)
 
-    reference.__name__ = name
-    return reference
+    call.__name__ = call.__qualname__ = name
+    call.__module__ = module
+    return call
+
+
+def reference_in(module: str, name: str):
+    """An Op's reference: ``module.name``, imported on its first call."""
+    return _imported(module, name)
 
 
 def result(op: str, case: str, ok: bool, max_abs: float = 0.0, max_rel: float = 0.0, detail: str = "",

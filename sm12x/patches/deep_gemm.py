@@ -2,7 +2,7 @@
 
 DeepGEMM main builds these kernels for SM90/SM100 only and raises "Unsupported architecture"
 (attention.hpp:211) on SM12x; on stock vLLM 0.25.1 a single request past 256K dies with CUDA
-error 719 in this path (seed 002). The replacements never call the original: on SM12x it is known
+error 719 in this path (32-bit offsets). The replacements never call the original: on SM12x it is known
 to fail. When no ``deep_gemm`` is installed at all, ``sm12x.shims`` provides a stand-in module with
 the same functions, so vLLM's ``has_deep_gemm()`` and SGLang's ``import deep_gemm`` find them.
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from sm12x.frontends.deep_gemm import wrappers
 from sm12x.patches import Patch
+from sm12x.patches.indexer_topk import PAGED_LAYERS
 
 _UNSUPPORTED = "DeepGEMM raises 'Unsupported architecture' (csrc/apis/attention.hpp) on SM12x builds"
 _WHY = {
@@ -36,7 +37,13 @@ _ANY_DEEP_GEMM = ("DeepGEMM ships under several distributions with unrelated ver
                   "front end's own signature, so no release needs its own code; the FP8-only logits "
                   "names are gone from DeepGEMM 2.8 and sgl-deep-gemm 0.2.5, where they are skipped as "
                   "missing")
-_UPSTREAM = "deepseek-ai/DeepGEMM csrc/apis/attention.hpp; seed 002 (CUDA error 719 past 256K)"
+_UPSTREAM = "deepseek-ai/DeepGEMM csrc/apis/attention.hpp (arch check; 32-bit offsets: CUDA error 719 past 256K)"
+_RETIRE_DEEP_GEMM = ("DeepGEMM ships SM120 / SM121 builds of its indexer kernels with 64-bit offsets (the record "
+                     "then gets a fixed_in per distribution)")
+_RETIRE_VENDORED = ("vLLM's vendored DeepGEMM indexer kernels run on SM12x past 256K keys (64-bit offsets) and "
+                    "are measured at least as fast as sm12x's")
+_RETIRE_SGLANG = ("SGLang's own paged-logits paths accept [T, 1] seq_lens and several query tokens per row, and "
+                  "bound their memory by the logits budget on SM120")
 
 # vLLM's wrappers resolve `_<name>_impl` globals from the module once (`_lazy_init`); when that ran
 # before us (plugin route) those globals hold the originals and are rebound. The second module is
@@ -44,10 +51,11 @@ _UPSTREAM = "deepseek-ai/DeepGEMM csrc/apis/attention.hpp; seed 002 (CUDA error 
 _CONSUMERS = ("vllm.utils.deep_gemm", "vllm.foundation.utilities.deep_gemm")
 
 
-def _sglang_paged(name, target, why, upstream, versions=">=0.5.15,<0.6", consumers=()):
+def _sglang_paged(name, target, why, upstream, versions=">=0.5.15,<0.6", consumers=(), layers=()):
     """A patch that sends one of SGLang's own paged-logits functions to our kernel."""
     return Patch(name=name, target=target, make=wrappers.make_sglang_paged_logits_torch,
-                 why=why, upstream=upstream, library="sglang", versions=versions, consumers=consumers)
+                 why=why, upstream=upstream, library="sglang", versions=versions, consumers=consumers,
+                 retire_when=_RETIRE_SGLANG, layers=layers)
 
 
 _WHY_TORCH = ("SGLang's torch fallback for paged MQA logits asserts 1-D seq_lens but gets [T, 1] "
@@ -57,7 +65,10 @@ _WHY_TORCH = ("SGLang's torch fallback for paged MQA logits asserts 1-D seq_lens
 PATCHES = tuple(
     Patch(name=f"deep_gemm.{name}", target=f"deep_gemm:{name}", make=wrappers.FACTORIES[name],
           why=why, upstream=_UPSTREAM, library="deep_gemm", versions="*",
-          versions_note=_ANY_DEEP_GEMM, consumers=_CONSUMERS)
+          versions_note=_ANY_DEEP_GEMM, consumers=_CONSUMERS, retire_when=_RETIRE_DEEP_GEMM,
+          # SGLang's DeepSeek-V4 paged indexer imports this function at call time: the placeholder
+          # for its top-k stacks on the real logits
+          layers=(PAGED_LAYERS["deep_gemm"],) if name == "fp8_paged_mqa_logits" else ())
     for name, why in _WHY.items()
 ) + tuple(
     # vLLM 0.25.0 and later vendor DeepGEMM (2.5.0 with SM120 indexer kernels in 0.25.0, 2.8.1 in
@@ -66,12 +77,13 @@ PATCHES = tuple(
           make=wrappers.FACTORIES[name],
           why=f"vLLM's vendored DeepGEMM: {why}",
           upstream="vllm third_party/deep_gemm; vllm utils/deep_gemm.py (_lazy_init)",
-          library="vllm", versions=_VENDORED_RANGE.get(name, ">=0.22.1,<0.35"), consumers=_CONSUMERS)
+          library="vllm", versions=_VENDORED_RANGE.get(name, ">=0.22.1,<0.35"), consumers=_CONSUMERS,
+          retire_when=_RETIRE_VENDORED)
     for name, why in _WHY.items()
 ) + (
     _sglang_paged("sglang.dsv4.indexer.paged_logits_torch",
                   "sglang.srt.layers.attention.dsv4.indexer:fp8_paged_mqa_logits_torch",
-                  _WHY_TORCH, "sglang srt/layers/attention/dsv4/indexer.py"),
+                  _WHY_TORCH, "sglang srt/layers/attention/dsv4/indexer.py", layers=(PAGED_LAYERS["torch"],)),
     # SGLang main (2026-07) on SM120 forces its own paged-logits paths for DeepSeek-V4 and never
     # calls DeepGEMM there: server_args sets SGLANG_OPT_USE_TILELANG_INDEXER and
     # SGLANG_FP8_PAGED_MQA_LOGITS_TORCH; dsv4/indexer.py then picks the TileLang kernel, else the
@@ -83,7 +95,8 @@ PATCHES = tuple(
                   "sglang kernels/ops/attention/dsa/tilelang_kernel.py; server_args.py (SM120 defaults)",
                   # 0.5.16 on (where SGLang moved it under sglang.kernels); the nsa module
                   # star-imports this one
-                  versions=">=0.5.16,<0.6", consumers=("sglang.srt.layers.attention.nsa.tilelang_kernel",)),
+                  versions=">=0.5.16,<0.6", consumers=("sglang.srt.layers.attention.nsa.tilelang_kernel",),
+                  layers=(PAGED_LAYERS["tilelang"],)),
     # 0.5.15.post1's TileLang indexer, which dsv4/indexer.py imports at call time when
     # SGLANG_OPT_USE_TILELANG_INDEXER=1 (0.5.16 has only the sglang.kernels one)
     _sglang_paged("sglang.dsa.tilelang_paged_logits.srt",
@@ -96,5 +109,5 @@ PATCHES = tuple(
                   "sglang.srt.layers.attention.dsv4.indexer:fp8_paged_mqa_logits_torch_sm120",
                   "SGLang's SM120 torch paged indexer (chosen when TileLang is off) copies every "
                   "row's pages up to the longest request into bf16 (rows x max_seq_len x 128) on "
-                  "each call", "sglang srt/layers/attention/dsv4/indexer.py"),
+                  "each call", "sglang srt/layers/attention/dsv4/indexer.py", layers=(PAGED_LAYERS["torch_sm120"],)),
 )

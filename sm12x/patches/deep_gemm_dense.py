@@ -95,6 +95,6 @@ PATCHES = tuple(
     Patch(name=f"deep_gemm.{name}", target=f"deep_gemm:{name}",
           make=gemm_wrappers.FACTORIES[name], why=why,
           upstream="sgl-project/sglang#25877; deepseek-ai/DeepGEMM#317 (SM120 kernels only in nv_dev, PR #324)",
-          library="deep_gemm", versions="<0.1.5", consumers=_VLLM_CONSUMERS)
+          library="deep_gemm", versions="<0.1.5", fixed_in="0.1.5", consumers=_VLLM_CONSUMERS)
     for name, why in _SGL_WHY.items()
 )

@@ -63,7 +63,7 @@ _DG_UNSUPPORTED = ("deepseek-ai/DeepGEMM csrc/apis/gemm.hpp (m_grouped_fp8_fp4_g
 PATCHES = (
     Patch(name=f"{_VENDORED}.m_grouped_fp8_fp4_gemm_nt_contiguous",
           target=f"{_VENDORED}:m_grouped_fp8_fp4_gemm_nt_contiguous",
-          make=moe_wrappers.contiguous_factory(_VENDORED, "m_grouped_fp8_fp4_gemm_nt_contiguous"),
+          make=moe_wrappers.factory(_VENDORED, "m_grouped_fp8_fp4_gemm_nt_contiguous"),
           why="vLLM 0.22.1 / 0.23.0's vendored DeepGEMM 2.5.0 has no SM120 grouped FP8 x MXFP4 GEMM, which "
               "DeepGemmFP4Experts (DeepSeek-V4's MXFP4 experts, recipe_a (1, 128), recipe_b (1, 32), "
               "weights viewed as int8) calls for both expert GEMMs",
@@ -84,8 +84,7 @@ PATCHES = (
           library="vllm", versions=">=0.22.1,<0.24", fixed_in="0.25.0"),
 ) + tuple(
     Patch(name=f"deep_gemm.{name}", target=f"deep_gemm:{name}",
-          make=(moe_wrappers.contiguous_factory("deep_gemm", name) if "contiguous" in name
-                else moe_wrappers.masked_factory(name)),
+          make=moe_wrappers.FACTORIES[name],
           why=f"sgl-deep-gemm 0.1.4 has no SM120 grouped GEMM; {caller} on SM12x",
           upstream="sglang 0.5.15.post1 srt/layers/deep_gemm_wrapper/entrypoint.py; " + _DG_UNSUPPORTED,
           library="deep_gemm", versions=">=0.1.4,<0.1.5", fixed_in="0.1.5", consumers=_vllm_consumers(name))

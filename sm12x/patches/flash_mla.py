@@ -6,7 +6,7 @@ FlashMLA ships SM90a/SM100f code only; on SM12x its compiled op raises
 FP8 path (``indices`` given, ``is_fp8_kvcache=True``) to ``sm12x.frontends.flash_mla.api`` and every
 other call (dense decode, BF16 caches) to the original function, unchanged.
 
-Routes (see shared/research/sglang.md sections 2 and 10, vllm.md section 3):
+Routes:
 - pip FlashMLA (SGLang's DeepSeek-V4 image: ``debug_flash_mla_adapter`` does a call-time
   ``import flash_mla`` and calls ``flash_mla.flash_mla_with_kvcache``), and the lower
   ``flash_mla.cuda.sparse_decode_fwd`` that the interface module resolves at call time. SGLang
@@ -39,6 +39,10 @@ from sm12x.patches import Patch
 # has SM12x code, and the wrappers read each call by the installed function's own signature.
 _ANY_FLASH_MLA = ("no FlashMLA build of any release has SM120/SM121 kernels; the wrapper reads each "
                   "call by the installed function's own signature, so no release needs its own code")
+# No FlashMLA build has SM12x code; a release that has it gets its fixed_in per route.
+_RETIRE = "FlashMLA ships SM120 / SM121 kernels for the sparse FP8 decode and the sparse prefill"
+_RETIRE_SM120 = ("SGLang's SM120 FlashMLA entry serves every head / topk shape of DeepSeek-V4 without the "
+                 "64-token page-split copy, measured at least as fast as sm12x (scripts/bench_framework_paths.py)")
 _DECODE_ERROR = "'RuntimeError: Unsupported architecture for sparse decode fwd'"
 _PREFILL_ERROR = "'Sparse Attention Forward Kernel is only supported on SM90a and SM100f'"
 _FLASH_MLA_SRC = "deepseek-ai/FlashMLA csrc/api/sparse_decode.h (arch check), flash_mla_interface.py"
@@ -96,7 +100,7 @@ _FUNCTIONS = (
 
 PATCHES = tuple(
     Patch(name=f"{prefix}.{suffix}", target=f"{module}:{attr}", make=make or prefill_make,
-          why=f"{who}: {failure}", upstream=upstream, consumers=consumers, **versions)
+          why=f"{who}: {failure}", upstream=upstream, consumers=consumers, retire_when=_RETIRE, **versions)
     for prefix, module, who, versions, upstream, consumers, prefill_make in _ROUTES
     for suffix, attr, make, failure in _FUNCTIONS
 ) + (
@@ -107,16 +111,16 @@ PATCHES = tuple(
           why="sgl-flash-mla's tensor scheduler (SGLang 0.5.23 calls it for every decode batch) runs "
               "a CUDA kernel with no SM12x build",
           upstream="sgl-flash-mla 1.0.0 flash_mla_interface.py; sglang 0.5.23 "
-                   "kernels/ops/attention/flash_mla_interface.py", **_PIP),
+                   "kernels/ops/attention/flash_mla_interface.py", retire_when=_RETIRE, **_PIP),
     Patch(name="flash_mla.decoding_metadata", target="flash_mla:get_mla_decoding_metadata",
           make=wrappers.make_get_mla_decoding_metadata,
           why="the package-level re-export of sgl-flash-mla's tensor scheduler",
-          upstream="sgl-flash-mla 1.0.0 __init__.py", **_PIP),
+          upstream="sgl-flash-mla 1.0.0 __init__.py", retire_when=_RETIRE, **_PIP),
     Patch(name="flash_mla.cuda.sparse_decode_fwd", target="flash_mla.cuda:sparse_decode_fwd",
           make=wrappers.make_sparse_decode_fwd,
           why=f"FlashMLA's interface resolves the compiled op flash_mla.cuda.sparse_decode_fwd at "
               f"call time; on SM12x it raises {_DECODE_ERROR}",
-          upstream=_FLASH_MLA_SRC, **_PIP),
+          upstream=_FLASH_MLA_SRC, retire_when=_RETIRE, **_PIP),
     # SGLang's native SM120 entry (0.5.16 on, then 0.5.15.post1's module path)
     Patch(name="sglang.flash_mla_sm120",
           target="sglang.kernels.ops.attention.flash_mla_sm120:flash_mla_with_kvcache_sm120",
@@ -127,12 +131,12 @@ PATCHES = tuple(
               "than sm12x (scripts/bench_framework_paths.py)",
           upstream="sglang kernels/ops/attention/flash_mla_sm120.py (0.5.16-0.5.19 read: deepseek_v4_backend.py "
                    "makes the same keyword call as 0.5.15.post1); vllm #56837", library="sglang",
-          versions=">=0.5.16,<0.6"),
+          versions=">=0.5.16,<0.6", retire_when=_RETIRE_SM120),
     Patch(name="sglang.flash_mla_sm120.era_b",
           target="sglang.srt.layers.attention.flash_mla_sm120:flash_mla_with_kvcache_sm120",
           make=wrappers.make_flash_mla_with_kvcache_sm120,
           why="the same SM120 entry at its module path before SGLang 0.5.16 moved kernels to "
               "sglang.kernels (0.5.15.post1 has it here; 0.5.16-0.5.18 only under sglang.kernels)",
           upstream="sglang 0.5.15.post1 srt/layers/attention/flash_mla_sm120.py", library="sglang",
-          versions=">=0.5.15,<0.5.16"),
+          versions=">=0.5.15,<0.5.16", retire_when=_RETIRE_SM120),
 )

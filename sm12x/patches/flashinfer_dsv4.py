@@ -26,6 +26,9 @@ from sm12x.patches import Patch
 # checked: vLLM 0.24.0 (which introduced the SM120 class, #43477), 0.25.0 and 0.25.1 (the same class,
 # line for line), 0.33.0, 0.34.0
 _VLLM = dict(library="vllm", versions=">=0.24.0,<0.35")
+_RETIRE = ("FlashInfer's SM120 DeepSeek-V4 sparse MLA serves every (tokens, heads, topk, page) shape vLLM "
+           "passes on SM12x (1-128 heads, SWA width 256, any topk DeepSeek-V4 uses, in decode, verify and "
+           "prefill chunks)")
 _ROUTES = ("routes: FlashInfer keeps every shape its installed release serves (0.6.14-0.6.17: "
            "<= 64 tokens with SWA page 64 and (heads, topk) in {8,16,32,64,128} x {128,512,1024}, "
            "more tokens with heads 16-128 and topk 128 / 512 / 1024 / 2048, or 128 with a compressed "
@@ -44,7 +47,8 @@ PATCHES = (
           why="FlashInfer's SM120 DeepSeek-V4 sparse MLA serves a fixed set of (tokens, heads, topk, "
               "page) shapes and aborts the process or raises on the others (DSpark's verify width "
               "256 before FlashInfer 0.6.18, TP16's 8 heads in prefill chunks before 0.6.18, every "
-              "call with the 0.6.12 / 0.6.13 that vLLM 0.24.0 / 0.25.x pin); " + _ROUTES,
+              "call with the 0.6.12 / 0.6.13 that vLLM 0.24.0 / 0.25.x pin)",
+          notes=_ROUTES, retire_when=_RETIRE,
           upstream="vllm models/deepseek_v4/nvidia/flashinfer_sparse.py "
                    "DeepseekV4FlashInferSM120Attention; flashinfer mla/_sparse_mla_sm120 "
                    "_DECODE_DSV4_DISPATCH, csrc/sparse_mla_sm120_prefill.cu; vllm#50720, vllm#55526, "
@@ -59,5 +63,5 @@ PATCHES = (
               "record applied sm12x serves those calls, so the check answers yes for 1-128 heads",
           upstream="vllm utils/flashinfer.py has_flashinfer_sparse_mla_sm120_config; "
                    "models/deepseek_v4/nvidia/flashinfer_sparse.py __init__",
-          library="vllm", versions=">=0.33.0,<0.35"),
+          library="vllm", versions=">=0.33.0,<0.35", retire_when=_RETIRE),
 )

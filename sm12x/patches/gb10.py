@@ -60,14 +60,14 @@ from sm12x.patches import Patch
 PATCHES = (
     Patch(name="sglang.gb10.deep_gemm_gate", target="sglang.srt.utils.common:get_device_sm",
           make=sglang_gates.make_get_device_sm,
-          why="SGLang 0.5.15-0.5.20's DeepGEMM configurer compares get_device_sm() with 120 only, so "
-              "on GB10 (121) ENABLE_JIT_DEEPGEMM is on where 12.0 has it off (0.5.15-0.5.19) and the "
-              "scales stay SM90's float32 where 12.0 takes UE8M0 (0.5.20): the FP8 MoE runner (auto with "
-              "DeepEP / Mooncake / NIXL), the JIT warm-up and the opt-in kv_b_proj BMM (SGL_USE_DEEPGEMM_BMM) "
-              "then run recipes DeepGEMM refuses on SM12x (sgl-deep-gemm 0.1.4 has no SM12x kernels; the "
-              "SM12x kernels assert power-of-two scales, sglang#39482); the configurer's questions alone are "
-              "answered as on 12.0 (asked once, at the configurer's import: the patch must be in place "
-              "before that)",
+          why="SGLang 0.5.15-0.5.20's DeepGEMM configurer compares get_device_sm() with 120 only, so on "
+              "GB10 (121) SGLang runs DeepGEMM recipes that DeepGEMM refuses on SM12x (JIT DeepGEMM on, or "
+              "SM90's float32 scales); the configurer's questions alone are answered as on 12.0",
+          notes="0.5.15-0.5.19: ENABLE_JIT_DEEPGEMM on where 12.0 has it off; 0.5.20: the scales stay SM90's "
+                "float32 where 12.0 takes UE8M0; then the FP8 MoE runner (auto with DeepEP / Mooncake / NIXL), "
+                "the JIT warm-up and the opt-in kv_b_proj BMM (SGL_USE_DEEPGEMM_BMM) stop (sgl-deep-gemm 0.1.4 "
+                "has no SM12x kernels; the SM12x kernels assert power-of-two scales, sglang#39482); asked once, "
+                "at the configurer's import: the patch must be in place before that",
           upstream="sglang 0.5.15-0.5.19 srt/layers/deep_gemm_wrapper/configurer.py:22 "
                    "(_compute_enable_deep_gemm: `if sm_version == 120: return False`), 0.5.20 (the SM120 "
                    "entry-point probe and DEEPGEMM_SCALE_UE8M0 for == 120); sgl-project/sglang#36551, "

@@ -2,7 +2,7 @@
 request does not need its [rows, S_kv] logits.
 
 The DeepGEMM records (``sm12x.patches.deep_gemm``) already compute the logits on SM12x, with
-64-bit offsets (stock DeepGEMM's 32-bit offsets fail past 256K with CUDA error 719, seed 002); but
+64-bit offsets (stock DeepGEMM's 32-bit offsets fail past 256K with CUDA error 719); but
 the frameworks still materialise the logits and run their own top-k. These records replace the
 pair where the release's source shows it:
 
@@ -24,9 +24,9 @@ pair where the release's source shows it:
 - Both keep real logits where another reader needs them (DCP's merge, v4.1 candidate blocks from
   0.30.0), read from the indexer call's own arguments.
 - SGLang 0.5.20-0.5.23's DeepSeek-V4 indexer: the paged logits functions SM120 uses by default
-  (TileLang, torch; these records take the DeepGEMM records' targets and must be applied before
-  them, so this table comes first in ``all_patches()``), DeepGEMM's ``fp8_paged_mqa_logits`` when
-  those are turned off (a placeholder only for ``run_paged_indexer``'s call), the non-paged prefill's
+  (TileLang, torch) and DeepGEMM's ``fp8_paged_mqa_logits`` when those are turned off (a
+  placeholder only for ``run_paged_indexer``'s call): ``PAGED_LAYERS``, which the DeepGEMM-route
+  records of those targets (:mod:`sm12x.patches.deep_gemm`) stack on sm12x's logits; the non-paged prefill's
   ``_nonpaged_mqa_logits`` (0.5.21 on), and the top-k transforms the indexer module binds.
 - SGLang 0.5.15-0.5.23's DSA indexer (DeepSeek-V3.2, GLM-5), ragged prefill
   (``_get_topk_ragged``, whole batch or budget row chunks): the logits function it calls returns a
@@ -66,7 +66,7 @@ from __future__ import annotations
 
 from sm12x.frontends.sglang import wrappers as sglang_wrappers
 from sm12x.frontends.vllm import wrappers as vllm_wrappers
-from sm12x.patches import Patch
+from sm12x.patches import Layer, Patch
 
 _VLLM_FUSED = "vllm.model_executor.kernels.attention.dsa.fused_mqa_topk"
 _VLLM_INDEXER = "vllm.model_executor.layers.sparse_attn_indexer"
@@ -85,15 +85,24 @@ _UPSTREAM_COMPRESSED = ("vllm 0.33.0 / 0.34.0 model_executor/layers/sparse_attn_
 _UPSTREAM_PREFILL = ("vllm 0.22.1-0.32.0 model_executor/layers/sparse_attn_indexer.py (prefill chunks: "
                      "fp8_fp4_mqa_logits then ops.top_k_per_row_prefill)")
 
+# when the vLLM records retire: vLLM's own fused seam serving SM12x makes the fused ones unnecessary,
+# and with it the dense path's (vLLM then sends every eligible layer there)
+_RETIRE_VLLM_FUSED = ("vLLM's fused_mqa_topk seam (its fused MQA logits -> top-k op) is built for and admits the "
+                      "SM12x family")
+_RETIRE_VLLM_DENSE = ("vLLM's sparse indexer ranks keys without materialising [rows, keys] logits on SM12x (its "
+                      "fused_mqa_topk seam admitting the SM12x family for every layer it serves)")
+
+
 def _vllm_fused(name, make, why, consumers=_FUSED_USERS):
     return Patch(name=f"vllm.fused_mqa_topk.{name}", target=f"{_VLLM_FUSED}:{name}", make=make, why=why,
-                 upstream=_UPSTREAM_034, library="vllm", versions=">=0.34.0,<0.35", consumers=consumers)
+                 upstream=_UPSTREAM_034, library="vllm", versions=">=0.34.0,<0.35", consumers=consumers,
+                 retire_when=_RETIRE_VLLM_FUSED)
 
 
 def _vllm_indexer(name, make, why, upstream, versions):
     """A record for one of the names ``sparse_attn_indexer`` binds (a decode or prefill pair)."""
     return Patch(name=f"vllm.sparse_attn_indexer.{name}", target=f"{_VLLM_INDEXER}:{name}", make=make, why=why,
-                 upstream=upstream, library="vllm", versions=versions)
+                 upstream=upstream, library="vllm", versions=versions, retire_when=_RETIRE_VLLM_DENSE)
 
 
 def _vllm_radix(op, versions, why):
@@ -102,7 +111,7 @@ def _vllm_radix(op, versions, why):
     ``torch``."""
     return Patch(name=f"vllm.sparse_attn_indexer.{op}", target=f"{_VLLM_INDEXER}:torch.ops._C.{op}",
                  make=vllm_wrappers.make_radix_topk, why=why, upstream=_UPSTREAM_RADIX.format(op=op),
-                 library="vllm", versions=versions)
+                 library="vllm", versions=versions, retire_when=_RETIRE_VLLM_DENSE)
 
 
 VLLM_PATCHES = (
@@ -156,7 +165,7 @@ VLLM_PATCHES = (
               "cache) materialises DeepGEMM's compressed [rows, max_seqlen_k] logits, upcast to float32, only "
               "for top_k_per_row_prefill; they come back as a placeholder for the fused top-k (real logits "
               "under DCP, with v4.1 candidate blocks, for BF16 / SM100 MX inputs)",
-          upstream=_UPSTREAM_COMPRESSED, library="vllm", versions=">=0.33.0,<0.35"),
+          upstream=_UPSTREAM_COMPRESSED, library="vllm", versions=">=0.33.0,<0.35", retire_when=_RETIRE_VLLM_DENSE),
     _vllm_indexer("ops", vllm_wrappers.make_indexer_ops,
                   "the indexer's ops.top_k_per_row_prefill and ops.top_k_per_row_decode run the fused top-k "
                   "for the placeholder logits of its fp8_fp4_mqa_logits / fp8_fp4_paged_mqa_logits records "
@@ -172,64 +181,61 @@ _SGLANG_WHY = ("SGLang's DeepSeek-V4 non-paged prefill indexer (one request's ex
                "plan has no logits budget (8 GiB for an 8K-token chunk at a 1M-token prompt)")
 
 
-def _sglang(name, target, make, why, versions):
+def _sglang(name, target, make, why, versions, notes=""):
     return Patch(name=f"sglang.dsv4.indexer.{name}", target=f"{sglang_wrappers.DSV4_INDEXER}:{target}",
-                 make=make, why=why, upstream=_SGLANG_UPSTREAM, library="sglang", versions=versions)
+                 make=make, why=why, upstream=_SGLANG_UPSTREAM, library="sglang", versions=versions,
+                 retire_when=_RETIRE_SGLANG_DSV4, notes=notes)
 
 
-_PAGED_WHY = ("SGLang 0.5.20-0.5.23 on SM120 runs the DeepSeek-V4 paged indexer through {what} by default (its "
-                  "model hook sets SGLANG_OPT_USE_TILELANG_INDEXER and SGLANG_FP8_PAGED_MQA_LOGITS_TORCH, which also "
-                  "drops the indexer metadata's row chunking): [rows, max_compressed_seq_len] float32 logits for "
-                  "every query row of a batch at once (8 GiB for an 8K-token chunk at a 1M-token prompt); called "
-                  "from forward_c4_indexer the logits come back as a placeholder for the fused top-k, elsewhere "
-                  "as the DeepGEMM record's real logits (this record takes that record's target, applied first)")
-SGLANG_PAGED_PATCHES = tuple(
-    Patch(name=f"sglang.dsv4.paged_indexer.{name}", target=target, make=sglang_wrappers.make_paged_logits,
-          why=_PAGED_WHY.format(what=what),
-          upstream=("sglang 0.5.20-0.5.23 srt/layers/attention/dsv4/indexer.py (forward_c4_indexer: "
-                    "run_paged_indexer); dsv4/metadata.py (PagedIndexerMetadata); arg_groups/model_hook.py (SM120)"),
-          library="sglang", versions=">=0.5.20,<0.5.24", consumers=consumers)
-    for name, target, what, consumers in (
-        # 0.5.20-0.5.22: the deprecated nsa shim star-imports the TileLang module
-        ("tilelang", "sglang.kernels.ops.attention.dsa.tilelang_kernel:tilelang_fp8_paged_mqa_logits",
-         "the TileLang kernel", ("sglang.srt.layers.attention.nsa.tilelang_kernel",)),
-        ("torch_sm120", f"{sglang_wrappers.DSV4_INDEXER}:fp8_paged_mqa_logits_torch_sm120",
-         "the torch SM120 logits when TileLang is turned off", ()),
-        ("torch", f"{sglang_wrappers.DSV4_INDEXER}:fp8_paged_mqa_logits_torch",
-         "the generic torch logits (SM120 detection off)", ()))
-)
+_PAGED_WHY = ("SGLang 0.5.20-0.5.23 on SM120 runs the DeepSeek-V4 paged indexer through {what} by default: "
+              "[rows, max_compressed_seq_len] float32 logits for every query row of a batch at once (8 GiB for an "
+              "8K-token chunk at a 1M-token prompt); called from forward_c4_indexer the logits come back as a "
+              "placeholder for the fused top-k, elsewhere as the real logits of the record below")
+_PAGED_NOTES = ("SGLang's SM120 model hook sets SGLANG_OPT_USE_TILELANG_INDEXER and SGLANG_FP8_PAGED_MQA_LOGITS_TORCH, "
+                "which also drops the indexer metadata's row chunking")
+_PAGED_UPSTREAM = ("sglang 0.5.20-0.5.23 srt/layers/attention/dsv4/indexer.py (forward_c4_indexer: run_paged_indexer); "
+                   "dsv4/metadata.py (PagedIndexerMetadata); arg_groups/model_hook.py (SM120)")
+_RETIRE_SGLANG_DSV4 = ("SGLang's DeepSeek-V4 indexer ranks its keys on SM120 without materialising the [rows, keys] "
+                       "logits (a fused logits -> top-k of its own on that path)")
 
-SGLANG_PAGED_PATCHES += (
-    Patch(name="sglang.dsv4.paged_indexer.deep_gemm", target="deep_gemm:fp8_paged_mqa_logits",
-          make=sglang_wrappers.make_deep_gemm_paged_logits,
-          why=("SGLang 0.5.20-0.5.23's DeepSeek-V4 paged indexer with the TileLang and torch logits turned off "
-               "(SGLANG_OPT_USE_TILELANG_INDEXER=0, SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=0) imports DeepGEMM's "
-               "fp8_paged_mqa_logits at call time and materialises [rows, max_compressed_seq_len] float32 logits "
-               "per row chunk of the logits budget (its metadata's chunks) for one top-k transform; called from "
-               "run_paged_indexer with FP8 queries while the transforms are ours, the logits come back as a "
-               "placeholder for the fused top-k; every other caller (SGLang's DSA indexers, vLLM) gets the "
-               "DeepGEMM record's replacement (this record takes that record's target, applied first, and "
-               "rebinds the copies it lists). The range is sgl-deep-gemm's, the releases SGLang 0.5.15-"
-               "0.5.23 pin; SGLang's own range comes from the transform records, without which every call "
-               "gets real logits"),
-          upstream=("sglang 0.5.20-0.5.23 srt/layers/attention/dsv4/indexer.py (forward_c4_indexer: "
-                    "`from deep_gemm import fp8_paged_mqa_logits as fn`, run_paged_indexer); dsv4/metadata.py "
-                    "(PagedIndexerMetadata row chunks); sgl-deep-gemm 0.1.4-0.2.3.post2 deep_gemm/__init__.py "
-                    "(0.2.5 has only fp8_fp4_paged_mqa_logits)"),
-          library="deep_gemm", versions=">=0.1.4,<0.2.4",
-          consumers=("vllm.utils.deep_gemm", "vllm.foundation.utilities.deep_gemm")),  # the DeepGEMM record's
-)
+# Layers the DeepGEMM-route records of :mod:`sm12x.patches.deep_gemm` stack on their replacement
+# (sm12x's paged logits): for SGLang's DeepSeek-V4 paged indexer, a placeholder instead of logits.
+PAGED_LAYERS = {
+    name: Layer(name=f"sglang.dsv4.paged_indexer.{name}", make=sglang_wrappers.make_paged_logits,
+                why=_PAGED_WHY.format(what=what), upstream=_PAGED_UPSTREAM, library="sglang",
+                versions=">=0.5.20,<0.5.24", retire_when=_RETIRE_SGLANG_DSV4, notes=_PAGED_NOTES)
+    for name, what in (("tilelang", "the TileLang kernel"),
+                       ("torch_sm120", "the torch SM120 logits when TileLang is turned off"),
+                       ("torch", "the generic torch logits (SM120 detection off)"))
+}
+PAGED_LAYERS["deep_gemm"] = Layer(
+    name="sglang.dsv4.paged_indexer.deep_gemm", make=sglang_wrappers.make_deep_gemm_paged_logits,
+    why=("SGLang 0.5.20-0.5.23's DeepSeek-V4 paged indexer with the TileLang and torch logits turned off imports "
+         "DeepGEMM's fp8_paged_mqa_logits at call time and materialises [rows, max_compressed_seq_len] float32 "
+         "logits per row chunk for one top-k transform; called from run_paged_indexer with FP8 queries while the "
+         "transforms are ours, the logits come back as a placeholder for the fused top-k, every other caller "
+         "gets the real logits of the record below"),
+    upstream=("sglang 0.5.20-0.5.23 srt/layers/attention/dsv4/indexer.py (forward_c4_indexer: "
+              "`from deep_gemm import fp8_paged_mqa_logits as fn`, run_paged_indexer); dsv4/metadata.py "
+              "(PagedIndexerMetadata row chunks); sgl-deep-gemm 0.1.4-0.2.3.post2 deep_gemm/__init__.py "
+              "(0.2.5 has only fp8_fp4_paged_mqa_logits)"),
+    library="deep_gemm", versions=">=0.1.4,<0.2.4", retire_when=_RETIRE_SGLANG_DSV4,
+    notes=("turned off by SGLANG_OPT_USE_TILELANG_INDEXER=0 and SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=0; the range is "
+           "sgl-deep-gemm's, the releases SGLang 0.5.15-0.5.23 pin; SGLang's own range comes from the transform "
+           "records, without which every call gets real logits"))
 
-SGLANG_PATCHES = SGLANG_PAGED_PATCHES + (
+SGLANG_PATCHES = (
     _sglang("nonpaged_mqa_logits", "C4IndexerBackendMixin._nonpaged_mqa_logits",
             sglang_wrappers.make_nonpaged_mqa_logits,
             f"{_SGLANG_WHY}; the logits come back as a placeholder for the fused top-k (the "
             f"original's logits unless every transform below is applied)", ">=0.5.21,<0.5.24"),
 ) + tuple(
     _sglang(name, name, make,
-            f"{when} receives the non-paged indexer's logits; for the placeholder it writes the fused "
-            f"top-k as page slots, as SGLang's transforms do ({_SGLANG_WHY}; from 0.5.20 the paged records' "
-            f"placeholders too)", ">=0.5.20,<0.5.24")
+            f"{when} receives the non-paged indexer's logits ([rows, max_seqlen_k] float32, 8 GiB for an "
+            f"8K-token chunk at a 1M-token prompt); for the placeholder it writes the fused top-k as page "
+            f"slots, as SGLang's transforms do", ">=0.5.20,<0.5.24",
+            notes="from 0.5.20 the paged layers' placeholders too; the non-paged prefill indexer is one "
+                  "request's extend, on by default, with no row cap when the plan has no logits budget")
     for name, make, when in (
         ("topk_transform_paged", sglang_wrappers.make_topk_transform,
          "the sgl-kernel transform (dsa_topk_backend sgl-kernel, SGLANG_OPT_USE_TOPK_V2 off)"),
@@ -243,6 +249,8 @@ SGLANG_PATCHES = SGLANG_PAGED_PATCHES + (
          "FlashInfer's top-k with SGLang's page mapping (dsa_topk_backend flashinfer, unfused)"))
 )
 
+_RETIRE_SGLANG_DSA = ("SGLang's DSA indexer ranks its keys on SM120 without materialising the [rows, keys] logits "
+                      "(a fused logits -> top-k of its own on the ragged and paged paths)")
 _DSA_UPSTREAM = ("sglang 0.5.22-0.5.23 srt/layers/attention/dsa/dsa_indexer.py (DSAIndexer._get_topk_ragged); "
                  "dsa/dsa_topk_backend.py (DSATopKBackend.topk_transform); mqa_logits_utils.py (the logits budget)")
 _DSA_WHY = ("SGLang's DSA indexer (DeepSeek-V3.2, GLM-5) ragged prefill materialises [rows, keys] float32 logits "
@@ -259,9 +267,10 @@ SGLANG_DSA_PATCHES = (
           target=f"{sglang_wrappers.DSA_INDEXER}:resolve_fp8_mqa_logits_fn",
           make=sglang_wrappers.make_resolve_fp8_mqa_logits_fn,
           why=f"{_DSA_WHY}; the logits function it resolves returns a placeholder for the fused top-k when "
-              f"_get_topk_ragged calls it with FP8 queries sm12x serves and only a top-k sm12x writes reads them "
-              f"(the original's logits for FlashInfer's PAGED transform, init / local token marks, other callers)",
-          upstream=_DSA_UPSTREAM, library="sglang", versions=">=0.5.22,<0.5.24",
+              f"only a top-k sm12x writes reads them",
+          notes="a placeholder for _get_topk_ragged's calls with FP8 queries sm12x serves only; the original's "
+                "logits for FlashInfer's PAGED transform, init / local token marks and other callers",
+          upstream=_DSA_UPSTREAM, library="sglang", versions=">=0.5.22,<0.5.24", retire_when=_RETIRE_SGLANG_DSA,
           # the deprecated nsa shim star-imports the module (its copy is not what _get_topk_ragged calls)
           consumers=("sglang.srt.layers.attention.nsa.nsa_indexer",)),
     Patch(name="sglang.dsa.ragged_indexer.deep_gemm", target=f"{sglang_wrappers.DSA_INDEXER}:deep_gemm",
@@ -269,17 +278,17 @@ SGLANG_DSA_PATCHES = (
           why=f"{_DSA_WHY_OLD}; the indexer module's deep_gemm (every attribute DeepGEMM's own) answers "
               f"_get_topk_ragged's fp8_mqa_logits calls with a placeholder for the fused top-k under the same "
               f"conditions as 0.5.22-0.5.23's resolve_fp8_mqa_logits_fn record",
-          upstream=_DSA_UPSTREAM_OLD, library="sglang", versions=">=0.5.15,<0.5.22",
+          upstream=_DSA_UPSTREAM_OLD, library="sglang", versions=">=0.5.15,<0.5.22", retire_when=_RETIRE_SGLANG_DSA,
           consumers=("sglang.srt.layers.attention.nsa.nsa_indexer",)),  # the nsa shim's star-import copy
     Patch(name="sglang.dsa.ragged_indexer.topk_transform",
           target=f"{sglang_wrappers.DSA_TOPK}:DSATopKBackend.topk_transform",
           make=sglang_wrappers.make_dsa_topk_transform,
-          why=f"{_DSA_WHY}; every DSA top-k goes through this method: for the placeholder it writes the fused "
-              f"top-k as sgl-kernel's transforms do: row-local (unfused), plus topk_indices_offset (RAGGED) or "
-              f"as page slots of the row's request (PAGED, SM120's default prefill transform); SGLang's "
-              f"backends for real logits",
+          why=f"{_DSA_WHY}; every DSA top-k goes through this method, which for the placeholder writes the "
+              f"fused top-k as sgl-kernel's transforms do (SGLang's backends for real logits)",
+          notes="row-local (unfused), plus topk_indices_offset (RAGGED) or as page slots of the row's request "
+                "(PAGED, SM120's default prefill transform)",
           upstream=_DSA_UPSTREAM + "; 0.5.15-0.5.21 the same method", library="sglang",
-          versions=">=0.5.15,<0.5.24"),
+          versions=">=0.5.15,<0.5.24", retire_when=_RETIRE_SGLANG_DSA),
 )
 
 _DSA_PAGED_UPSTREAM = ("sglang 0.5.15-0.5.23 srt/layers/attention/dsa/dsa_indexer.py (DSAIndexer._get_topk_paged: "
@@ -287,16 +296,17 @@ _DSA_PAGED_UPSTREAM = ("sglang 0.5.15-0.5.23 srt/layers/attention/dsa/dsa_indexe
                        "kernels/ops/attention/dsa/paged_mqa_logits.py "
                        "(0.5.15-0.5.16: jit_kernel/dsa/paged_mqa_logits.py)")
 _DSA_PAGED_WHY = ("SGLang's DSA indexer (DeepSeek-V3.2, GLM-5) decode, MTP verify and draft extend "
-                  "(_get_topk_paged) materialise [rows, max_seq_len] float32 logits through DeepGEMM's paged "
-                  "logits, max_seq_len being the page table's width (the context limit under CUDA graphs: 4 MiB "
-                  "a row at 1M tokens, 1 GiB for a 256-row verify batch) only for the DSA top-k; {how}. The "
-                  "logits come back as a placeholder for the fused paged top-k when only a top-k sm12x writes "
-                  "reads them (DSATopKBackend.topk_transform applied; no init / local token marks; not "
-                  "FlashInfer with a tie-break set, not the fused torch backend), SGLang's logits otherwise")
+                  "(_get_topk_paged) materialise [rows, max_seq_len] float32 logits through {name} only for the "
+                  "DSA top-k (4 MiB a row at 1M tokens, 1 GiB for a 256-row verify batch); they come back as a "
+                  "placeholder for the fused paged top-k when only a top-k sm12x writes reads them")
+_DSA_PAGED_NOTES = ("{how}; max_seq_len is the page table's width (the context limit under CUDA graphs); the "
+                    "placeholder needs DSATopKBackend.topk_transform applied, no init / local token marks, not "
+                    "FlashInfer with a tie-break set, not the fused torch backend (SGLang's logits otherwise)")
 SGLANG_DSA_PAGED_PATCHES = tuple(
     Patch(name=f"sglang.dsa.paged_indexer.{name}", target=f"{sglang_wrappers.DSA_INDEXER}:{name}", make=make,
-          why=_DSA_PAGED_WHY.format(how=how), upstream=_DSA_PAGED_UPSTREAM, library="sglang",
-          versions=">=0.5.15,<0.5.24",
+          why=_DSA_PAGED_WHY.format(name=name), notes=_DSA_PAGED_NOTES.format(how=how),
+          upstream=_DSA_PAGED_UPSTREAM, library="sglang",
+          versions=">=0.5.15,<0.5.24", retire_when=_RETIRE_SGLANG_DSA,
           consumers=("sglang.srt.layers.attention.nsa.nsa_indexer",))  # the nsa shim's star-import copy
     for name, make, how in (
         ("deepgemm_paged_mqa_logits_split", sglang_wrappers.make_dsa_paged_logits_split,

@@ -64,7 +64,9 @@ PATCHES = (
                    "(HybridFp8NvFp4Config.get_quant_method: 'Fall back to MXFP4 for MTP MoE layers'); "
                    + _TRTLLM.format(v="0.5.15-0.5.23")
                    + "; dgxarley: 'nextn draft MoE hard-codes an SM100 trtllm kernel'",
-          library="sglang", versions=">=0.5.15,<0.5.24"),
+          library="sglang", versions=">=0.5.15,<0.5.24",
+          retire_when="SGLang's NVFP4 draft-layer fallback honours --speculative-moe-runner-backend or picks an "
+                      "MXFP4 MoE method that runs on SM12x"),
     Patch(name="sglang.moe.Fp8Config.get_quant_method",
           target="sglang.srt.layers.quantization.fp8:Fp8Config.get_quant_method",
           make=moe.make_fp8_get_quant_method,
@@ -92,5 +94,7 @@ PATCHES = (
                    "fused_moe_triton/layer.py _fuses_routed_scaling_factor_in_topk (not with Marlin); "
                    "modelopt_quant.py ModelOptNvFp4FusedMoEMethod (marlin fallback), moe_runner/marlin.py "
                    "(clamp_limit = gemm1_clamp_limit or swiglu_limit)",
-          library="sglang", versions=">=0.5.17,<0.5.24", consumers=("sglang.srt.arg_groups.moe_hook",)),
+          library="sglang", versions=">=0.5.17,<0.5.24", consumers=("sglang.srt.arg_groups.moe_hook",),
+          retire_when="SGLang's DeepSeek-V4 NVFP4 override keeps --moe-runner-backend auto off SM100-only "
+                      "kernels on SM12x (or FlashInfer's TRT-LLM routed MoE gets an SM120 build)"),
 )

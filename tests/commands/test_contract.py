@@ -100,6 +100,7 @@ def make_module_view(original):
 
 
 def record(name, target, make=make_explicit, versions=">=0.30,<0.31", library="vllm", **kw):
+    kw.setdefault("retire_when", "test")
     return Patch(name=name, target=target, make=make, why="test", upstream="test", library=library,
                  versions=versions, **kw)
 
@@ -224,8 +225,8 @@ def test_deep_gemm_front_end_renames_by_position_and_refuses_unknown_defaults(tm
         (root / "deep_gemm" / "__init__.py").write_text(f"def fp8_mqa_logits({signature}):\n    pass\n")
         (root / "sgl_deep_gemm-0.1.4.dist-info").mkdir()
         (root / "sgl_deep_gemm-0.1.4.dist-info" / "METADATA").write_text("Name: sgl-deep-gemm\nVersion: 0.1.4\n")
-        p = Patch(name="dg", target="deep_gemm:fp8_mqa_logits", make=wrappers.make_fp8_mqa_logits, why="t",
-                  upstream="t", library="deep_gemm", versions="<0.2")
+        p = Patch(name="dg", target="deep_gemm:fp8_mqa_logits", make=wrappers.FACTORIES["fp8_mqa_logits"], why="t",
+                  upstream="t", library="deep_gemm", versions="<0.2", retire_when="t")
         return contract.check_release(str(root), [p])["patches"][0]
 
     good = deep_gemm("q, kv, weights, ks, ke, clean_logits=False, max_seqlen_k=0")

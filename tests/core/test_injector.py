@@ -64,7 +64,8 @@ STANDIN = {
         def make_broken(original):
             raise RuntimeError("factory exploded")
 
-        T = dict(why="test", upstream="test", library="flash_mla", versions="*", versions_note="test")
+        T = dict(why="test", upstream="test", library="flash_mla", versions="*", versions_note="test",
+                 retire_when="test")
         PATCHES = [
             Patch(name="t.decode", target="flash_mla.flash_mla_interface:flash_mla_with_kvcache",
                   make="standin_patches:make", **T,
@@ -77,10 +78,10 @@ STANDIN = {
                              make="standin_patches:make", **T),
             "old_range": Patch(name="t.range", target="flash_mla.flash_mla_interface:get_mla_metadata",
                                make="standin_patches:make", why="test", upstream="test",
-                               library="flash_mla", versions="<1.0"),
+                               library="flash_mla", versions="<1.0", retire_when="test"),
             "in_range": Patch(name="t.range", target="flash_mla.flash_mla_interface:get_mla_metadata",
                               make="standin_patches:make", why="test", upstream="test",
-                              library="flash_mla", versions=">=1.2,<1.3"),
+                              library="flash_mla", versions=">=1.2,<1.3", retire_when="test"),
             "retired": Patch(name="t.range", target="flash_mla.flash_mla_interface:get_mla_metadata",
                              make="standin_patches:make", why="test", upstream="test",
                              library="flash_mla", versions=">=1.0,<2", fixed_in="1.2"),
@@ -348,7 +349,8 @@ def test_torch_compile_traces_the_replacement(standin):
                 return x * 3
             return scale
         P = Patch(name="t.scale", target="flash_mla.scaler:scale", make="scale_patch:make",
-                  why="test", upstream="test", library="flash_mla", versions="*", versions_note="test")
+                  why="test", upstream="test", library="flash_mla", versions="*", versions_note="test",
+                  retire_when="test")
     """))
     proc = run_py("""
 import json, scale_patch, sm12x.apply
@@ -381,7 +383,7 @@ main(["status", "--json", "--apply"])
     assert states["t.missing"][0] == "skipped"
     for p in data["patches"]:
         assert set(p) == {"name", "target", "state", "reason", "library", "versions", "fixed_in",
-                          "upstream", "why"}
+                          "retire_when", "upstream", "why", "layer_of"}
         assert p["state"] in {"would-apply", "applied", "skipped", "retired", "failed"}
     assert data["bootstrap"]["active"] is True
 

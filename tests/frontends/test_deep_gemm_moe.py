@@ -140,6 +140,9 @@ def test_shim_carries_the_grouped_names():
     import importlib
 
     shims = importlib.import_module("sm12x.shims")
-    assert "sm12x.frontends.deep_gemm.moe" in shims.SHIMS["deep_gemm"]
+    manifest = importlib.import_module("sm12x.kernels.manifest")
+    assert "deep_gemm" in shims.SHIMS
+    assert manifest.library_functions("deep_gemm")["m_grouped_fp8_fp4_gemm_nt_contiguous"] == \
+        "sm12x.frontends.deep_gemm.moe:m_grouped_fp8_fp4_gemm_nt_contiguous"
     assert "m_grouped_fp8_fp4_gemm_nt_contiguous" in api.NAMES
     assert sys.modules["sm12x.frontends.deep_gemm.moe"] is api

@@ -302,3 +302,33 @@ def test_metadata_is_the_originals_where_it_runs(monkeypatch, arch):
     for make in (make_get_mla_metadata, make_get_mla_decoding_metadata):
         got = make(tensor_api)(lens, 1, 1, 16)
         assert (got[0] == "original schedule") == native, (make.__name__, arch)
+
+
+def test_one_validation_per_call(monkeypatch):
+    """A patched call is checked once: the wrapper decides sparse FP8 (no second routing check in
+    the API) and the kernel launcher validates the tensors (the API does not validate first)."""
+    from sm12x.frontends.flash_mla import convention, wrappers
+    from sm12x.kernels.sparse_mla import decode
+
+    seen = {"validate": 0, "wants": 0}
+    validate, wants = decode.validate, convention.wants_sparse_fp8
+
+    def counting_validate(*args, **kwargs):
+        seen["validate"] += 1
+        return validate(*args, **kwargs)
+
+    def counting_wants(*args, **kwargs):
+        seen["wants"] += 1
+        return wants(*args, **kwargs)
+
+    monkeypatch.setattr(decode, "validate", counting_validate)
+    monkeypatch.setattr(convention, "wants_sparse_fp8", counting_wants)
+    monkeypatch.setattr(api, "wants_sparse_fp8", counting_wants)
+
+    def original(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata, num_splits=None,
+                 softmax_scale=None, causal=False, is_fp8_kvcache=False, indices=None):
+        raise AssertionError("the sparse FP8 call went to the original")
+
+    q, cache, kw = inputs()
+    out, _ = wrappers.make_flash_mla_with_kvcache(original)(q, cache, None, None, 512, None, **kw)
+    assert seen == {"validate": 1, "wants": 1} and out.shape == (2, 1, 16, 512)

@@ -416,7 +416,8 @@ def test_compare_counts_ties_at_the_kth_score_and_nothing_else(prove, monkeypatc
     inputs = _inputs(prove, keys)
     scores = torch.arange(3 * keys, dtype=torch.float32).reshape(3, keys)  # key j of a row scores j + offset
     scores[2, 0] = scores[2, keys - topk]  # row 2: key 0 ties with the row's k-th best key
-    monkeypatch.setattr(prove, "reference_scores", lambda kind, inputs_, keys_, k, rows: scores[rows])
+    # compare reads the reference scores from its own module, prove_1m.run
+    monkeypatch.setattr(prove.run, "reference_scores", lambda kind, inputs_, keys_, k, rows: scores[rows])
     want = torch.arange(keys - topk, keys, dtype=torch.int32).repeat(3, 1)
     got = want.clone()
     got[1, 0] = keys - topk - 1  # the (k+1)-th key instead of the k-th: a lower score

@@ -32,22 +32,16 @@ from __future__ import annotations
 import torch
 
 from sm12x.frontends.deep_gemm.indexer import get_num_sms, set_num_sms  # noqa: F401 (re-exported helpers)
+from sm12x.kernels import manifest
 from sm12x.kernels.common.checks import bad, require, unsupported
 from sm12x.kernels.gemm import scales as _scales
 from sm12x.kernels.gemm.fp8_einsum import fp8_einsum as _fp8_einsum
 from sm12x.kernels.gemm.fp8_gemm import fp8_gemm as _fp8_gemm
 from sm12x.kernels.gemm.hc_prenorm_gemm import hc_prenorm_gemm as _hc_prenorm_gemm
 
-NAMES = (
-    "fp8_gemm_nt", "fp8_gemm_nn", "fp8_gemm_tn", "fp8_gemm_tt",
-    "fp8_fp4_gemm_nt", "fp8_fp4_gemm_nn", "fp8_fp4_gemm_tn", "fp8_fp4_gemm_tt",
-    "fp8_einsum", "einsum", "tf32_hc_prenorm_gemm", "transform_sf_into_required_layout",
-)
-HELPER_NAMES = (
-    "get_mn_major_tma_aligned_tensor", "get_col_major_tma_aligned_tensor",
-    "get_mn_major_tma_aligned_packed_ue8m0_tensor", "get_tma_aligned_size", "ceil_to_ue8m0",
-    "pack_ue8m0_to_int", "ceil_div", "align", "get_num_sms", "set_num_sms",
-)
+# what this module implements, as the manifest declares it
+NAMES = manifest.names_in(__name__)
+HELPER_NAMES = manifest.names_in(__name__, helper=True)
 
 ceil_div = _scales.ceil_div
 align = _scales.align
@@ -152,12 +146,13 @@ def _grans(op, recipe, recipe_a, recipe_b):
     return tuple(recipe_a), tuple(recipe_b)
 
 
-def _scale_grans(sf, gran):
-    """(gran_mn, gran_k) to read ``sf`` with: the recipe's gran_k, and the MN granularity read from
-    the scale shape (rows == MN: per row; ceil(MN/128): per 128-row block). DeepGEMM's own
-    callers pass a recipe whose MN granularity is not the stored one: packed UE8M0 scales are per
-    row whatever the recipe (DeepGEMM broadcasts 128-row blocks before packing), and vLLM 0.22.1
-    passes its weight's 128x128 float32 scales with recipe (1, 1, 128)."""
+def _mn_from_shape(gran):
+    """(gran_mn, gran_k) for the kernel: the recipe's gran_k, and None for gran_mn, which the
+    kernel then reads from the scale tensor's shape (rows == MN: per row; ceil(MN/128): per
+    128-row block). The recipe's MN granularity is not trusted: DeepGEMM's own callers pass one
+    that is not the stored one (packed UE8M0 scales are per row whatever the recipe, as DeepGEMM
+    broadcasts 128-row blocks before packing; vLLM 0.22.1 passes its weight's 128x128 float32
+    scales with recipe (1, 1, 128))."""
     return None, gran[1]
 
 
@@ -171,31 +166,40 @@ def _gemm(op, a, b, d, c, recipe, recipe_a, recipe_b, transpose_a, transpose_b):
         require(isinstance(bv, torch.Tensor) and bv.dim() == 2, op, "b", type(bv).__name__, "a 2-dim [K, N] tensor")
         bv, sfb = bv.T, (sfb.T if isinstance(sfb, torch.Tensor) and sfb.dim() == 2 else sfb)
     gran_a, gran_b = _grans(op, recipe, recipe_a, recipe_b)
-    _fp8_gemm(av, sfa, bv, sfb, d, c, gran_a=_scale_grans(sfa, gran_a), gran_b=_scale_grans(sfb, gran_b), op=op)
+    _fp8_gemm(av, sfa, bv, sfb, d, c, gran_a=_mn_from_shape(gran_a), gran_b=_mn_from_shape(gran_b), op=op)
     return None
 
 
-def _layout(name, transpose_a, transpose_b, dims, doc):
-    """DeepGEMM's ``name``: the GEMM with A and / or B given transposed (``dims``: its
-    ``compiled_dims`` default)."""
-    def gemm(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None, compiled_dims=dims,
-             disable_ue8m0_cast=False, **kwargs):
-        _reject_unknown(name, kwargs)
-        return _gemm(name, a, b, d, c, recipe, recipe_a, recipe_b, transpose_a, transpose_b)
-
-    gemm.__name__ = gemm.__qualname__ = name
-    gemm.__doc__ = doc
-    return gemm
+# The four layouts. ``compiled_dims`` (DeepGEMM's JIT specialisation; defaults as DeepGEMM's) and
+# ``disable_ue8m0_cast`` (float32 scales are always applied exactly) change nothing here.
 
 
-fp8_gemm_nt = _layout("fp8_gemm_nt", False, False, "nk",
-                      "D = C + A @ B^T: a = (A [M, K] e4m3, sfa), b = (B [N, K] e4m3, sfb); d [M, N] in place.")
-fp8_gemm_nn = _layout("fp8_gemm_nn", False, True, "nk",
-                      "D = C + A @ B: a = (A [M, K], sfa), b = (B [K, N], sfb given transposed like B).")
-fp8_gemm_tn = _layout("fp8_gemm_tn", True, True, "mn",
-                      "D = C + A^T @ B: a = (A [K, M], sfa transposed like A), b = (B [K, N], sfb likewise).")
-fp8_gemm_tt = _layout("fp8_gemm_tt", True, False, "mn",
-                      "D = C + A^T @ B^T: a = (A [K, M], sfa transposed like A), b = (B [N, K], sfb).")
+def fp8_gemm_nt(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None, compiled_dims="nk",
+                disable_ue8m0_cast=False, **kwargs):
+    """D = C + A @ B^T: a = (A [M, K] e4m3, sfa), b = (B [N, K] e4m3, sfb); d [M, N] in place."""
+    _reject_unknown("fp8_gemm_nt", kwargs)
+    return _gemm("fp8_gemm_nt", a, b, d, c, recipe, recipe_a, recipe_b, False, False)
+
+
+def fp8_gemm_nn(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None, compiled_dims="nk",
+                disable_ue8m0_cast=False, **kwargs):
+    """D = C + A @ B: a = (A [M, K], sfa), b = (B [K, N], sfb given transposed like B)."""
+    _reject_unknown("fp8_gemm_nn", kwargs)
+    return _gemm("fp8_gemm_nn", a, b, d, c, recipe, recipe_a, recipe_b, False, True)
+
+
+def fp8_gemm_tn(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None, compiled_dims="mn",
+                disable_ue8m0_cast=False, **kwargs):
+    """D = C + A^T @ B: a = (A [K, M], sfa transposed like A), b = (B [K, N], sfb likewise)."""
+    _reject_unknown("fp8_gemm_tn", kwargs)
+    return _gemm("fp8_gemm_tn", a, b, d, c, recipe, recipe_a, recipe_b, True, True)
+
+
+def fp8_gemm_tt(a, b, d, c=None, recipe=None, recipe_a=None, recipe_b=None, compiled_dims="mn",
+                disable_ue8m0_cast=False, **kwargs):
+    """D = C + A^T @ B^T: a = (A [K, M], sfa transposed like A), b = (B [N, K], sfb)."""
+    _reject_unknown("fp8_gemm_tt", kwargs)
+    return _gemm("fp8_gemm_tt", a, b, d, c, recipe, recipe_a, recipe_b, True, False)
 
 
 # DeepGEMM 2.x names the same functions fp8_fp4_gemm_* (the FP4 operand forms are the MoE path's)
@@ -216,8 +220,8 @@ def fp8_einsum(expr, a, b, d, c=None, recipe=(1, 128, 128), **kwargs):
     av, sfa = _pair(op, "a", a)
     bv, sfb = _pair(op, "b", b)
     (ga_mn, ga_k), (gb_mn, gb_k) = _grans(op, recipe, None, None)
-    _fp8_einsum(expr, av, sfa, bv, sfb, d, c, gran_a=_scale_grans(sfa, (ga_mn, ga_k)),
-                gran_b=_scale_grans(sfb, (gb_mn, gb_k)), op=op)
+    _fp8_einsum(expr, av, sfa, bv, sfb, d, c, gran_a=_mn_from_shape((ga_mn, ga_k)),
+                gran_b=_mn_from_shape((gb_mn, gb_k)), op=op)
     return None
 
 

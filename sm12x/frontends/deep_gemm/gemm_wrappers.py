@@ -11,11 +11,10 @@ from __future__ import annotations
 import functools
 
 from sm12x.frontends.deep_gemm.wrappers import _by_name
+from sm12x.kernels import manifest
 
-NAMES = ("fp8_gemm_nt", "fp8_gemm_nn", "fp8_gemm_tn", "fp8_gemm_tt",
-         "fp8_fp4_gemm_nt", "fp8_fp4_gemm_nn", "fp8_fp4_gemm_tn", "fp8_fp4_gemm_tt",
-         "fp8_einsum", "einsum", "tf32_hc_prenorm_gemm", "transform_sf_into_required_layout",
-         "get_mn_major_tma_aligned_tensor", "get_col_major_tma_aligned_tensor")
+# the DeepGEMM names whose factory the manifest says this module makes
+NAMES = manifest.wrapped_in(__name__)
 
 
 def _gemm_api():
@@ -25,7 +24,9 @@ def _gemm_api():
     return gemm
 
 
-def _factory(name):
+def forwarder(name):
+    """The factory for DeepGEMM's dense function ``name``: a replacement that reads the call by
+    the original's signature and calls :mod:`sm12x.frontends.deep_gemm.gemm`'s ``name``."""
     def make(original):
         """The replacement reads each call as ``original`` names its parameters (defaults
         included) and calls ours by our names; an original without a Python signature takes
@@ -45,4 +46,5 @@ def _factory(name):
     return make
 
 
-FACTORIES = {name: _factory(name) for name in NAMES}
+# factory per name, ``make_<name>``: what the records install (``FACTORIES[name]``)
+FACTORIES = {name: forwarder(name) for name in NAMES}

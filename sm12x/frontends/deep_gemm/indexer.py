@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from sm12x.kernels import manifest
 from sm12x.kernels.common import configs
 from sm12x.kernels.common.checks import bad, require, require_dtype, require_shape, unsupported
 from sm12x.kernels.indexer.validation import (BLOCK_KVS, LOGITS_DTYPES,
@@ -27,14 +28,9 @@ from sm12x.kernels.indexer.mqa_logits import mqa_logits as _mqa_logits
 from sm12x.kernels.indexer.paged_mqa_logits import get_paged_mqa_logits_metadata as _metadata
 from sm12x.kernels.indexer.paged_mqa_logits import paged_mqa_logits as _paged_mqa_logits
 
-NAMES = (
-    "fp8_mqa_logits",
-    "fp8_fp4_mqa_logits",
-    "get_paged_mqa_logits_metadata",
-    "fp8_paged_mqa_logits",
-    "fp8_fp4_paged_mqa_logits",
-)
-HELPER_NAMES = ("get_num_sms", "set_num_sms")
+# what this module implements, as the manifest declares it
+NAMES = manifest.names_in(__name__)
+HELPER_NAMES = manifest.names_in(__name__, helper=True)
 
 _num_sms: int | None = None
 

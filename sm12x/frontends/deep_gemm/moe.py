@@ -21,23 +21,15 @@ import contextlib
 
 import torch
 
+from sm12x.kernels import manifest
 from sm12x.kernels.common.checks import require, require_dtype
 from sm12x.kernels.moe import operands as _operands
 from sm12x.kernels.moe.grouped_contiguous import grouped_contiguous as _contiguous
 from sm12x.kernels.moe.grouped_masked import grouped_masked as _masked
 
-NAMES = (
-    "m_grouped_fp8_fp4_gemm_nt_contiguous",
-    "m_grouped_fp8_gemm_nt_contiguous",
-    "m_grouped_fp8_fp4_gemm_nt_masked",
-    "m_grouped_fp8_gemm_nt_masked",
-    "fp8_m_grouped_gemm_nt_masked",
-)
-HELPER_NAMES = (
-    "get_mk_alignment_for_contiguous_layout",
-    "set_mk_alignment_for_contiguous_layout",
-    "get_theoretical_mk_alignment_for_contiguous_layout",
-)
+# what this module implements, as the manifest declares it
+NAMES = manifest.names_in(__name__)
+HELPER_NAMES = manifest.names_in(__name__, helper=True)
 
 
 def get_mk_alignment_for_contiguous_layout() -> int:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 import sys
 
+from sm12x.kernels import manifest
+
 
 def _moe_api():
     """The DeepGEMM-compatible grouped functions (imported on first patch: they need torch)."""
@@ -30,7 +32,13 @@ def _module_alignment(module_name: str):
     return int(value[0] if isinstance(value, (list, tuple)) else value)
 
 
-def contiguous_factory(module_name: str, name: str):
+def factory(module_name: str, name: str):
+    """The factory for ``module_name``'s grouped GEMM ``name`` (``make_<name>``): contiguous names
+    run under the caller's M alignment, masked ones as they come."""
+    return _contiguous_factory(module_name, name) if "contiguous" in name else _masked_factory(name)
+
+
+def _contiguous_factory(module_name: str, name: str):
     """The factory for ``module_name``'s contiguous grouped GEMM ``name``."""
     def make(original):
         """Calls ours with the caller's arguments, under the M alignment set on the caller's module."""
@@ -51,7 +59,7 @@ def contiguous_factory(module_name: str, name: str):
     return make
 
 
-def masked_factory(name: str):
+def _masked_factory(name: str):
     """The factory for a masked grouped GEMM ``name`` (no alignment involved)."""
     def make(original):
         """Calls ours with the caller's arguments."""
@@ -66,6 +74,9 @@ def masked_factory(name: str):
     make.__name__ = f"make_{name}"
     return make
 
+
+# factory per name for the ``deep_gemm`` module's grouped GEMMs, as the manifest lists them
+FACTORIES = {name: factory("deep_gemm", name) for name in manifest.wrapped_in(__name__)}
 
 VLLM_VENDORED = "vllm.third_party.deep_gemm"
 FP4_CONTIGUOUS = "m_grouped_fp8_fp4_gemm_nt_contiguous"

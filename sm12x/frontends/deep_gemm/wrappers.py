@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 
 from sm12x.frontends.signatures import signature_of, takes_args
+from sm12x.kernels import manifest
 
 
 def _indexer():
@@ -64,7 +65,8 @@ def _by_name(fn, ours, name):
     return read
 
 
-def _factory(name):
+def forwarder(name):
+    """The factory for DeepGEMM's indexer function ``name`` (see ``make`` below)."""
     def make(original):
         """The replacement reads a call's arguments as ``original`` names them. DeepGEMM 2.8 (vLLM
         0.33's vendored copy) dropped ``clean_logits`` and ``logits_dtype``: ``max_seqlen_k`` is
@@ -94,15 +96,9 @@ def _factory(name):
     return make
 
 
-make_fp8_mqa_logits = _factory("fp8_mqa_logits")
-make_fp8_fp4_mqa_logits = _factory("fp8_fp4_mqa_logits")
-make_get_paged_mqa_logits_metadata = _factory("get_paged_mqa_logits_metadata")
-make_fp8_paged_mqa_logits = _factory("fp8_paged_mqa_logits")
-make_fp8_fp4_paged_mqa_logits = _factory("fp8_fp4_paged_mqa_logits")
-FACTORIES = {"fp8_mqa_logits": make_fp8_mqa_logits, "fp8_fp4_mqa_logits": make_fp8_fp4_mqa_logits,
-             "get_paged_mqa_logits_metadata": make_get_paged_mqa_logits_metadata,
-             "fp8_paged_mqa_logits": make_fp8_paged_mqa_logits,
-             "fp8_fp4_paged_mqa_logits": make_fp8_fp4_paged_mqa_logits}
+# factory per name, ``make_<name>``, for the DeepGEMM names whose factory the manifest says this
+# module makes: what the records install (``FACTORIES[name]``)
+FACTORIES = {name: forwarder(name) for name in manifest.wrapped_in(__name__)}
 
 
 def make_sglang_paged_logits_torch(original):

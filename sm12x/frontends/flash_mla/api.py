@@ -18,7 +18,7 @@ import torch
 
 from sm12x.frontends.flash_mla.convention import wants_sparse_fp8
 from sm12x.kernels.common import checks, configs
-from sm12x.kernels.sparse_mla.decode import LOG2E, sparse_mla_decode, validate
+from sm12x.kernels.sparse_mla.decode import LOG2E, sparse_mla_decode
 from sm12x.kernels.sparse_mla.prefill import sparse_mla_prefill
 
 OP = "flash_mla_with_kvcache"
@@ -143,6 +143,26 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     given"; ``use_legacy`` picks its kernel set and is accepted either way (this kernel reads the
     V3.2 and V4 caches, its legacy side; a V4.1 cache is rejected by its size); ``kv_format``, a
     hint of the cache's format, must name the format of ``k_cache`` (``KV_FORMATS``)."""
+    if indices is None:
+        raise checks.unsupported(OP, "indices", None, "an int32 tensor (sm12x implements the sparse "
+                                 "FP8 decode path only; send dense calls to FlashMLA)")
+    if not wants_sparse_fp8(indices, is_fp8_kvcache):
+        raise checks.bad(OP, "is_fp8_kvcache", is_fp8_kvcache, "True (or None) when indices are given")
+    return sparse_fp8_decode(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
+                             num_splits, softmax_scale, causal, is_fp8_kvcache, indices, attn_sink,
+                             extra_k_cache, extra_indices_in_kvcache, topk_length, extra_topk_length, out,
+                             use_legacy, kv_format, **future_kwargs)
+
+
+def sparse_fp8_decode(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata,
+                      num_splits=None, softmax_scale=None, causal=False, is_fp8_kvcache=True, indices=None,
+                      attn_sink=None, extra_k_cache=None, extra_indices_in_kvcache=None, topk_length=None,
+                      extra_topk_length=None, out=None, use_legacy=None, kv_format=None, **future_kwargs):
+    """:func:`flash_mla_with_kvcache` for a call already known to be the sparse FP8 path (the
+    wrappers decide that with ``convention.is_sparse_fp8_call`` and come here, so the path is
+    decided once per call). The kernel launcher (``sparse_mla_decode``) validates the tensors;
+    this adds what only FlashMLA's API has: unknown keywords, ``kv_format``, ``causal`` and the
+    scheduler metadata's configuration."""
     _reject_future_kwargs(OP, future_kwargs)
     if kv_format is not None:
         if kv_format not in KV_FORMATS:
@@ -151,26 +171,19 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
         if k_cache.shape[-1] != KV_FORMATS[kv_format]:
             raise checks.bad(OP, "kv_format", kv_format, f"the format of k_cache ({k_cache.shape[-1]} "
                              f"bytes per token; {kv_format} has {KV_FORMATS[kv_format]})")
-    if indices is None:
-        raise checks.unsupported(OP, "indices", None, "an int32 tensor (sm12x implements the sparse "
-                                 "FP8 decode path only; send dense calls to FlashMLA)")
-    if not wants_sparse_fp8(indices, is_fp8_kvcache):
-        raise checks.bad(OP, "is_fp8_kvcache", is_fp8_kvcache, "True (or None) when indices are given")
     if causal:
         raise checks.bad(OP, "causal", causal, "False when indices are given (sparse decode)")
-    if softmax_scale is None:
-        softmax_scale = q.shape[-1] ** -0.5
-    validate(OP, q, k_cache, indices, topk_length, attn_sink, extra_k_cache,
-             extra_indices_in_kvcache, extra_topk_length, head_dim_v)
+    out, lse = sparse_mla_decode(q, k_cache, indices, topk_length, attn_sink, extra_k_cache,
+                                 extra_indices_in_kvcache, extra_topk_length, softmax_scale,
+                                 head_dim_v, out=out, op=OP)
+    # after the launch, whose validation gives these shapes meaning; the metadata object is not
+    # read by the kernel, so a mismatch found here changed nothing but is the caller's error
     if isinstance(tile_scheduler_metadata, SchedMeta):
         _check_sched(tile_scheduler_metadata, SchedMeta.Config(
             q.shape[0], q.shape[1], q.shape[2], k_cache.shape[1], k_cache.shape[2], causal,
             True, indices.shape[-1],
             extra_k_cache.shape[1] if extra_k_cache is not None else None,
             extra_indices_in_kvcache.shape[-1] if extra_indices_in_kvcache is not None else None))
-    out, lse = sparse_mla_decode(q, k_cache, indices, topk_length, attn_sink, extra_k_cache,
-                                 extra_indices_in_kvcache, extra_topk_length, softmax_scale,
-                                 head_dim_v, out=out, op=OP, validate_inputs=False)
     return out, lse
 
 

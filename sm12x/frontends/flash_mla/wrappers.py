@@ -55,7 +55,7 @@ def make_flash_mla_with_kvcache(original):
         if infers_fp8:
             kwargs.setdefault("is_fp8_kvcache", None)
         if is_sparse_fp8_call(*args, **kwargs):
-            return api.flash_mla_with_kvcache(*args, **kwargs)
+            return api.sparse_fp8_decode(*args, **kwargs)
         return original(*args, **kwargs)
 
     return flash_mla_with_kvcache
@@ -141,30 +141,36 @@ def make_flash_mla_with_kvcache_sm120(original):
     return flash_mla_with_kvcache_sm120
 
 
-def _prefill_factory(always_log2):
-    def make(original):
-        """``flash_mla_sparse_fwd`` -> sm12x, in ``original``'s units: an original with named
-        parameters but no ``attn_sink`` predates FlashMLA's 2026-01 interface (base 2, empty
-        rows lse -inf); stubs taking ``*args, **kwargs`` (vLLM's on SM12x) count as current."""
-        api = _api()
-        read = signature_of(original)
-        current = read is None or "attn_sink" in read.parameters or any(
-            p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in read.parameters.values())
-        log2 = always_log2 or not current
-        empty_lse = float("inf") if current else float("-inf")
-        signature, var_kw = _named_signature(original)
+def _sparse_fwd(original, always_log2):
+    """``flash_mla_sparse_fwd`` -> sm12x, in ``original``'s units: an original with named
+    parameters but no ``attn_sink`` predates FlashMLA's 2026-01 interface (base 2, empty rows lse
+    -inf); stubs taking ``*args, **kwargs`` (vLLM's on SM12x) count as current; ``always_log2``:
+    base 2 whatever the original's era."""
+    api = _api()
+    read = signature_of(original)
+    current = read is None or "attn_sink" in read.parameters or any(
+        p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in read.parameters.values())
+    log2 = always_log2 or not current
+    empty_lse = float("inf") if current else float("-inf")
+    signature, var_kw = _named_signature(original)
 
-        @functools.wraps(original)
-        def flash_mla_sparse_fwd(*args, **kwargs):
-            if len(args) > PREFILL_LEADING_POSITIONAL and signature is not None:
-                args, kwargs = _by_name(signature, var_kw, args, kwargs)
-            result = api.flash_mla_sparse_fwd(*args, **kwargs)
-            return api.to_log2_units(result, empty_lse) if log2 else result
+    @functools.wraps(original)
+    def flash_mla_sparse_fwd(*args, **kwargs):
+        if len(args) > PREFILL_LEADING_POSITIONAL and signature is not None:
+            args, kwargs = _by_name(signature, var_kw, args, kwargs)
+        result = api.flash_mla_sparse_fwd(*args, **kwargs)
+        return api.to_log2_units(result, empty_lse) if log2 else result
 
-        return flash_mla_sparse_fwd
-
-    return make
+    return flash_mla_sparse_fwd
 
 
-make_flash_mla_sparse_fwd = _prefill_factory(always_log2=False)
-make_sgl_kernel_flash_mla_sparse_fwd = _prefill_factory(always_log2=True)
+def make_flash_mla_sparse_fwd(original):
+    """FlashMLA's ``flash_mla_sparse_fwd`` (pip FlashMLA, sgl-flash-mla, vLLM's copies): sm12x's
+    prefill in the units of the original's interface era."""
+    return _sparse_fwd(original, always_log2=False)
+
+
+def make_sgl_kernel_flash_mla_sparse_fwd(original):
+    """sgl-kernel's ``flash_mla_sparse_fwd``: sm12x's prefill, lse and max_logits in base 2 (every
+    sgl-kernel build multiplies them by log2(e) "for SGL compatibility")."""
+    return _sparse_fwd(original, always_log2=True)

@@ -5,8 +5,9 @@ patch is made.
 SGLang 0.5.23's DeepSeek-V4 paged indexer: the TileLang / torch paged-logits functions return a
 placeholder when ``forward_c4_indexer``'s ``run_paged_indexer`` calls them and the transforms that
 read it are ours; every other call (SGLang's DSA indexers, tests, a transform left as SGLang's) gets
-the real logits of sm12x's DeepGEMM-route replacement (``make_sglang_paged_logits_torch``), which
-these records build on: they take the same targets and are applied first.
+the real logits of sm12x's DeepGEMM-route replacement (``make_sglang_paged_logits_torch``): these
+factories are layers (:class:`sm12x.patches.Layer`) that the DeepGEMM-route records stack on their
+replacement.
 
 With the TileLang and torch logits off, ``run_paged_indexer`` imports DeepGEMM's
 ``fp8_paged_mqa_logits`` at call time: the same placeholder answers that call
@@ -68,14 +69,12 @@ def _called_from_paged_indexer(frame) -> bool:
             and frame.f_globals.get("__name__") == DSV4_INDEXER)
 
 
-def make_paged_logits(original):
-    """SGLang's paged-logits functions of the torch fallback's signature (TileLang, torch, torch
-    SM120): a placeholder for ``run_paged_indexer`` while the transforms are ours, the DeepGEMM
-    record's replacement (real logits, sm12x's kernel) otherwise."""
-    from sm12x.frontends.deep_gemm.wrappers import make_sglang_paged_logits_torch
-
+def make_paged_logits(original, dense):
+    """A layer on SGLang's paged-logits functions of the torch fallback's signature (TileLang,
+    torch, torch SM120): a placeholder for ``run_paged_indexer`` while the transforms are ours,
+    ``dense`` otherwise (the replacement below this layer: the record's, sm12x's kernel with real
+    logits)."""
     api = _api()
-    dense = make_sglang_paged_logits_torch(original)
 
     @functools.wraps(original)
     def paged_mqa_logits(q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_metadata=None,
@@ -98,16 +97,13 @@ def _one_fp8_query_per_row(q) -> bool:
     return isinstance(q, torch.Tensor) and q.dim() == 4 and q.shape[1] == 1 and q.dtype == torch.float8_e4m3fn
 
 
-def make_deep_gemm_paged_logits(original):
-    """``deep_gemm.fp8_paged_mqa_logits`` as SGLang's DeepSeek-V4 paged indexer imports it at call
-    time when the TileLang and torch logits are off: a placeholder for ``run_paged_indexer``'s
-    call (FP8 queries, the eight positional arguments it passes) while the transforms are ours;
-    for every other caller (SGLang's DSA indexers, vLLM, anyone) the DeepGEMM record's
-    replacement, sm12x's kernel with real logits."""
-    from sm12x.frontends.deep_gemm.wrappers import make_fp8_paged_mqa_logits
-
+def make_deep_gemm_paged_logits(original, dense):
+    """A layer on ``deep_gemm.fp8_paged_mqa_logits`` as SGLang's DeepSeek-V4 paged indexer imports
+    it at call time when the TileLang and torch logits are off: a placeholder for
+    ``run_paged_indexer``'s call (FP8 queries, the eight positional arguments it passes) while the
+    transforms are ours; for every other caller (SGLang's DSA indexers, vLLM, anyone) ``dense``,
+    the replacement below (the DeepGEMM record's: sm12x's kernel with real logits)."""
     api = _api()
-    dense = make_fp8_paged_mqa_logits(original)
 
     @functools.wraps(original)
     def fp8_paged_mqa_logits(*args, **kwargs):

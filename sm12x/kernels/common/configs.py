@@ -4,7 +4,7 @@ Every kernel module keeps a dict ``{"sm_120": ..., "sm_90": ...}`` of launch con
 ``arch_key(device)`` picks the key for the device a call runs on:
 
 - ``SM12X_KERNEL_CONFIGS=sm_120|sm_121|sm_90`` forces a key (how the sm_120 configurations are run
-  for correctness on our H200);
+  for correctness on a GPU that is not SM12x);
 - a CUDA device of compute capability 12.x gives ``sm_120`` (``sm_121`` for 12.1), 9.x ``sm_90``;
 - any other CUDA device and the CPU (Triton interpreter) use the ``sm_120`` configurations, the most
   constrained ones (101,376 B of shared memory per block).

@@ -1,12 +1,10 @@
-"""The dense GEMM ops in the registry: DeepGEMM-compatible block-scaled FP8 GEMM, FP8 einsum and
-the mHC pre-norm GEMM, with their self-test cases (V4-Flash shapes on a GPU, tiny ones under the
-interpreter)."""
+"""The self-test cases of the dense GEMM ops (declared in :mod:`sm12x.kernels.manifest`):
+DeepGEMM-compatible block-scaled FP8 GEMM, FP8 einsum and the mHC pre-norm GEMM (V4-Flash shapes
+on a GPU, tiny ones under the interpreter)."""
 from __future__ import annotations
 
 from sm12x.kernels.common.timing import time_us
-from sm12x.kernels.registry import Op, compiled_by, reference_in
 
-BENCH = "scripts/bench_gemm.py"
 # DeepGEMM's tests accept calc_diff < 1e-3 against unquantised data; against the dequantised
 # reference (same quantised inputs) only output rounding is left: bf16 output ~1e-6.
 DIFF_TOL = 1e-5
@@ -124,14 +122,3 @@ def check_hc_prenorm(device, full):
                    ok=diff_d < DIFF_TOL and diff_sq < 1e-7, max_abs=max_abs, max_rel=max(diff_d, diff_sq),
                    detail="" if diff_sq < 1e-7 else f"sqr_sum diff {diff_sq:.2g}", us=us,
                    throughput=f"{(m * k * 2 + n * k * 4) / us / 1e3:.0f} GB/s")
-
-
-_REF = f"{__package__}.reference"
-OPS = (
-    Op("fp8_gemm_nt", "gemm", reference_in(_REF, "ref_fp8_gemm_nt"), check_fp8_gemm,
-       compiled_by(f"{__package__}.fp8_gemm"), BENCH),
-    # the einsum launches fp8_gemm's kernel (one group per head): its compile reports are fp8_gemm_nt's
-    Op("fp8_einsum", "gemm", reference_in(_REF, "ref_fp8_einsum_bhr_hdr"), check_fp8_einsum, None, BENCH),
-    Op("tf32_hc_prenorm_gemm", "gemm", reference_in(_REF, "ref_tf32_hc_prenorm_gemm"), check_hc_prenorm,
-       compiled_by(f"{__package__}.hc_prenorm_gemm"), BENCH),
-)

@@ -1,9 +1,8 @@
-"""The indexer ops in the registry: DeepGEMM-compatible MQA logits (prefill and paged) and the
-fused logits -> top-k, with their self-test cases."""
+"""The self-test cases of the indexer ops (declared in :mod:`sm12x.kernels.manifest`):
+DeepGEMM-compatible MQA logits (prefill and paged) and the fused logits -> top-k."""
 from __future__ import annotations
 
 from sm12x.kernels.common.timing import time_us
-from sm12x.kernels.registry import Op, compiled_by, reference_in
 
 
 def _mqa_inputs(device, s, s_kv, h, d, seed=0, fp4=False):
@@ -131,17 +130,3 @@ def check_indexer_topk(device, full):
                    ok=mismatched == 0, max_abs=float(mismatched), max_rel=0.0,
                    detail=f"{mismatched} rows differ from top-k of the logits" if mismatched else "",
                    us=us, throughput="")
-
-
-_REF = f"{__package__}.reference"
-OPS = (
-    Op(name="mqa_logits", family="indexer", reference=reference_in(_REF, "ref_mqa_logits"),
-       selftest=check_mqa_logits, compile_reports=compiled_by(f"{__package__}.mqa_logits"),
-       benchmark="scripts/bench_indexer.py"),
-    Op(name="paged_mqa_logits", family="indexer", reference=reference_in(_REF, "ref_paged_mqa_logits"),
-       selftest=check_paged_mqa_logits, compile_reports=compiled_by(f"{__package__}.paged_mqa_logits"),
-       benchmark="scripts/bench_indexer.py"),
-    Op(name="indexer_topk", family="indexer", reference=reference_in(_REF, "ref_indexer_topk"),
-       selftest=check_indexer_topk, compile_reports=compiled_by(f"{__package__}.fused_topk"),
-       benchmark="scripts/bench_indexer.py"),
-)

@@ -34,16 +34,15 @@ from sm12x.kernels.indexer.topk_merge import count_before
 from sm12x.kernels.indexer.topk_select import _read_range, sort_key
 
 OP = "fold_above_floor"
-# H200, 4096 x 16,384 window, ~170 keys above the floor per row: one warp per 512 columns collects
-# in 0.18 ms (a read of the window: 0.08 ms); 4 rows x 1024 with 4 warps, 0.33 ms (the cumsum's
-# cross-warp steps). Merge of ~100 candidates into top-512: 0.05 ms with 4 warps (2026-12-03).
+# One warp per 512 columns collects a row's few keys above the floor at about twice a read of the
+# window; more warps per row pay the cumsum's cross-warp steps (measurements: docs/performance.md,
+# "Tuning provenance").
 COLS = 512
 COLLECT_WARPS = 1
 # Most candidates a row may have to be folded here, and the merge's warps: CANDIDATES / MERGE_WARPS
-# up to top-512, WIDE_* above. Fused top-k at S=4096 x S_kv=262,144 (H200, 2026-12-03): top-512
-# 23.97-24.12 ms with 256 / 4 warps, 24.06-24.28 with 512; top-2048 with topk_merge's skipping
-# merge: 33.4 ms with 1024 / 8 warps (33.1 with 16), 37.5 with 512 / 8, 37.8 with 2048 / 16
-# (sorting more candidates costs every folded row; fewer leave more rows to the select + merge).
+# up to top-512, WIDE_* above: sorting more candidates costs every folded row, fewer leave more rows
+# to the select + merge (the fused top-k's times per choice: docs/performance.md, "Tuning
+# provenance").
 CANDIDATES = 256
 MERGE_WARPS = 4
 WIDE_CANDIDATES = 1024

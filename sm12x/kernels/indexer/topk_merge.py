@@ -29,20 +29,16 @@ from sm12x.kernels.common.checks import require, require_dtype
 
 OP = "merge_topk_keys"
 INT64_MIN = -(1 << 63)
-# Entries one program sorts. H200 (2026-12-03), kernel vs torch.topk of the concatenation: R=4096,
-# top-512 + 512: 175 us with 16 warps (209 / 313 / 230 with 2 / 4 / 8) vs 466 us; R=1024, top-2048
-# + 2048: 470-725 us vs 292 us, so wider merges stay with torch.
+# The widths and warps below are where this kernel beats torch.topk of the concatenation, and the
+# fused top-k as a whole (measurements: docs/performance.md, "Tuning provenance").
+# Entries one program sorts; wider merges stay with torch.
 MAX_WIDTH = 1024
 # With a skip vector (the fused top-k's windows after the first, where topk_fold has merged most
-# rows): at top-2048 this kernel up to width 4096 instead of torch.topk of every row took the fused
-# top-k (S=4096 x 262,144) from 46.3 to 33.4 ms (H200, 2026-12-03; with the fold's 256-candidate
-# limit, which leaves most rows to the merge, 49.3 ms against torch's 44.9).
+# rows) merges up to this width stay here.
 MAX_WIDTH_SKIPPING = 4096
 NUM_WARPS = 16
 # A first window of top-2048 (no running set, nothing skipped) is a plain sort of 2048 keys per
-# row: this kernel with 32 warps beats torch's sort up to about 1024 rows. H200 (2026-12-04, CUDA
-# graph, L2 warm), R rows of 2048 keys, kernel with 8 / 16 / 32 warps vs torch: R=256 66.1 / 45.2 /
-# 34.8 vs 47.5 us; R=1024 251 / 172 / 135 vs 141; R=4096 988 / 678 / 536 vs 520.
+# row: this kernel with 32 warps beats torch's sort up to about that many rows.
 FIRST_SORT_WIDTH = 2048
 FIRST_SORT_MAX_ROWS = 2048
 FIRST_SORT_WARPS = 32

@@ -43,7 +43,7 @@ from sm12x.kernels.common.checks import require, require_dtype
 OP = "row_topk_keys"
 INT64_MIN = -(1 << 63)
 BLOCK = 1024
-NUM_WARPS = 8  # H200, [256, 262144] rows: 2.23 ms vs 2.50 ms with 4 warps (2026-12-02)
+NUM_WARPS = 8  # faster than 4 on long rows (docs/performance.md, "Tuning provenance")
 RADIX_BITS = 8  # digit width of each histogram pass (32 / RADIX_BITS passes)
 PASSES = 32 // RADIX_BITS
 SEGMENT = 16384  # columns per program in the segmented path (wider rows are split)

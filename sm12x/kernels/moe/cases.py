@@ -1,8 +1,7 @@
-"""The MoE grouped GEMMs in the op registry, with the input builders their tests, self-test and
-benchmark share."""
+"""The self-test cases of the MoE grouped GEMMs (declared in :mod:`sm12x.kernels.manifest`), with
+the input builders their tests, self-test and benchmark share."""
 from __future__ import annotations
 
-from sm12x.kernels.registry import Op, compiled_by, reference_in
 
 FP8_MAX = 448.0
 
@@ -204,17 +203,3 @@ def check_masked(device, full):
         yield _row("m_grouped_fp8_fp4_gemm_nt_masked",
                    f"{'fp4' if fp4 else 'fp8'} G={groups} M_max={m_max} N={n} K={k} expected_m={expected_m}",
                    d, ref, defined, us, nbytes=nbytes)
-
-
-_REF = f"{__package__}.reference"
-# the psum layout compiles the same kernel with one constexpr more: the self-test's check covers
-# the expert-id layout; the compile test sweeps both
-OPS = (
-    Op(name="m_grouped_fp8_fp4_gemm_nt_contiguous", family="moe",
-       reference=reference_in(_REF, "ref_grouped_contiguous"), selftest=check_contiguous,
-       compile_reports=compiled_by(f"{__package__}.grouped_contiguous", psum=(False,)),
-       benchmark="scripts/bench_moe.py"),
-    Op(name="m_grouped_fp8_fp4_gemm_nt_masked", family="moe", reference=reference_in(_REF, "ref_grouped_masked"),
-       selftest=check_masked, compile_reports=compiled_by(f"{__package__}.grouped_masked"),
-       benchmark="scripts/bench_moe.py"),
-)

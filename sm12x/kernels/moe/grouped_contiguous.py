@@ -59,10 +59,9 @@ CONFIGS = {
         "fp4": {"large": dict(_SM12X, BM=64, BN=64, swap=False, num_stages=3),
                 "small": dict(_SM12X, BM=32, BN=64, swap=True, num_stages=3, GROUP_M=1)},
     },
-    # sm_90 (H200 sweep, 16384 tokens x top-6, gate_up, docs/performance.md): FP8 128x128 w8 s4 376
-    # TFLOPS (128x256 170, 64x256 99); FP4 through Triton's mixed e4m3 x e2m1 dot (its e2m1 decoding
-    # is the cheapest of the three on Hopper) 128x256 137 TFLOPS (bf16 dequantising 107,
-    # widened + emulated block-scaled 103). Small tiles as the masked decode ones.
+    # sm_90: FP8 128x128 tiles; FP4 through Triton's mixed e4m3 x e2m1 dot, whose e2m1 decoding is
+    # the cheapest on Hopper (the sweep: docs/performance.md, "Tuning provenance"). Small tiles as
+    # the masked decode ones.
     "sm_90": {
         "fp8": {"large": dict(BM=128, BN=128, GROUP_M=8, mode="fp8", swap=False, num_warps=8, num_stages=4),
                 "small": dict(BM=32, BN=128, GROUP_M=1, mode="fp8", swap=True, num_warps=4, num_stages=4)},

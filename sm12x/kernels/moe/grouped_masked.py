@@ -40,10 +40,9 @@ OP = "m_grouped_fp8_fp4_gemm_nt_masked"
 # maxnreg: the first budget of ``register_budget.budgets`` that does not spill is launched (ptxas
 # left alone keeps some of these at 128 registers and spills).
 _SM12X = dict(mode="scaled", swap=True, num_warps=8, num_stages=4, per_sm=2, maxnreg=255)
-# sm_90 (H200 sweep, FP4 decode top-6 x 256 tokens, gate_up): Triton's mixed e4m3 x e2m1 dot 718
-# GB/s at BN 128 / 4 warps (BN 64: 613, 8 warps: 528; bf16 dequantising 293-370, widened + emulated
-# block-scaled 328-365): Hopper has no FP4 MMA, so FP4 decode is bound by e2m1 decoding there.
-# FP8 weights: 4.1-4.3 TB/s with BN 128, 4 warps.
+# sm_90: Hopper has no FP4 MMA, so FP4 decode is bound by e2m1 decoding there, and Triton's mixed
+# e4m3 x e2m1 dot decodes cheapest; BN 128, 4 warps for both kinds (the sweep: docs/performance.md,
+# "Tuning provenance").
 _SM90 = dict(swap=True, num_warps=4, num_stages=4, per_sm=2)
 CONFIGS = {
     "sm_120": {

@@ -1,9 +1,9 @@
-"""The sparse MLA ops in the registry: FlashMLA-compatible sparse decode and prefill, with their
-self-test cases (production shapes on a GPU, small ones under the interpreter)."""
+"""The self-test cases of the sparse MLA ops (declared in :mod:`sm12x.kernels.manifest`):
+FlashMLA-compatible sparse decode and prefill (production shapes on a GPU, small ones under the
+interpreter)."""
 from __future__ import annotations
 
 from sm12x.kernels.common.timing import time_us
-from sm12x.kernels.registry import Op
 
 
 def _mla_cases(device, full):
@@ -65,39 +65,3 @@ def check_sparse_mla_prefill(device, full):
                    f"topk={topk}", ok=not failures(v), max_abs=v["out"].max_abs,
                    max_rel=v["out"].max_rel, detail=failures(v),
                    us=us, throughput=f"{flops / us / 1e6:.1f} TFLOPS")
-
-
-def _compile_decode(targets):
-    from sm12x.kernels.sparse_mla import decode
-
-    return decode.compile_reports(targets=targets)
-
-
-def _compile_prefill(targets):
-    from sm12x.kernels.sparse_mla import prefill
-
-    return prefill.compile_reports(targets=targets)
-
-
-def _reference_decode(**case):
-    from sm12x.kernels.sparse_mla.reference import ref_sparse_mla_decode
-
-    return ref_sparse_mla_decode(**case)
-
-
-def _reference_prefill(**case):
-    from sm12x.kernels.sparse_mla.reference import ref_sparse_mla_prefill
-
-    return ref_sparse_mla_prefill(**case)
-
-
-OPS = (
-    Op(name="sparse_mla_decode", family="sparse_mla", reference=_reference_decode,
-       selftest=check_sparse_mla_decode, compile_reports=_compile_decode,
-       benchmark="scripts/bench_sparse_mla_decode.py"),
-    # the prefill's split path runs the decode's kernel on bf16 rows (its configurations are
-    # the decode's); these reports are its pipelined path's
-    Op(name="sparse_mla_prefill", family="sparse_mla", reference=_reference_prefill,
-       selftest=check_sparse_mla_prefill, compile_reports=_compile_prefill,
-       benchmark="scripts/bench_sparse_mla_prefill.py"),
-)

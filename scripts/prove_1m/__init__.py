@@ -1,0 +1,4 @@
+"""``scripts/prove_1m_indexer.py`` in parts: :mod:`prove_1m.common` (releases, constants, the
+frameworks' top-k), :mod:`prove_1m.stand_ins` (the framework stand-ins), :mod:`prove_1m.finder`
+(the import finder), :mod:`prove_1m.run` (inputs, drivers, worker) and :mod:`prove_1m.report`
+(the table). The script's docstring says what the proof runs and measures."""

@@ -1,0 +1,56 @@
+"""What every part of the proof shares: the releases and passes, the shapes' constants, the state
+the stand-ins read while a pass runs, and the frameworks' top-k over materialised logits."""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+# the script the parent runs each worker as
+SCRIPT = os.path.join(REPO, "scripts", "prove_1m_indexer.py")
+
+RELEASES = ("vllm-0.34.0", "vllm-0.25.1", "sglang-0.5.23")
+# SGLang's prefill runs twice: the paged route SM120 takes by default (TileLang logits for every
+# row) and the non-paged one a single-request extend takes with the TileLang and torch logits off
+PASSES = {"vllm-0.34.0": ("prefill", "decode"), "vllm-0.25.1": ("prefill", "decode"),
+          "sglang-0.5.23": ("prefill", "prefill-nonpaged", "decode")}
+FRAMEWORK_CALL = {"vllm-0.34.0": "vllm 0.34.0 sparse_attn_indexer", "vllm-0.25.1": "vllm 0.25.1 sparse_attn_indexer",
+                  "sglang-0.5.23": "sglang 0.5.23 forward_c4_indexer"}
+PASS_LABEL = {("sglang-0.5.23", "prefill"): "prefill (paged: TileLang, SM120 default)",
+              ("sglang-0.5.23", "prefill-nonpaged"): "prefill (non-paged: TileLang and torch logits off)",
+              ("sglang-0.5.23", "decode"): "decode (paged: TileLang)"}
+BLOCK = 64  # key-cache page size (vLLM's indexer cache and SGLang's C4 pages)
+TIE_TOL = 1e-5  # relative: a key this close to the k-th score counts as tied with it
+SEED = 1234
+
+
+@dataclass
+class Run:
+    """What the stand-ins read while a pass runs (set by the drivers)."""
+
+    forward_context: object = None
+    workspaces: dict = field(default_factory=dict)
+    logits_topk_calls: int = 0  # the frameworks' top-k over materialised logits, per pass
+
+
+RUN = Run()
+
+
+def logits_topk(logits, topk, ends, starts=None, out=None):
+    """The frameworks' compiled top-k over materialised logits: int32 [rows, topk], the column of
+    each of the row's k best scores among columns starts[r] <= c < ends[r], minus starts[r], -1
+    padded; equal scores lower column first. Memory O(rows x topk) (sm12x's radix select)."""
+    import torch
+
+    from sm12x.kernels.indexer.fused_topk import decode_keys
+    from sm12x.kernels.indexer.topk_filter import topk_keys
+
+    RUN.logits_topk_calls += 1
+    ends = ends.reshape(-1).to(torch.int32).contiguous()
+    starts = None if starts is None else starts.reshape(-1).to(torch.int32).contiguous()
+    keys = topk_keys(logits, topk, ends=ends, starts=starts)
+    shift = None if starts is None else (-starts).contiguous()
+    return decode_keys(keys, topk, out=out, shift=shift)
