@@ -63,6 +63,8 @@ MEASURED = {
     ("moe", "prefill", "FP8", "gate_up", 6, 4096): 2544, ("moe", "prefill", "FP8", "gate_up", 6, 16384): 8781,
     ("moe", "prefill", "FP8", "down", 6, 16384): 4670,
     ("mqa_logits", 8192, 65536): 7830,
+    **{("tf32_hc_prenorm_gemm", m): us for m, us in {1: 9.8, 16: 9.9, 64: 10.0, 137: 11.9, 1024: 32.2,
+                                                     4096: 121.1}.items()},
 }
 MEASURED_NOTE = ("H200 (132 SMs), sm_90 configs, torch 2.11.0+cu130, Triton 3.6.0, docs/performance.md "
                  "(2026-12-04 / 05)")
@@ -72,7 +74,7 @@ ERROR_LIMIT = 0.30
 def roofline_kind(kind: str, card) -> str:
     """The roofline's rate key on ``card`` for an op whose best SM12x instruction is ``kind``."""
     if card.target == "sm_90":
-        return "wgmma_fp8"
+        return "wgmma_tf32" if kind == "tf32" else "wgmma_fp8"
     return kind
 
 

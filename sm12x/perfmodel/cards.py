@@ -91,7 +91,7 @@ GB10 = Card("GB10 (DGX Spark)", "sm_121", 48, 2.5,
             273, sources="datasheet; FP32-accumulate rates at GeForce ratios (assumption)")
 # H100 / H200 SXM: 132 SMs, 989 TFLOPS bf16 / 1,979 FP8 dense with wgmma = 4,096 / 8,192
 # FLOP/SM/clk at 1.83 GHz; mma.sync at half the wgmma rate (assumption); 3.35 / 4.8 TB/s.
-_HOPPER_RATES = dict(wgmma_bf16=4096, wgmma_fp8=8192, bf16=2048, fp8_f32=2048, tf32=1024,
+_HOPPER_RATES = dict(wgmma_bf16=4096, wgmma_fp8=8192, wgmma_tf32=2048, bf16=2048, fp8_f32=2048, tf32=1024,
                      mxf8=2048, mxf4=2048)
 H100 = Card("H100 SXM", "sm_90", 132, 1.83, _HOPPER_RATES, 3350,
             sources="datasheet; mma.sync at half wgmma (assumption)")

@@ -395,3 +395,37 @@ def anchor_cases(card) -> list:
 
 
 BUILDERS["anchors"] = anchor_cases
+
+
+# ----------------------------------------------------------------------------------------------
+# mHC pre-norm GEMM (tf32_hc_prenorm_gemm), (N, K) = (24, 16384), num_splits 16 as vLLM calls it
+
+PRENORM_NK = (24, 16384)
+PRENORM_MS = [1, 16, 64, 137, 1024, 4096]
+PRENORM_SPLITS = 16
+
+
+def prenorm_cases(card) -> list:
+    import torch
+
+    from sm12x.kernels.common import configs
+    from sm12x.kernels.gemm import hc_prenorm_gemm as hp
+
+    n, k = PRENORM_NK
+    out = []
+    with as_card(card):
+        for m in PRENORM_MS:
+            size = "small" if m <= hp.SMALL_M else "large"
+            cfg = configs.pick(hp.CONFIGS, torch.device("cpu"))[size]
+            rep = find("tf32_hc_prenorm_gemm", card.target,
+                       lambda kern, c: kern == "hc_prenorm_kernel" and c.startswith(size), size)
+            ctas = -(-m // cfg["BLOCK_M"]) * PRENORM_SPLITS
+            issued = 2.0 * (-(-m // cfg["BLOCK_M"]) * cfg["BLOCK_M"]) * 32 * k
+            dram = m * k * 2 + n * k * 4 + PRENORM_SPLITS * m * (n + 1) * 4
+            out.append(Case("tf32_hc_prenorm_gemm", f"M {m} (N {n}, K {k}, num_splits {PRENORM_SPLITS})",
+                            [Launch(rep, ctas, issued, dram)], 2.0 * m * n * k, "tf32", dram,
+                            ("tf32_hc_prenorm_gemm", m)))
+    return out
+
+
+BUILDERS["prenorm"] = prenorm_cases
