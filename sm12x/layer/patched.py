@@ -27,10 +27,10 @@ from sm12x.layer.reference import attend, index_scores, recall, rel_error, topk_
 
 def sm12x_deep_gemm():
     """A ``deep_gemm`` module built the way ``sm12x.shims`` builds the stand-in (same sources)."""
-    from sm12x.shims import SHIMS, _ShimLoader
+    from sm12x.shims import _ShimLoader
 
     module = types.ModuleType("deep_gemm")
-    _ShimLoader(SHIMS["deep_gemm"]).exec_module(module)
+    _ShimLoader("deep_gemm").exec_module(module)
     return module
 
 
