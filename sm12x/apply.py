@@ -18,7 +18,7 @@ import logging
 import os
 import sys
 
-from sm12x import platform
+from sm12x import guard, platform
 from sm12x.patches import Patch, all_patches
 
 OUTCOMES: dict = {}  # patch name -> (state, reason)
@@ -244,7 +244,8 @@ def apply_patch(p: Patch, module) -> str:
             return "skipped"
         raw = vars(owner).get(attr, current) if isinstance(owner, type) else current
         copy_name = _copy_name(module, attr, current) if owner is module else None
-        replacement = _load_factory(p.make)(current)
+        # the runtime guard (sm12x.guard): the op's known-answer check before its first call serves
+        replacement = guard.wrap(p, _load_factory(p.make)(current), current)
         replacement.__sm12x_patch__ = p.name
         replacement.__sm12x_original__ = current
         replacement.__sm12x_copy_name__ = copy_name

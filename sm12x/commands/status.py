@@ -52,12 +52,44 @@ def status_data(apply: bool = False) -> dict:
         "skip": {"items": applier.skip_items(), "unmatched": applier.unmatched_skips()},
         # records for one compute capability only (GB10's gates): shown on that GPU even when skipped
         "exact_arch": exact_arch_records(all_patches()),
+        "verify": verify_data(),
         "bootstrap": {
             "sitecustomize": getattr(site, "__file__", None) if ours else None,
             "chained": getattr(site, "_sm12x_chained", None) if ours else None,
             "active": bool(ours and getattr(site, "_sm12x_active", False)),
         },
     }
+
+
+def verify_data() -> dict:
+    """The runtime guard's mode, cache folder and verdicts for this machine's GPUs."""
+    from sm12x import guard
+
+    try:
+        rows = guard.status_rows()
+    except Exception as e:  # a status must print whatever the cache holds
+        rows = [{"combination": "?", "op": "?", "ok": False, "detail": f"cache unreadable: {e}"}]
+    return {"mode": guard.mode(), "cache": guard.cache_dir(), "verdicts": rows}
+
+
+def _print_verify(v: dict, print_) -> None:
+    if v["mode"] == "off":
+        print_("verify:     off (SM12X_VERIFY=off: kernels serve without a known-answer check)")
+        return
+    rows = v["verdicts"]
+    where = v["cache"] or "no cache folder: verdicts last one process"
+    if not rows:
+        print_(textwrap.fill(f"SM12X_VERIFY={v['mode']}; no op checked on this GPU yet (each is checked on "
+                             f"its first call; cache {where})", 100, initial_indent="verify:     ",
+                             subsequent_indent=" " * 12))
+        return
+    failed = [r for r in rows if not r["ok"]]
+    print_(textwrap.fill(f"SM12X_VERIFY={v['mode']}; {len(rows) - len(failed)} op(s) passed their known-answer "
+                         f"check on this GPU, {len(failed)} refused (cache {where})", 100,
+                         initial_indent="verify:     ", subsequent_indent=" " * 12))
+    for r in failed:
+        print_(textwrap.fill(f"REFUSED {r['op']} [{r['combination']}]: {r['detail']}", 100,
+                             initial_indent="            ", subsequent_indent=" " * 14))
 
 
 def skip_category(reason: str, arch_why: str) -> str:
@@ -168,6 +200,8 @@ def print_status(data: dict, stream=None, verbose: bool = False) -> None:
              if not v.startswith("off (") or verbose]
     if shims:
         print_("stand-ins:  " + ", ".join(shims))
+    if data.get("verify"):
+        _print_verify(data["verify"], print_)
     gates = arch_gate_rows(data)
     if gates:
         listed = ", ".join(f"{p['name']} {p['state']}" + (f" ({p['reason']})" if p.get("reason") else "")
