@@ -67,7 +67,10 @@ def cmd_bundle(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from sm12x import __version__
+
     parser = argparse.ArgumentParser(prog="sm12x", description=DESCRIPTION, formatter_class=RAW)
+    parser.add_argument("--version", action="version", version=f"sm12x {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("status", help="what sm12x does here: GPU, frameworks, which patches apply and why",

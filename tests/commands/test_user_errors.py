@@ -203,20 +203,43 @@ def test_dry_run_reports_every_problem(tmp_path):
     (["--gpus", "0", "--tp", "2"], "--tp 2 needs 2 GPUs but --gpus 0 gives 1"),
     (["--port", "0"], "--port 0"),
     (["--env", "NOEQUALS"], "--env 'NOEQUALS'"),
+    (["--gpus", "banana"], "--gpus 'banana'"),
+    (["--gpus", "0,x"], "--gpus '0,x'"),
 ])
 def test_dry_run_bad_values(tmp_path, args, needle):
+    (tmp_path / "config.json").write_text("{}")  # a model folder
     one_line_error(cli("launch", "sglang", "--model", str(tmp_path), "--dry-run", *args), needle)
 
 
+def test_dry_run_refuses_a_folder_without_a_model(tmp_path):
+    (tmp_path / "empty").mkdir()
+    one_line_error(cli("launch", "vllm", "--model", str(tmp_path / "empty"), "--bundle", REPO, "--dry-run"),
+                   "--model", "no config.json")
+
+
+def test_launch_help_names_the_framework_argument():
+    proc = cli("launch", "--help")
+    assert proc.returncode == 0 and "{vllm,sglang}" not in proc.stdout and "FRAMEWORK" in proc.stdout
+
+
+def test_version_flag():
+    from sm12x import __version__
+
+    proc = cli("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"sm12x {__version__}"
+
+
 def test_dry_run_bundle_that_is_not_a_bundle(tmp_path):
+    (tmp_path / "config.json").write_text("{}")  # a model folder
     (tmp_path / "b").mkdir()
     one_line_error(cli("launch", "vllm", "--model", str(tmp_path), "--bundle", str(tmp_path / "b"), "--dry-run"),
                    "not an sm12x bundle", "sm12x bundle DIR")
 
 
 def test_dry_run_without_engine_still_prints_the_line(tmp_path):
+    (tmp_path / "config.json").write_text("{}")  # a model folder
     proc = cli("launch", "vllm", "--model", str(tmp_path), "--tp", "2", "--dry-run")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # the image could not be checked: not a clean pass
     assert proc.stdout.startswith("docker run ") and "--tensor-parallel-size 2" in proc.stdout
     assert "not checked" in proc.stderr
 
@@ -231,6 +254,7 @@ def test_doctor_reports_every_problem(tmp_path):
 def test_docker_folder_of_the_checkout_is_not_the_sdk(tmp_path):
     """Run from the repository root without the Docker SDK importable (python -S: no site-packages),
     the checkout's own docker/ folder must not pass for the SDK."""
+    (tmp_path / "config.json").write_text("{}")  # a model folder
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["DOCKER_HOST"] = NO_ENGINE
     for argv in (["doctor", "--image", "x:y", "--bundle", REPO],

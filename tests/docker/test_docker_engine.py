@@ -254,6 +254,7 @@ def test_doctor_missing_image_exit_2(engine, bundle):
 
 @pytest.mark.parametrize("command", ["doctor", "launch"])
 def test_image_name_the_engine_refuses_is_one_line(engine, bundle, tmp_path, command):
+    (tmp_path / "config.json").write_text("{}")  # a model folder
     args = ["--image", "Not A:Name", "--bundle", bundle]
     r = _cli(*(["doctor", *args] if command == "doctor" else
                ["launch", "vllm", "--model", str(tmp_path), "--dry-run", *args]))
@@ -264,6 +265,7 @@ def test_image_name_the_engine_refuses_is_one_line(engine, bundle, tmp_path, com
 
 
 def test_launch_dry_run_reads_image_pythonpath(engine, images, bundle, tmp_path):
+    (tmp_path / "config.json").write_text("{}")  # a model folder
     r = _cli("launch", "sglang", "--model", str(tmp_path), "--image", TAG, "--bundle", bundle, "--dry-run")
     assert r.returncode == 0, r.stderr
     assert "PYTHONPATH=/sm12x:/opt/image-lib" in r.stdout and f"{bundle}:/sm12x:ro" in r.stdout
@@ -271,6 +273,7 @@ def test_launch_dry_run_reads_image_pythonpath(engine, images, bundle, tmp_path)
 
 
 def test_launch_missing_image_exit_2(engine, bundle, tmp_path):
+    (tmp_path / "config.json").write_text("{}")  # a model folder
     r = _cli("launch", "vllm", "--model", str(tmp_path), "--image", "sm12x-test:does-not-exist", "--bundle", bundle)
     assert r.returncode == 2
     assert r.stderr.strip() == ("sm12x launch: image sm12x-test:does-not-exist is not present locally "
@@ -280,6 +283,7 @@ def test_launch_missing_image_exit_2(engine, bundle, tmp_path):
 def test_launch_runs_container_with_mounts_env_and_cleans_up(engine, images, bundle, tmp_path):
     """A real (GPU-less) launch: the engine accepts every option, output streams, the container goes away.
     The test image has no sglang, so the framework itself fails: that failure is the expected output."""
+    (tmp_path / "config.json").write_text("{}")  # a model folder
     name = f"sm12x-pytest-launch-{os.getpid()}"
     for old in engine.containers.list(all=True, filters={"name": name}):  # left over by an interrupted run
         old.remove(force=True)

@@ -124,11 +124,12 @@ def test_sdk_kwargs():
 # ---------------------------------------------------------------------------------------------------
 
 def test_dry_run_without_engine(monkeypatch, capsys, tmp_path):
+    (tmp_path / "config.json").write_text("{}")  # a model folder
     monkeypatch.setenv("DOCKER_HOST", NO_ENGINE)
     rc = main(["launch", "sglang", "--model", str(tmp_path), "--tp", "4", "--bundle", REPO,
                "--dry-run", "--", "--max-running-requests", "4"])
     out, err = capsys.readouterr()
-    assert rc == 0
+    assert rc == 1  # the line is printed, but the image could not be checked
     (line,) = out.strip().splitlines()  # stdout is exactly the docker run line
     argv = shlex.split(line)
     assert f"{REPO}:/sm12x:ro" in argv and "PYTHONPATH=/sm12x" in argv
@@ -137,21 +138,24 @@ def test_dry_run_without_engine(monkeypatch, capsys, tmp_path):
 
 
 def test_dry_run_without_docker_package(monkeypatch, capsys, tmp_path):
+    (tmp_path / "config.json").write_text("{}")  # a model folder
     monkeypatch.setitem(sys.modules, "docker", None)  # `import docker` now raises ImportError
-    assert main(["launch", "vllm", "--model", str(tmp_path), "--dry-run"]) == 0
+    assert main(["launch", "vllm", "--model", str(tmp_path), "--dry-run"]) == 1
     out, err = capsys.readouterr()
     assert out.startswith("docker run ") and "pip install docker" in err
 
 
 def test_dry_run_subprocess_no_engine(tmp_path):
+    (tmp_path / "config.json").write_text("{}")  # a model folder
     env = dict(os.environ, DOCKER_HOST=NO_ENGINE, PYTHONPATH=REPO)
     r = subprocess.run([sys.executable, "-m", "sm12x", "launch", "vllm", "--model", str(tmp_path),
                         "--dry-run"], capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr
     assert r.stdout.startswith("docker run ") and f"{tmp_path}:/model:ro" in r.stdout
 
 
 def test_launch_without_engine_is_one_line_exit_2(monkeypatch, capsys, tmp_path):
+    (tmp_path / "config.json").write_text("{}")  # a model folder
     monkeypatch.setenv("DOCKER_HOST", NO_ENGINE)
     rc = main(["launch", "vllm", "--model", str(tmp_path), "--bundle", REPO])
     out, err = capsys.readouterr()
