@@ -286,3 +286,21 @@ def test_skip_typo_is_a_warning_in_every_process(tmp_path):
     lines = [x for x in proc.stderr.splitlines() if "SM12X_SKIP" in x]
     assert len(lines) == 1, proc.stderr
     assert "SM12X_SKIP names no sm12x patch: flash_mla.decod (a typo skips nothing" in lines[0]
+
+
+# ---------------------------------------------------------------------------------------------------
+# selftest: what cannot work is said before any kernel runs
+# ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("where, needle", [("no/such/dir/x.json", "does not exist"), ("", "is a folder")])
+def test_selftest_json_path_checked_first(tmp_path, where, needle):
+    proc = cli("selftest", "--json", str(tmp_path / where) if where else str(tmp_path))
+    one_line_error(proc, "sm12x selftest: --json", needle)
+    assert proc.returncode == 2 and proc.stdout == ""  # nothing ran
+
+
+def test_selftest_without_torch_is_one_line():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SM12X_") and k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-S", "-m", "sm12x", "selftest"], capture_output=True, text=True,
+                          cwd=REPO, env=env, timeout=120)  # -S: no site-packages, so no torch
+    one_line_error(proc, "sm12x selftest: needs torch and triton", "scripts/setup.sh")
