@@ -134,6 +134,14 @@ def eligibility(p: Patch):
     name it, else (False, reason)."""
     if skipped_by_user(p.name):
         return False, SKIP_REASON
+    # the release range first: a release outside it is the record's own answer, whatever the GPU
+    # or the installed files say
+    if p.library != "*" and p.versions not in ("", "*"):
+        have = _versions().get(p.library)
+        if have is None:
+            return False, f"{p.library} version unknown (not installed as a distribution)"
+        if not platform.in_range(have, p.versions):
+            return False, f"{p.library} {have} {OUT_OF_RANGE} {p.versions}"
     if p.arch == "sm12x":
         ok, why = platform.wants_sm12x_patches(platform.gpu_arch())
         if not ok:
@@ -142,12 +150,6 @@ def eligibility(p: Patch):
         ok, why = exact_arch(p.arch)
         if not ok:
             return False, why
-    if p.library != "*" and p.versions not in ("", "*"):
-        have = _versions().get(p.library)
-        if have is None:
-            return False, f"{p.library} version unknown (not installed as a distribution)"
-        if not platform.in_range(have, p.versions):
-            return False, f"{p.library} {have} {OUT_OF_RANGE} {p.versions}"
     return True, ""
 
 
@@ -334,6 +336,14 @@ def apply_installed() -> list:
         try:
             if top not in sys.modules and importlib.util.find_spec(top) is None:
                 continue
+        except Exception as e:
+            _record(p, "skipped", f"importing {p.module} failed: {type(e).__name__}: {e}")
+            continue
+        ok, why = eligibility(p)
+        if not ok:  # out of range, another GPU, SM12X_SKIP: said before importing the target
+            _record(p, "skipped", why)
+            continue
+        try:
             module = importlib.import_module(p.module)
         except Exception as e:
             _record(p, "skipped", f"importing {p.module} failed: {type(e).__name__}: {e}")

@@ -115,9 +115,10 @@ def _log(level, message):
     if message in _LOGGED:
         return
     _LOGGED.add(message)
-    from sm12x.apply import logger
+    import logging
 
-    getattr(logger(), level)(message)
+    # logger "sm12x", set up by the apply loop (which installs every guarded function)
+    getattr(logging.getLogger("sm12x"), level)(message)
 
 
 @functools.lru_cache(maxsize=None)
