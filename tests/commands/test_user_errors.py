@@ -304,3 +304,28 @@ def test_selftest_without_torch_is_one_line():
     proc = subprocess.run([sys.executable, "-S", "-m", "sm12x", "selftest"], capture_output=True, text=True,
                           cwd=REPO, env=env, timeout=120)  # -S: no site-packages, so no torch
     one_line_error(proc, "sm12x selftest: needs torch and triton", "scripts/setup.sh")
+
+
+# ---------------------------------------------------------------------------------------------------
+# contract
+# ---------------------------------------------------------------------------------------------------
+
+def test_contract_on_a_folder_without_a_release_is_one_line(tmp_path):
+    one_line_error(cli("contract", str(tmp_path)), "sm12x contract:", "no Python distribution", "wheel")
+
+
+def test_contract_without_torch_is_not_a_record_bug(tmp_path):
+    """In a Python without torch the front ends cannot be built: the signatures are 'not checked',
+    not 'incompatible' (the records this one-function release lacks are its only problems)."""
+    (tmp_path / "deep_gemm").mkdir()
+    (tmp_path / "deep_gemm" / "__init__.py").write_text(
+        "def fp8_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True):\n"
+        "    pass\n")
+    (tmp_path / "deep_gemm-2.5.0.dist-info").mkdir()
+    (tmp_path / "deep_gemm-2.5.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: deep_gemm\nVersion: 2.5.0\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SM12X_") and k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-S", "-m", "sm12x", "contract", str(tmp_path)], capture_output=True,
+                          text=True, cwd=REPO, env=env, timeout=300)  # -S: no site-packages, no torch
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert "incompatible" not in proc.stdout and "not checked: the front end needs torch" in proc.stdout
