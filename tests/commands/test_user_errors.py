@@ -328,4 +328,4 @@ def test_contract_without_torch_is_not_a_record_bug(tmp_path):
     proc = subprocess.run([sys.executable, "-S", "-m", "sm12x", "contract", str(tmp_path)], capture_output=True,
                           text=True, cwd=REPO, env=env, timeout=300)  # -S: no site-packages, no torch
     assert "Traceback" not in proc.stderr, proc.stderr
-    assert "incompatible" not in proc.stdout and "not checked: the front end needs torch" in proc.stdout
+    assert "signature: incompatible" not in proc.stdout and "not checked: the front end needs torch" in proc.stdout
