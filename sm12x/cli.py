@@ -63,6 +63,9 @@ def cmd_bundle(args) -> int:
     print(f"bundle: {how} {info['files']} files in {info['path']}{kept}")
     print(f"byte code for: {code}")
     print(f"mount it with: -v {info['path']}:/sm12x:ro -e PYTHONPATH=/sm12x")
+    if info.get("private"):
+        print(f"sm12x bundle: warning: {info['path']} is not readable by other users, so a container user "
+              f"other than you cannot read the bundle: chmod 755 {info['path']}", file=sys.stderr)
     return 0
 
 

@@ -109,6 +109,47 @@ def test_bundle_user_errors_are_one_line(tmp_path, case):
     assert proc.returncode == 2
 
 
+def _fake_python(tmp_path, body):
+    exe = tmp_path / "fake-python"
+    exe.write_text("#!/bin/sh\n" + body + "\n")
+    exe.chmod(0o755)
+    return str(exe)
+
+
+@pytest.mark.parametrize("body, needle", [("echo 'cannot load libpython' >&2; exit 127", "does not run"),
+                                          ("echo 3.8", "is Python 3.8")])
+def test_bundle_checks_compile_with_before_writing(tmp_path, body, needle):
+    """A broken or too old --compile-with interpreter is refused before anything is written, and a
+    previous bundle (its byte code included) stays as it was."""
+    dest = tmp_path / "bundle"
+    assert cli("bundle", str(dest)).returncode == 0
+    before = tree(dest)
+    assert any(p.endswith(".pyc") for p in before)
+    line = one_line_error(cli("bundle", str(dest), "--compile-with", _fake_python(tmp_path, body)), needle)
+    assert "needs Python 3.10" not in line or needle.startswith("is Python")
+    assert tree(dest) == before
+    fresh = tmp_path / "fresh"
+    one_line_error(cli("bundle", str(fresh), "--compile-with", _fake_python(tmp_path, body)), needle)
+    assert not fresh.exists()
+
+
+def test_bundle_under_umask_077_is_readable_by_the_container_user(tmp_path):
+    dest = tmp_path / "bundle"
+    proc = subprocess.run(["sh", "-c", f"umask 077 && exec {sys.executable} -m sm12x bundle {dest}"],
+                          capture_output=True, text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO),
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    for d, dirs, files in os.walk(dest):
+        assert stat.S_IMODE(os.stat(d).st_mode) == 0o755, d
+        for f in files:
+            assert stat.S_IMODE(os.stat(os.path.join(d, f)).st_mode) == 0o644, f
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    mine.chmod(0o700)
+    proc = cli("bundle", str(mine))
+    assert proc.returncode == 0 and "not readable by other users" in proc.stderr and f"chmod 755 {mine}" in proc.stderr
+
+
 def test_bundle_into_read_only_folder_is_one_line(tmp_path):
     """As root (CI), a read-only bind mount is the unwritable case: writing fails inside the copy."""
     if os.geteuid() != 0 or not os.path.exists("/proc/self/mountinfo"):
