@@ -229,3 +229,29 @@ def test_status_shows_the_verdicts(fresh):
                   env={"XDG_CACHE_HOME": str(fresh / "cache")})
     verify = json.loads(proc.stdout)["verify"]
     assert verify["mode"] == "once" and {r["op"]: r["ok"] for r in verify["verdicts"]} == {OP: False, "fp8_gemm_nt": True}
+
+
+def test_front_ends_that_read_their_caller_see_past_the_guard(fresh, monkeypatch):
+    """Replacements that decide by their caller's code (sys._getframe) must see the framework's
+    function, not the guard's wrapper (sm12x.frontends.callers)."""
+    from sm12x.frontends import callers
+
+    def make(original):
+        def fp8_gemm_nt(*args):
+            return callers.caller().f_code.co_name
+        return fp8_gemm_nt
+
+    module = types.ModuleType("guard_standin_frames")
+    module.fp8_gemm_nt = lambda *a: "original"
+    sys.modules[module.__name__] = module
+    patch = Patch(name="test.guard.frames", target=f"{module.__name__}:fp8_gemm_nt", make=make, why="t",
+                  upstream="t", library="*", versions="*", versions_note="test stand-in")
+    assert apply.apply_patch(patch, module) == "applied"
+    assert hasattr(module.fp8_gemm_nt, "__sm12x_guarded__")
+    monkeypatch.setattr(guard, "check_op", lambda op, dev: {"ok": True, "detail": "", "ms": 0.0})
+
+    def framework_function():
+        return module.fp8_gemm_nt()
+
+    assert framework_function() == "framework_function"  # the first call, which decides
+    assert framework_function() == "framework_function"  # and the calls after it
