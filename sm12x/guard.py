@@ -310,12 +310,17 @@ def _call_device(args, kwargs):
         if isinstance(value, (tuple, list)) and value:
             value = value[0]
         if isinstance(value, torch.Tensor):
-            if value.is_cuda:
+            if value.is_cuda and not _is_fake(value):
                 return f"cuda:{value.device.index or 0}"
-            return None
+            return None  # CPU (the interpreter), meta or a tracer's fake tensor: nothing to run on
     if torch.cuda.is_initialized():
         return f"cuda:{torch.cuda.current_device()}"
     return None
+
+
+def _is_fake(tensor) -> bool:
+    """A tensor without data (torch.compile's FakeTensor, a functional wrapper)."""
+    return type(tensor).__name__ in ("FakeTensor", "FunctionalTensor") or tensor.device.type == "meta"
 
 
 def _cannot_check_now() -> str:

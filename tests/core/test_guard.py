@@ -255,3 +255,12 @@ def test_front_ends_that_read_their_caller_see_past_the_guard(fresh, monkeypatch
 
     assert framework_function() == "framework_function"  # the first call, which decides
     assert framework_function() == "framework_function"  # and the calls after it
+
+
+def test_no_check_on_fake_or_meta_tensors():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    assert guard._call_device((torch.empty(2, device="meta"),), {}) is None
+    with FakeTensorMode():
+        fake = torch.empty(2, device="cuda")  # a traced CUDA tensor: no GPU behind it
+    assert fake.is_cuda and guard._is_fake(fake) and guard._call_device((fake,), {}) is None
