@@ -252,9 +252,12 @@ def check_op(op: str, device: str) -> dict:
         return {"ok": False, "detail": f"no op {op!r} in the registry", "ms": 0.0}
     # the registry runs its small (interpreter) shapes on any device but exactly "cuda"
     gpus = [torch.device(device).index or 0] if device.startswith("cuda") else []
+    import contextlib
+
+    on_device = torch.cuda.device(gpus[0]) if gpus else contextlib.nullcontext()  # Triton launches there
     t0 = time.perf_counter()
     try:
-        with torch.random.fork_rng(devices=gpus), torch.inference_mode():
+        with torch.random.fork_rng(devices=gpus), on_device, torch.inference_mode():
             rows = list(entry.selftest(device, False))
         bad = [r for r in rows if not r.get("ok")]
         if not rows:
