@@ -484,6 +484,11 @@ def plan_blocker(module: str, qualname: str, arch: Arch | None = None) -> str:
     found, origin = find_module_file(module)
     if found is False:
         return f"module {module} does not exist in the installed version"
+    if found and origin and origin.endswith((".so", ".pyd")) \
+            and defines_name(origin, "PyInit_" + module.rpartition(".")[2]) is False:
+        # sgl-flash-mla's flash_mla/cuda.abi3.so: loaded with torch.ops.load_library, never imported
+        return (f"{module} of the installed version is a library loaded through torch.ops, not a Python "
+                f"module: nothing to patch there")
     first = qualname.split(".")[0]
     if found and defines_name(origin, first) is False:
         return f"{module} of the installed version has no {first}"

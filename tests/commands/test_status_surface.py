@@ -74,3 +74,14 @@ def test_json_apply_keeps_framework_output_off_stdout(tmp_path):
     assert "bootstrap" in data
     for line in ("a framework's log line", "file descriptor 1", "holds sys.stdout"):
         assert line in proc.stderr, proc.stderr
+
+
+def test_a_torch_ops_library_is_not_a_module_to_patch(tmp_path):
+    """sgl-flash-mla ships flash_mla/cuda.abi3.so as a torch.ops library (no PyInit_cuda): the
+    record for flash_mla.cuda says so instead of would-apply."""
+    write_tree(tmp_path, {"flash_mla/__init__.py": "def flash_mla_with_kvcache(*a):\n    pass\n",
+                          "flash_mla/cuda.abi3.so": "\x7fELF sparse_decode_fwd torch ops only",
+                          **dist_infos({"sgl-flash-mla": "1.0.0"})})
+    data = json.loads(status("--json", pythonpath=[REPO, tmp_path], env={"SM12X_ARCH": "12.0"}).stdout)
+    row = next(p for p in data["patches"] if p["name"] == "flash_mla.cuda.sparse_decode_fwd")
+    assert row["state"] == "skipped" and "loaded through torch.ops" in row["reason"], row
