@@ -241,16 +241,13 @@ def print_status(data: dict, stream=None, verbose: bool = False) -> None:
 
 
 def _json_only_on_stdout(apply: bool) -> dict:
-    """``status_data`` with this process's stdout (file descriptor 1 and ``sys.stdout``) sent to
-    stderr while it runs and for the rest of the process, the JSON alone going to the original
-    stdout: frameworks imported by ``--apply`` print their log lines on stdout (vLLM's logger
-    holds ``sys.stdout``), and a script reading the JSON must get only the JSON."""
-    import os
-
+    """``status_data`` with this process's file descriptor 1 sent to stderr while it runs and for
+    the rest of the process, the JSON alone going to the original stdout: frameworks imported by
+    ``--apply`` print their log lines on stdout (vLLM's logger holds ``sys.stdout``, whose
+    descriptor is 1), before the JSON and at exit, and a script reading it must get only the JSON."""
     sys.stdout.flush()
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
-    sys.stdout = sys.stderr
     data = status_data(apply=apply)
     out.write(json.dumps(data, indent=2) + "\n")
     out.flush()
