@@ -6,9 +6,12 @@
    (the traceback with ``python -v``). Names it defines stay reachable as ``sitecustomize.NAME``.
 2. Unless SM12X_DISABLE=1, installs sm12x's lazy import watcher (sm12x.hooks): nothing else is
    imported or probed until vllm, sglang, sgl_kernel, flash_mla, deep_gemm or flashinfer is.
-Nothing here may stop the interpreter: a failure of ours is swallowed (shown on stderr when
-SM12X_LOG=debug), and a SystemExit or KeyboardInterrupt from the chained file is reported like
-any other error instead of ending start-up (without the mount Python would abort there).
+Nothing of ours may stop the interpreter: a failure of ours is swallowed (shown on stderr when
+SM12X_LOG=debug). The chained file behaves as without the mount: an ``Exception`` is reported and
+start-up goes on; a ``SystemExit`` or ``KeyboardInterrupt`` propagates and ends start-up, as
+``site`` lets it; a package-form sitecustomize (``sitecustomize/__init__.py``) keeps its
+``__path__`` for relative imports. Other sm12x bundles on ``sys.path`` (this one under another
+spelling or through a symlink, or a second copy) are passed over when looking for the image's.
 """
 
 
@@ -18,19 +21,30 @@ def _sm12x_chain():
     import os
     import sys
 
-    here = os.path.dirname(os.path.abspath(__file__))
-    rest = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != here]
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
-    if spec is None or not spec.origin or os.path.abspath(spec.origin) == os.path.abspath(__file__):
-        return None
     guard = "_sm12x_chained_sitecustomize"  # the image's module, kept so it never runs twice
     if guard in sys.modules:
-        return spec.origin
+        return getattr(sys.modules[guard], "__file__", None), None
+    real = os.path.realpath
+    skip = {real(os.path.dirname(os.path.abspath(__file__)))}
+    while True:  # the first sitecustomize on sys.path that is not an sm12x bootstrap
+        rest = [p for p in sys.path if real(p or os.getcwd()) not in skip]
+        spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+        if spec is None or not spec.origin:
+            return None, None
+        folder = os.path.dirname(spec.origin)
+        if spec.submodule_search_locations is not None:  # a package: sitecustomize/__init__.py
+            folder = os.path.dirname(folder)
+        if not os.path.isfile(os.path.join(folder, "sm12x", "hooks.py")):
+            break
+        skip.add(real(folder))
     module = type(sys)("sitecustomize")
     module.__file__ = spec.origin
     module.__loader__ = spec.loader
     module.__spec__ = spec
     module.__package__ = ""
+    if spec.submodule_search_locations is not None:
+        module.__path__ = list(spec.submodule_search_locations)
+        module.__package__ = "sitecustomize"
     try:
         module.__cached__ = spec.cached
     except Exception:
@@ -39,10 +53,13 @@ def _sm12x_chain():
     # While it runs, `sys.modules["sitecustomize"]` is the image's module, as during a plain import.
     previous = sys.modules.get("sitecustomize")
     sys.modules["sitecustomize"] = module
+    fatal = None
     try:
         spec.loader.exec_module(module)
-    except BaseException as err:  # even SystemExit: never fatal here
+    except Exception as err:  # what site.execsitecustomize catches: reported, start-up goes on
         _sm12x_report(err)
+    except BaseException as err:  # SystemExit, KeyboardInterrupt: site lets these end start-up
+        fatal = err
     finally:
         if previous is None:
             sys.modules.pop("sitecustomize", None)
@@ -52,7 +69,7 @@ def _sm12x_chain():
     for name, value in list(vars(module).items()):
         if not name.startswith("__") and name not in ours:
             ours[name] = value
-    return spec.origin
+    return spec.origin, fatal
 
 
 def _sm12x_report(err):
@@ -84,10 +101,13 @@ def _sm12x_debug(message):
 
 _sm12x_chained = None
 _sm12x_active = False
+_sm12x_fatal = None
 try:
-    _sm12x_chained = _sm12x_chain()
+    _sm12x_chained, _sm12x_fatal = _sm12x_chain()
 except BaseException as _e:
     _sm12x_debug("chaining failed: %r" % (_e,))
+if _sm12x_fatal is not None:  # the image's own file ended start-up: so does Python, as without us
+    raise _sm12x_fatal
 try:
     import os as _os
 

@@ -20,7 +20,7 @@ import logging
 import os
 import sys
 
-from sm12x import platform
+from sm12x import guard, platform
 from sm12x.patches import Layer, Patch, all_patches
 
 OUTCOMES: dict = {}  # patch name -> (state, reason)
@@ -162,6 +162,14 @@ def eligibility(p: Patch):
     name it, else (False, reason)."""
     if skipped_by_user(p.name):
         return False, SKIP_REASON
+    # the release range first: a release outside it is the record's own answer, whatever the GPU
+    # or the installed files say
+    if p.library != "*" and p.versions not in ("", "*"):
+        have = _versions().get(p.library)
+        if have is None:
+            return False, f"{p.library} version unknown (not installed as a distribution)"
+        if not platform.in_range(have, p.versions):
+            return False, f"{p.library} {have} {OUT_OF_RANGE} {p.versions}"
     if p.arch == "sm12x":
         ok, why = platform.wants_sm12x_patches(platform.gpu_arch())
         if not ok:
@@ -170,7 +178,7 @@ def eligibility(p: Patch):
         ok, why = exact_arch(p.arch)
         if not ok:
             return False, why
-    return in_library_range(p)
+    return True, ""
 
 
 def _resolve(module, qualname):
@@ -274,6 +282,9 @@ def apply_patch(p: Patch, module) -> str:
             if state == "applied":
                 replacement = _load_factory(layer.make)(current, replacement)
             layered.append((layer, state, reason))
+        # the runtime guard (sm12x.guard): the op's known-answer check before its first call serves
+        # (around the record's replacement with its layers: the whole chain is what serves)
+        replacement = guard.wrap(p, replacement, current)
         replacement.__sm12x_patch__ = p.name
         replacement.__sm12x_original__ = current
         replacement.__sm12x_copy_name__ = copy_name
@@ -409,6 +420,14 @@ def apply_installed() -> list:
         try:
             if top not in sys.modules and importlib.util.find_spec(top) is None:
                 continue
+        except Exception as e:
+            _record(p, "skipped", f"importing {p.module} failed: {type(e).__name__}: {e}")
+            continue
+        ok, why = eligibility(p)
+        if not ok:  # out of range, another GPU, SM12X_SKIP: said before importing the target
+            _record(p, "skipped", why)
+            continue
+        try:
             module = importlib.import_module(p.module)
         except Exception as e:
             _record(p, "skipped", f"importing {p.module} failed: {type(e).__name__}: {e}")

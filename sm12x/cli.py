@@ -64,11 +64,17 @@ def cmd_bundle(args) -> int:
     print(f"bundle: {how} {info['files']} files in {info['path']}{kept}")
     print(f"byte code for: {code}")
     print(f"mount it with: -v {info['path']}:/sm12x:ro -e PYTHONPATH=/sm12x")
+    if info.get("private"):
+        print(f"sm12x bundle: warning: {info['path']} is not readable by other users, so a container user "
+              f"other than you cannot read the bundle: chmod 755 {info['path']}", file=sys.stderr)
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from sm12x import __version__
+
     parser = argparse.ArgumentParser(prog="sm12x", description=DESCRIPTION, formatter_class=RAW)
+    parser.add_argument("--version", action="version", version=f"sm12x {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("status", help="what sm12x does here: GPU, frameworks, which patches apply and why",

@@ -139,6 +139,16 @@ class _CtypesNvml:
                                                                 ctypes.byref(minor)))
         return (major.value, minor.value)
 
+    def name(self, h):
+        buf = ctypes.create_string_buffer(96)
+        self._check(self.lib.nvmlDeviceGetName(h, buf, ctypes.c_uint(96)))
+        return buf.value.decode(errors="replace")
+
+    def driver(self):
+        buf = ctypes.create_string_buffer(80)
+        self._check(self.lib.nvmlSystemGetDriverVersion(buf, ctypes.c_uint(80)))
+        return buf.value.decode(errors="replace")
+
     def close(self):
         self.lib.nvmlShutdown()
 
@@ -160,6 +170,14 @@ class _PyNvml:
 
     def capability(self, h):
         return tuple(self.m.nvmlDeviceGetCudaComputeCapability(h))
+
+    def name(self, h):
+        value = self.m.nvmlDeviceGetName(h)
+        return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+    def driver(self):
+        value = self.m.nvmlSystemGetDriverVersion()
+        return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
     def close(self):
         self.m.nvmlShutdown()
@@ -185,6 +203,34 @@ def _nvml_capabilities():
         return caps, "NVML"
     except Exception as e:
         return [], f"NVML query failed ({type(e).__name__}: {e})"
+    finally:
+        try:
+            nvml.close()
+        except Exception:
+            pass
+
+
+def gpu_identities() -> list:
+    """(name, "major.minor", driver) of each visible device, in CUDA's order, through NVML (never
+    CUDA); [] without NVML. The runtime guard keys its verdicts by these."""
+    try:
+        import importlib.util
+
+        nvml = _PyNvml() if importlib.util.find_spec("pynvml") else _CtypesNvml()
+    except Exception:
+        return []
+    try:
+        selectors = _visible_selectors()
+        if selectors is None:
+            selectors = list(range(nvml.count()))
+        driver = nvml.driver()
+        out = []
+        for sel in selectors:
+            h = nvml.handle(int(sel) if isinstance(sel, str) and sel.isdigit() else sel)
+            out.append((nvml.name(h), "%d.%d" % nvml.capability(h), driver))
+        return out
+    except Exception:
+        return []
     finally:
         try:
             nvml.close()
@@ -438,6 +484,11 @@ def plan_blocker(module: str, qualname: str, arch: Arch | None = None) -> str:
     found, origin = find_module_file(module)
     if found is False:
         return f"module {module} does not exist in the installed version"
+    if found and origin and origin.endswith((".so", ".pyd")) \
+            and defines_name(origin, "PyInit_" + module.rpartition(".")[2]) is False:
+        # sgl-flash-mla's flash_mla/cuda.abi3.so: loaded with torch.ops.load_library, never imported
+        return (f"{module} of the installed version is a library loaded through torch.ops, not a Python "
+                f"module: nothing to patch there")
     first = qualname.split(".")[0]
     if found and defines_name(origin, first) is False:
         return f"{module} of the installed version has no {first}"

@@ -81,6 +81,9 @@ def shim_state(name: str) -> str:
     ok, why = platform.wants_sm12x_patches(platform.gpu_arch())
     if not ok:
         return f"off ({why})"
+    for need in platform.RUNTIME_NEEDS:  # the stand-in's functions import them
+        if platform.installed_spec(need) is None:
+            return f"off (needs {need}, which is not installed)"
     try:
         spec = importlib.util.find_spec(name)
     except Exception:

@@ -133,14 +133,32 @@ def check_destination(dest: str) -> list | None:
 
 
 def check_interpreters(pythons) -> list:
-    """Resolve each ``--compile-with`` value to an executable; BundleError for one that is not."""
+    """Resolve each ``--compile-with`` value to (an executable that runs and is Python 3.10 or newer,
+    its byte-code tag); BundleError for one that is not, before anything is written."""
     out = []
     for python in pythons:
         exe = shutil.which(python) or (python if os.path.isfile(python) and os.access(python, os.X_OK) else None)
         if exe is None:
             raise BundleError(f"--compile-with {python}: no such interpreter on this machine: give the "
                               "image's Python (e.g. python3.12; its version is what matters), or --no-compile")
-        out.append(exe)
+        if exe == sys.executable:
+            out.append((exe, sys.implementation.cache_tag))
+        else:
+            try:
+                proc = subprocess.run([exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2], "
+                                                  "sys.implementation.cache_tag)"],
+                                      capture_output=True, text=True, timeout=60)
+                version, _, tag = (proc.stdout.strip() if proc.returncode == 0 else "").partition(" ")
+                why = "" if version else ((proc.stderr or proc.stdout).strip().splitlines() or ["no output"])[-1]
+            except (OSError, subprocess.SubprocessError) as e:
+                version, why = "", str(getattr(e, "strerror", None) or e)
+            if not version:
+                raise BundleError(f"--compile-with {python}: it does not run ({why}): give a working "
+                                  "interpreter of the image's Python version, or --no-compile")
+            if tuple(int(x) for x in version.split(".")) < (3, 10):
+                raise BundleError(f"--compile-with {python}: it is Python {version}; sm12x needs Python 3.10 "
+                                  "or newer")
+            out.append((exe, tag or None))
     return out
 
 
@@ -155,11 +173,13 @@ def _compile(dest: str, py_files: list, python: str) -> None:
         lines = (proc.stdout + proc.stderr).strip().splitlines()
         raise BundleError(f"--compile-with {python}: byte-compiling the bundle failed"
                           + (f" ({lines[-1].strip()})" if lines else "")
-                          + ": sm12x needs Python 3.10 or newer")
+                          + f"; {dest} holds this version's files without that byte code: run the "
+                          "command again, or with --no-compile")
 
 
-def _byte_code(dest: str, py_files: list) -> list:
-    """The .pyc files compileall wrote for our modules (``__pycache__/<stem>.<tag>.pyc``)."""
+def _byte_code(dest: str, py_files: list, tags) -> list:
+    """The .pyc files of our modules for the interpreter tags of this run
+    (``__pycache__/<stem>.<tag>[.opt-N].pyc``; a None tag: any)."""
     out = []
     for rel in py_files:
         folder, name = os.path.split(rel)
@@ -167,7 +187,8 @@ def _byte_code(dest: str, py_files: list) -> list:
         stem = re.escape(name[:-3])
         if os.path.isdir(cache):
             out += [os.path.join(folder, "__pycache__", f).replace(os.sep, "/") for f in os.listdir(cache)
-                    if re.fullmatch(stem + r"\.[\w.-]+\.pyc", f)]
+                    if any(re.fullmatch(stem + r"\." + (re.escape(t) if t else r"[\w-]+") + r"(\.[\w-]+)?\.pyc", f)
+                           for t in tags)]
     return out
 
 
@@ -204,6 +225,7 @@ def write_bundle(dest: str, compile_with=None) -> dict:
     pythons = check_interpreters(compile_with if compile_with is not None else [sys.executable])
     previous = check_destination(dest)
     dest = os.path.abspath(dest)
+    created = not os.path.exists(dest)
     sources = _sources()
     record_rel = _record_path(sources)
     try:
@@ -211,8 +233,9 @@ def write_bundle(dest: str, compile_with=None) -> dict:
         os.makedirs(os.path.dirname(os.path.join(dest, record_rel)), exist_ok=True)
         # A RECORD of everything ours first, so an interrupted run still leaves a folder we own.
         _write_record(dest, record_rel, list(previous or []) + list(sources))
-        # Byte code is rewritten from scratch: a previous bundle's .pyc for another Python must not stay.
-        _remove_stale(dest, [rel for rel in previous or [] if "/__pycache__/" in "/" + rel])
+        # A previous bundle's byte code stays until this run has written its own (a failure on the
+        # way leaves it, and Python ignores a .pyc whose source changed); what this run did not
+        # write, such as byte code for another Python, goes at the end.
         for rel, src in sources.items():
             path = os.path.join(dest, rel)
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -220,16 +243,35 @@ def write_bundle(dest: str, compile_with=None) -> dict:
                 os.remove(path)
             shutil.copy2(src, path)
         py_files = [rel for rel in sources if rel.endswith(".py")]
-        for python in pythons:
+        for python, _ in pythons:
             _compile(dest, py_files, python)
-        written = set(sources) | set(_byte_code(dest, py_files)) | {record_rel}
+        written = set(sources) | set(_byte_code(dest, py_files, [tag for _, tag in pythons])) | {record_rel}
         _remove_stale(dest, sorted(set(previous or []) - written))
         _write_record(dest, record_rel, written)
+        _make_readable(dest, written, created)
     except OSError as e:
         raise BundleError(f"DIR {dest}: cannot write {e.filename or dest} ({e.strerror or e})") from None
     kept = 0
     for d, _, files in os.walk(dest):
         kept += sum(1 for f in files
                     if os.path.relpath(os.path.join(d, f), dest).replace(os.sep, "/") not in written)
+    mode = os.stat(dest).st_mode
     return {"path": dest, "files": len(written), "replaced": previous is not None, "kept": kept,
-            "byte_code": byte_code_tags(dest)}
+            "byte_code": byte_code_tags(dest), "private": (mode & 0o005) != 0o005}
+
+
+def _make_readable(dest: str, written, created: bool) -> None:
+    """Files 0644 and folders 0755 whatever the umask: the container's user (often uid 1000, not
+    this one) must read the mount, or the bootstrap does nothing without a word. ``dest`` itself
+    only when this run created it (a folder of the user's keeps its mode; the CLI warns)."""
+    folders = {dest} if created else set()
+    for rel in written:
+        path = os.path.join(dest, rel)
+        if os.path.isfile(path):
+            os.chmod(path, 0o644)
+        d = os.path.dirname(path)
+        while _inside(d, dest) and d != dest:
+            folders.add(d)
+            d = os.path.dirname(d)
+    for d in folders:
+        os.chmod(d, 0o755)

@@ -197,6 +197,15 @@ class SignatureVerdict:
     detail: str = ""
 
 
+def _runtime_missing(e: Exception):
+    """The verdict when a factory could not be built because this Python lacks torch or triton
+    (the front ends import them): not checked here, which is no record bug; else None."""
+    if isinstance(e, ModuleNotFoundError) and (e.name or "").partition(".")[0] in ("torch", "triton"):
+        return SignatureVerdict("unknown", f"not checked: the front end needs {e.name}, which is not "
+                                           f"installed in this Python ({sys.executable})")
+    return None
+
+
 def check_signature(patch, binding: Binding) -> SignatureVerdict:
     """Whether the calls ``binding``'s original accepts reach sm12x through ``patch.make``."""
     from sm12x.apply import _load_factory
@@ -205,6 +214,9 @@ def check_signature(patch, binding: Binding) -> SignatureVerdict:
         try:
             _load_factory(patch.make)(types.ModuleType(binding.detail))
         except Exception as e:  # noqa: BLE001 - any failure of the factory is the verdict
+            missing = _runtime_missing(e)
+            if missing:
+                return missing
             return SignatureVerdict("incompatible", f"the target is module {binding.detail}; the factory "
                                                     f"refuses it ({type(e).__name__}: {e})")
         return SignatureVerdict("n/a", f"module {binding.detail}")
@@ -221,6 +233,9 @@ def check_signature(patch, binding: Binding) -> SignatureVerdict:
     try:
         replacement = _load_factory(patch.make)(original)
     except Exception as e:  # noqa: BLE001 - any failure of the factory is the verdict
+        missing = _runtime_missing(e)
+        if missing:
+            return missing
         return SignatureVerdict("incompatible", f"the factory fails on the original "
                                                 f"({type(e).__name__}: {e})")
     if not callable(replacement):
@@ -388,6 +403,10 @@ def check_releases(path: str, patches=None) -> list:
 
     patches = all_patches() if patches is None else patches
     first = Release(path)
+    if not first.identities:
+        raise ContractError(f"'{path}' holds no Python distribution (no *.dist-info or *.egg-info): give a "
+                            f"wheel file, or the site-packages folder vLLM, SGLang or a kernel library is "
+                            f"installed in")
     ids = [i for i in first.identities if library_of(i[0])] or first.identities[:1] or [(None, None)]
     reports = []
     for identity in ids:

@@ -88,10 +88,17 @@ try:
     p = subprocess.run([exe, "-m", "sm12x", "status", "--json"], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
     r["status_rc"], r["status_stderr"] = p.returncode, p.stderr[-3000:]
-    try:
-        r["status"] = json.loads(p.stdout)
-    except ValueError:
-        r["status"], r["status_stdout"] = None, p.stdout[-3000:]
+    r["status"] = None
+    # the JSON is the last thing on stdout; the image's own sitecustomize may print before it
+    starts = [0] + [m.start() + 1 for m in re.finditer(r"\n\{", p.stdout)]
+    for start in starts:
+        try:
+            r["status"] = json.loads(p.stdout[start:])
+            break
+        except ValueError:
+            continue
+    if r["status"] is None:
+        r["status_stdout"] = p.stdout[-3000:]
 except Exception as e:
     r["status"], r["status_rc"], r["status_stderr"] = None, None, "%s: %s" % (type(e).__name__, e)
 r["status_python"] = exe
@@ -234,7 +241,11 @@ def analyse(image_config: dict, report: dict | None, mount: str = MOUNT,
     boot = status.get("bootstrap") or {}
     cands = report.get("sitecustomize_candidates") or []
     first = cands[0] if cands else None
-    if boot.get("active") and _under(boot.get("sitecustomize"), mount):
+    if boot.get("disabled") and _under(boot.get("sitecustomize"), mount):
+        if env.get("SM12X_DISABLE") != "1":  # set for this run (--env), not by the image
+            add("error", "disabled", f"SM12X_DISABLE=1 is set for the run: the bootstrap ran "
+                                     f"({boot['sitecustomize']}) and patches nothing; leave it unset")
+    elif boot.get("active") and _under(boot.get("sitecustomize"), mount):
         add("ok", "bootstrap", f"bootstrap ran: {boot['sitecustomize']} (as {report.get('status_python')}, "
                                f"uid {report.get('uid')})")
     elif first and not _under(first, mount):
@@ -456,6 +467,9 @@ def run_doctor(args) -> int:
     except LaunchError as e:
         problems.append(str(e))
     if problems:
+        if args.json:  # a script reading the JSON gets JSON, whatever went wrong
+            print(json.dumps({"image": args.image, "exit_code": 2, "problems": problems, "report": None,
+                              "findings": []}, indent=2))
         return report_problems("doctor", problems)
     env = dict(item.partition("=")[::2] for item in args.env or [])
     report, output = run_probe(client, args.image, config, bundle, arch=args.arch, user=args.user, env=env)

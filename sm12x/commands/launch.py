@@ -328,6 +328,9 @@ def argument_problems(args) -> list[str]:
         what = "is a file, not a folder" if os.path.exists(args.model) else "no such folder"
         problems.append(f"--model {args.model}: {what} (give the model's folder on this host; "
                         "it is mounted read-only at /model)")
+    elif not os.path.isfile(os.path.join(args.model, "config.json")):
+        problems.append(f"--model {args.model}: no config.json in it (give the folder that holds the "
+                        "model's config.json and weights, as downloaded from Hugging Face)")
     problem = bundle_problem(args.bundle or default_bundle())
     if problem:
         problems.append(problem)
@@ -335,8 +338,8 @@ def argument_problems(args) -> list[str]:
         problems.append(f"--tp {args.tp}: the tensor-parallel size is the number of GPUs the model "
                         "is split over: 1 or more, e.g. --tp 2")
     gpus = [g.strip() for g in args.gpus.split(",")]
-    if args.gpus not in ("all", "none") and not all(gpus):
-        problems.append(f"--gpus {args.gpus!r}: give all, none, or device ids such as 0,1")
+    if args.gpus not in ("all", "none") and not all(g.isdigit() or g.startswith(("GPU-", "MIG-")) for g in gpus):
+        problems.append(f"--gpus {args.gpus!r}: give all, none, or device ids such as 0,1 (or GPU UUIDs)")
     elif args.gpus not in ("all", "none") and args.tp > len(gpus):
         problems.append(f"--tp {args.tp} needs {args.tp} GPUs but --gpus {args.gpus} gives {len(gpus)}")
     if not 1 <= args.port <= 65535:
@@ -386,7 +389,7 @@ def run_launch(args) -> int:
         print(note, file=sys.stderr)
     print(docker_run_line(spec))
     if args.dry_run:
-        return 0
+        return 1 if note else 0  # 1: the image could not be checked
     return _run(client, spec)
 
 
@@ -441,7 +444,8 @@ SM12x setups (--no-recipe drops them); arguments after `--` are added last and o
 
 --dry-run checks everything it can (model folder, bundle, --tp, --gpus, the image being present
 locally) and prints the `docker run` line without starting anything; every problem found is
-listed, one line each, and the exit code is 2.
+listed, one line each, and the exit code is 2. Without a Docker engine the image cannot be
+checked: the line is still printed, stderr says so, and the exit code is 1.
 
 examples:
   python3 -m sm12x launch {framework} --model /models/DeepSeek-V4-Flash --tp 2 --dry-run
@@ -482,9 +486,10 @@ def add_launch_command(subparsers) -> argparse.ArgumentParser:
 
     p = subparsers.add_parser(
         "launch", help="serve DeepSeek-V4-Flash from a stock vLLM/SGLang image with the bundle mounted",
-        description=LAUNCH_HELP.format(framework="{vllm,sglang}", extra="--max-num-seqs 8"),
+        description=LAUNCH_HELP.format(framework="vllm", extra="--max-num-seqs 8"),
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    frameworks = p.add_subparsers(dest="framework", required=True, metavar="{vllm,sglang}")
+    frameworks = p.add_subparsers(dest="framework", required=True, metavar="FRAMEWORK",
+                                  title="FRAMEWORK (vllm or sglang)")
     extras = {"vllm": "--max-num-seqs 8", "sglang": "--max-running-requests 8"}
     for fw in ("vllm", "sglang"):
         sp = frameworks.add_parser(fw, parents=[common], help=f"serve with {fw} ({DEFAULT_IMAGES[fw]})",

@@ -71,9 +71,33 @@ def check_isa(ops, stream):
                      throughput=", ".join(f"{v} {n}" for v, n in sorted(verdicts.items())))
 
 
+def preflight(json_path=None) -> str:
+    """Why the self-test cannot start (one line), or "": torch and triton importable here, and
+    ``--json``'s file writable, both known before any kernel runs."""
+    import importlib.util
+
+    missing = [m for m in ("torch", "triton") if importlib.util.find_spec(m) is None]
+    if missing:
+        return (f"needs {' and '.join(missing)}, not installed in this Python ({sys.executable}): "
+                f"run bash scripts/setup.sh, or the self-test inside the container")
+    if json_path:
+        folder = os.path.dirname(os.path.abspath(json_path)) or "."
+        if os.path.isdir(json_path):
+            return f"--json {json_path}: is a folder (give a file name, e.g. {os.path.join(json_path, 'selftest.json')})"
+        if not os.path.isdir(folder):
+            return f"--json {json_path}: folder {folder} does not exist (create it, or give another path)"
+        if not os.access(folder, os.W_OK) or (os.path.exists(json_path) and not os.access(json_path, os.W_OK)):
+            return f"--json {json_path}: cannot write there (give a path you can write)"
+    return ""
+
+
 def run(ops=None, full=False, json_path=None, stream=None, layer=None) -> int:
     from sm12x.commands import status as status_command
 
+    problem = preflight(json_path)
+    if problem:
+        print(f"sm12x selftest: {problem}", file=sys.stderr)
+        return 2
     stream = stream or sys.stdout
     device = _device()
     if layer is not None:
@@ -129,8 +153,12 @@ def run(ops=None, full=False, json_path=None, stream=None, layer=None) -> int:
         doc = dict(device=gpu, mode="cuda" if device == "cuda" else "interpreter",
                    torch=torch.__version__, triton=triton.__version__, full=full,
                    status=status, results=results, passed=len(results) - failed, failed=failed)
-        with open(json_path, "w") as f:
-            json.dump(doc, f, indent=2)
+        try:
+            with open(json_path, "w") as f:
+                json.dump(doc, f, indent=2)
+        except OSError as e:  # the results above are printed; say why the file is missing
+            print(f"sm12x selftest: --json {json_path}: not written ({e.strerror or e})", file=sys.stderr)
+            return 2
     return 1 if failed or not results else 0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import platform as _python
 import sys
 import textwrap
@@ -54,19 +55,61 @@ def status_data(apply: bool = False) -> dict:
         "skip": {"items": applier.skip_items(), "unmatched": applier.unmatched_skips()},
         # records for one compute capability only (GB10's gates): shown on that GPU even when skipped
         "exact_arch": exact_arch_records(all_patches()),
+        "verify": verify_data(),
         "bootstrap": {
             "sitecustomize": getattr(site, "__file__", None) if ours else None,
             "chained": getattr(site, "_sm12x_chained", None) if ours else None,
             "active": bool(ours and getattr(site, "_sm12x_active", False)),
+            # ran, but SM12X_DISABLE=1 kept the watcher off
+            "disabled": bool(ours and not getattr(site, "_sm12x_active", False)
+                             and os.environ.get("SM12X_DISABLE") == "1"),
         },
     }
+
+
+def verify_data() -> dict:
+    """The runtime guard's mode, cache folder and verdicts for this machine's GPUs."""
+    from sm12x import guard
+
+    try:
+        rows = guard.status_rows()
+    except Exception as e:  # a status must print whatever the cache holds
+        rows = [{"combination": "?", "op": "?", "ok": False, "detail": f"cache unreadable: {e}"}]
+    return {"mode": guard.mode(), "cache": guard.cache_dir(), "verdicts": rows}
+
+
+def _print_verify(v: dict, print_) -> None:
+    if v["mode"] == "off":
+        print_("verify:     off (SM12X_VERIFY=off: kernels serve without a known-answer check)")
+        return
+    rows = v["verdicts"]
+    where = v["cache"] or "no cache folder: verdicts last one process"
+    if not rows:
+        print_(textwrap.fill(f"SM12X_VERIFY={v['mode']}; no op checked on this GPU yet (each is checked on "
+                             f"its first call; cache {where})", 100, initial_indent="verify:     ",
+                             subsequent_indent=" " * 12))
+        return
+    failed = [r for r in rows if not r["ok"]]
+    print_(textwrap.fill(f"SM12X_VERIFY={v['mode']}; {len(rows) - len(failed)} op(s) passed their known-answer "
+                         f"check on this GPU, {len(failed)} refused (cache {where})", 100,
+                         initial_indent="verify:     ", subsequent_indent=" " * 12))
+    for r in failed:
+        print_(textwrap.fill(f"REFUSED {r['op']} [{r['combination']}]: {r['detail']}", 100,
+                             initial_indent="            ", subsequent_indent=" " * 14))
+
+
+def absent_library(reason: str) -> str:
+    """The library a skip reason says is not installed ("flash_mla is not installed"), or "" (a
+    reason such as "needs torch, which is not installed" names a runtime need, not a target)."""
+    name = reason[: -len(NOT_INSTALLED)] if reason.endswith(NOT_INSTALLED) else ""
+    return name if name.replace("_", "").replace(".", "").isalnum() else ""
 
 
 def skip_category(reason: str, arch_why: str) -> str:
     """A short class of a skip reason, for the summary's counts."""
     if reason == arch_why:
         return "not on an SM12x GPU"
-    if reason.endswith(NOT_INSTALLED):
+    if absent_library(reason):
         return "library not installed"
     if "SM12X_SKIP" in reason:
         return "turned off by SM12X_SKIP"
@@ -142,9 +185,12 @@ def print_status(data: dict, stream=None, verbose: bool = False) -> None:
     if py:
         print_(f"python:     {py['version']} ({py['executable']})")
     b = data["bootstrap"]
+    chained = f"; ran the image's own {b['chained']} first" if b["chained"] else ""
     if b["active"]:
-        chained = f"; ran the image's own {b['chained']} first" if b["chained"] else ""
         print_(f"bootstrap:  active ({b['sitecustomize']}{chained})")
+    elif b.get("disabled"):
+        print_(textwrap.fill(f"ran, but SM12X_DISABLE=1: nothing is patched in this process ({b['sitecustomize']}"
+                             f"{chained})", 100, initial_indent="bootstrap:  ", subsequent_indent=" " * 12))
     else:
         print_(textwrap.fill(BOOTSTRAP_OFF, 100, initial_indent="bootstrap:  ", subsequent_indent=" " * 12))
     counts = summary(data)
@@ -156,8 +202,8 @@ def print_status(data: dict, stream=None, verbose: bool = False) -> None:
         by = ", ".join(f"{n} {cat}" for cat, n in sorted(counts["skipped_by"].items(), key=lambda kv: -kv[1]))
         parts.append(f"{skipped} skipped ({by})")
     print_(f"patches:    {len(data['patches'])}: " + ", ".join(parts))
-    absent = sorted({p["reason"][: -len(NOT_INSTALLED)] for p in data["patches"]
-                     if p["state"] == "skipped" and (p.get("reason") or "").endswith(NOT_INSTALLED)})
+    absent = sorted({absent_library(p.get("reason") or "") for p in data["patches"]
+                     if p["state"] == "skipped" and absent_library(p.get("reason") or "")})
     if absent:
         print_(f"            not installed here: {', '.join(absent)}")
     skip = data.get("skip") or {}
@@ -170,6 +216,8 @@ def print_status(data: dict, stream=None, verbose: bool = False) -> None:
              if not v.startswith("off (") or verbose]
     if shims:
         print_("stand-ins:  " + ", ".join(shims))
+    if data.get("verify"):
+        _print_verify(data["verify"], print_)
     gates = arch_gate_rows(data)
     if gates:
         listed = ", ".join(f"{p['name']} {p['state']}" + (f" ({p['reason']})" if p.get("reason") else "")
@@ -200,11 +248,25 @@ def print_status(data: dict, stream=None, verbose: bool = False) -> None:
         print_(f"\n{hidden} skipped patches not listed: `sm12x status --verbose` lists every patch and why")
 
 
+def _json_only_on_stdout(apply: bool) -> dict:
+    """``status_data`` with this process's file descriptor 1 sent to stderr while it runs and for
+    the rest of the process, the JSON alone going to the original stdout: frameworks imported by
+    ``--apply`` print their log lines on stdout (vLLM's logger holds ``sys.stdout``, whose
+    descriptor is 1), before the JSON and at exit, and a script reading it must get only the JSON."""
+    sys.stdout.flush()
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    data = status_data(apply=apply)
+    out.write(json.dumps(data, indent=2) + "\n")
+    out.flush()
+    return data
+
+
 def run(as_json: bool = False, apply: bool = False, verbose: bool = False) -> int:
     """Print the status (JSON or text); 1 when a patch failed."""
-    data = status_data(apply=apply)
     if as_json:
-        print(json.dumps(data, indent=2))
+        data = _json_only_on_stdout(apply)
     else:
+        data = status_data(apply=apply)
         print_status(data, verbose=verbose)
     return 1 if any(p["state"] == "failed" for p in data["patches"]) else 0

@@ -22,7 +22,9 @@ class Op:
     reference: the plain PyTorch function the kernel is checked against (the source of truth).
     selftest: ``selftest(device, full) -> iterable of result rows`` (dicts with ``op, case, ok,
         max_abs, max_rel, detail, us, throughput``): production shapes on ``"cuda"`` (``full``: the
-        sweep), small shapes under the Triton interpreter on ``"cpu"``.
+        sweep), small shapes on any other device: under the Triton interpreter on ``"cpu"``, and
+        on ``"cuda:N"``, where the runtime guard (``sm12x.guard``) runs them as its known-answer
+        check before an op first serves.
     compile_reports: ``compile_reports(targets) -> [CompileReport]`` for every launch
         configuration the op runs on ``targets`` (``("sm_120", "sm_121")``); None when the op
         launches no kernel of its own.

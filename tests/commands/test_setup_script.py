@@ -38,7 +38,7 @@ def setup(tmp_path, have=(), **env):
     python.write_text(FAKE_PYTHON)
     python.chmod(0o755)
     full = {k: v for k, v in os.environ.items() if not k.startswith("SM12X_")}
-    full.update({"PYTHON": str(python), "FAKE_STATE": str(state), "SM12X_SETUP_DOCKER": "0", **env})
+    full.update({"PYTHON": str(python), "FAKE_STATE": str(state), **env})
     proc = subprocess.run(["bash", os.path.join(REPO, "scripts", "setup.sh")], capture_output=True, text=True,
                           env=full, timeout=300)
     calls = (state / "calls").read_text().splitlines() if (state / "calls").exists() else []
@@ -79,3 +79,36 @@ def test_unknown_choice_is_one_line(tmp_path):
     proc, pips = setup(tmp_path, SM12X_TORCH="banana")
     assert proc.returncode == 2 and not pips
     assert proc.stderr.strip() == "setup: SM12X_TORCH=banana: use cpu (default), a CUDA tag such as cu130, pypi or skip"
+
+
+FAKE_TOOL = """#!/usr/bin/env bash
+echo "$(basename "$0") $*" >> "$FAKE_STATE/tools"
+exit 1
+"""
+
+
+@pytest.mark.parametrize("opt_in", [None, "0", "1"])
+def test_docker_engine_only_on_request(tmp_path, opt_in):
+    """No Docker engine is installed or started unless SM12X_SETUP_DOCKER=1 (which CI sets). The
+    engine tools are stand-ins that only record their calls."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for name in ("dockerd", "apt-get", "pgrep"):
+        (tools / name).write_text(FAKE_TOOL)
+        (tools / name).chmod(0o755)
+    env = {"PATH": f"{tools}:{os.environ['PATH']}", "DOCKER_HOST": f"unix://{tmp_path}/no.sock",
+           "SM12X_DOCKERD_WAIT": "1", "SM12X_DOCKERD_LOG": str(tmp_path / "dockerd.log")}
+    if opt_in is not None:
+        env["SM12X_SETUP_DOCKER"] = opt_in
+    proc, _ = setup(tmp_path, **env)
+    assert proc.returncode == 0, proc.stderr
+    touched = "ci_docker:" in proc.stderr
+    assert touched == (opt_in == "1"), proc.stderr
+    if opt_in != "1":
+        assert not (tmp_path / "state" / "tools").exists()
+        assert "SM12X_SETUP_DOCKER=1" in proc.stderr  # says how to get the docker tests
+
+
+def test_ci_asks_for_the_docker_engine():
+    with open(os.path.join(REPO, ".ci", "run")) as f:
+        assert "SM12X_SETUP_DOCKER=1 bash scripts/setup.sh" in f.read()

@@ -109,6 +109,47 @@ def test_bundle_user_errors_are_one_line(tmp_path, case):
     assert proc.returncode == 2
 
 
+def _fake_python(tmp_path, body):
+    exe = tmp_path / "fake-python"
+    exe.write_text("#!/bin/sh\n" + body + "\n")
+    exe.chmod(0o755)
+    return str(exe)
+
+
+@pytest.mark.parametrize("body, needle", [("echo 'cannot load libpython' >&2; exit 127", "does not run"),
+                                          ("echo 3.8", "is Python 3.8")])
+def test_bundle_checks_compile_with_before_writing(tmp_path, body, needle):
+    """A broken or too old --compile-with interpreter is refused before anything is written, and a
+    previous bundle (its byte code included) stays as it was."""
+    dest = tmp_path / "bundle"
+    assert cli("bundle", str(dest)).returncode == 0
+    before = tree(dest)
+    assert any(p.endswith(".pyc") for p in before)
+    line = one_line_error(cli("bundle", str(dest), "--compile-with", _fake_python(tmp_path, body)), needle)
+    assert "needs Python 3.10" not in line or needle.startswith("is Python")
+    assert tree(dest) == before
+    fresh = tmp_path / "fresh"
+    one_line_error(cli("bundle", str(fresh), "--compile-with", _fake_python(tmp_path, body)), needle)
+    assert not fresh.exists()
+
+
+def test_bundle_under_umask_077_is_readable_by_the_container_user(tmp_path):
+    dest = tmp_path / "bundle"
+    proc = subprocess.run(["sh", "-c", f"umask 077 && exec {sys.executable} -m sm12x bundle {dest}"],
+                          capture_output=True, text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO),
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    for d, dirs, files in os.walk(dest):
+        assert stat.S_IMODE(os.stat(d).st_mode) == 0o755, d
+        for f in files:
+            assert stat.S_IMODE(os.stat(os.path.join(d, f)).st_mode) == 0o644, f
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    mine.chmod(0o700)
+    proc = cli("bundle", str(mine))
+    assert proc.returncode == 0 and "not readable by other users" in proc.stderr and f"chmod 755 {mine}" in proc.stderr
+
+
 def test_bundle_into_read_only_folder_is_one_line(tmp_path):
     """As root (CI), a read-only bind mount is the unwritable case: writing fails inside the copy."""
     if os.geteuid() != 0 or not os.path.exists("/proc/self/mountinfo"):
@@ -203,20 +244,43 @@ def test_dry_run_reports_every_problem(tmp_path):
     (["--gpus", "0", "--tp", "2"], "--tp 2 needs 2 GPUs but --gpus 0 gives 1"),
     (["--port", "0"], "--port 0"),
     (["--env", "NOEQUALS"], "--env 'NOEQUALS'"),
+    (["--gpus", "banana"], "--gpus 'banana'"),
+    (["--gpus", "0,x"], "--gpus '0,x'"),
 ])
 def test_dry_run_bad_values(tmp_path, args, needle):
+    (tmp_path / "config.json").write_text("{}")  # a model folder
     one_line_error(cli("launch", "sglang", "--model", str(tmp_path), "--dry-run", *args), needle)
 
 
+def test_dry_run_refuses_a_folder_without_a_model(tmp_path):
+    (tmp_path / "empty").mkdir()
+    one_line_error(cli("launch", "vllm", "--model", str(tmp_path / "empty"), "--bundle", REPO, "--dry-run"),
+                   "--model", "no config.json")
+
+
+def test_launch_help_names_the_framework_argument():
+    proc = cli("launch", "--help")
+    assert proc.returncode == 0 and "{vllm,sglang}" not in proc.stdout and "FRAMEWORK" in proc.stdout
+
+
+def test_version_flag():
+    from sm12x import __version__
+
+    proc = cli("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"sm12x {__version__}"
+
+
 def test_dry_run_bundle_that_is_not_a_bundle(tmp_path):
+    (tmp_path / "config.json").write_text("{}")  # a model folder
     (tmp_path / "b").mkdir()
     one_line_error(cli("launch", "vllm", "--model", str(tmp_path), "--bundle", str(tmp_path / "b"), "--dry-run"),
                    "not an sm12x bundle", "sm12x bundle DIR")
 
 
 def test_dry_run_without_engine_still_prints_the_line(tmp_path):
+    (tmp_path / "config.json").write_text("{}")  # a model folder
     proc = cli("launch", "vllm", "--model", str(tmp_path), "--tp", "2", "--dry-run")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # the image could not be checked: not a clean pass
     assert proc.stdout.startswith("docker run ") and "--tensor-parallel-size 2" in proc.stdout
     assert "not checked" in proc.stderr
 
@@ -231,6 +295,7 @@ def test_doctor_reports_every_problem(tmp_path):
 def test_docker_folder_of_the_checkout_is_not_the_sdk(tmp_path):
     """Run from the repository root without the Docker SDK importable (python -S: no site-packages),
     the checkout's own docker/ folder must not pass for the SDK."""
+    (tmp_path / "config.json").write_text("{}")  # a model folder
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["DOCKER_HOST"] = NO_ENGINE
     for argv in (["doctor", "--image", "x:y", "--bundle", REPO],
@@ -262,3 +327,46 @@ def test_skip_typo_is_a_warning_in_every_process(tmp_path):
     lines = [x for x in proc.stderr.splitlines() if "SM12X_SKIP" in x]
     assert len(lines) == 1, proc.stderr
     assert "SM12X_SKIP names no sm12x patch: flash_mla.decod (a typo skips nothing" in lines[0]
+
+
+# ---------------------------------------------------------------------------------------------------
+# selftest: what cannot work is said before any kernel runs
+# ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("where, needle", [("no/such/dir/x.json", "does not exist"), ("", "is a folder")])
+def test_selftest_json_path_checked_first(tmp_path, where, needle):
+    proc = cli("selftest", "--json", str(tmp_path / where) if where else str(tmp_path))
+    one_line_error(proc, "sm12x selftest: --json", needle)
+    assert proc.returncode == 2 and proc.stdout == ""  # nothing ran
+
+
+def test_selftest_without_torch_is_one_line():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SM12X_") and k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-S", "-m", "sm12x", "selftest"], capture_output=True, text=True,
+                          cwd=REPO, env=env, timeout=120)  # -S: no site-packages, so no torch
+    one_line_error(proc, "sm12x selftest: needs torch and triton", "scripts/setup.sh")
+
+
+# ---------------------------------------------------------------------------------------------------
+# contract
+# ---------------------------------------------------------------------------------------------------
+
+def test_contract_on_a_folder_without_a_release_is_one_line(tmp_path):
+    one_line_error(cli("contract", str(tmp_path)), "sm12x contract:", "no Python distribution", "wheel")
+
+
+def test_contract_without_torch_is_not_a_record_bug(tmp_path):
+    """In a Python without torch the front ends cannot be built: the signatures are 'not checked',
+    not 'incompatible' (the records this one-function release lacks are its only problems)."""
+    (tmp_path / "deep_gemm").mkdir()
+    (tmp_path / "deep_gemm" / "__init__.py").write_text(
+        "def fp8_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True):\n"
+        "    pass\n")
+    (tmp_path / "deep_gemm-2.5.0.dist-info").mkdir()
+    (tmp_path / "deep_gemm-2.5.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: deep_gemm\nVersion: 2.5.0\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SM12X_") and k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-S", "-m", "sm12x", "contract", str(tmp_path)], capture_output=True,
+                          text=True, cwd=REPO, env=env, timeout=300)  # -S: no site-packages, no torch
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert "signature: incompatible" not in proc.stdout and "not checked: the front end needs torch" in proc.stdout

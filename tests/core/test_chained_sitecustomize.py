@@ -49,11 +49,55 @@ def test_an_error_prints_what_python_prints(tmp_path, raise_line, shown):
     assert mounted.stdout == plain.stdout == "host ran\n"
 
 
-def test_system_exit_is_reported_and_the_host_still_runs(tmp_path):
-    _, plain, mounted = _both(tmp_path, "raise SystemExit(3)\n", code="print('host ran')")
-    assert plain.returncode != 0  # without the mount Python aborts start-up here
-    assert mounted.returncode == 0 and mounted.stdout == "host ran\n"
-    assert mounted.stderr == "Error in sitecustomize; set PYTHONVERBOSE for traceback:\nSystemExit: 3\n"
+@pytest.mark.parametrize("raise_line, last", [("raise SystemExit(3)", "SystemExit: 3"),
+                                               ("raise KeyboardInterrupt", "KeyboardInterrupt")])
+@pytest.mark.parametrize("disable", [None, "1"])
+def test_system_exit_and_interrupt_end_start_up_as_without_the_mount(tmp_path, raise_line, last, disable):
+    image = tmp_path / "image"
+    image.mkdir()
+    (image / "sitecustomize.py").write_text(raise_line + "\n")
+    env = {"SM12X_DISABLE": disable}
+    plain = run_py("print('host ran')", pythonpath=[image], check=False, env=env)
+    mounted = run_py("print('host ran')", pythonpath=[REPO, image], check=False, env=env)
+    assert plain.returncode != 0 and "Fatal Python error" in plain.stderr  # Python's own behaviour
+    assert mounted.returncode == plain.returncode and mounted.stdout == plain.stdout == ""
+    assert "Fatal Python error" in mounted.stderr
+    assert mounted.stderr.strip().splitlines()[-1] == plain.stderr.strip().splitlines()[-1] == last
+
+
+def test_package_form_sitecustomize_keeps_its_relative_imports(tmp_path):
+    image = tmp_path / "image"
+    (image / "sitecustomize").mkdir(parents=True)
+    (image / "sitecustomize" / "__init__.py").write_text("from . import helper\nDEFINED = helper.VALUE\n")
+    (image / "sitecustomize" / "helper.py").write_text("VALUE = 'from the helper'\n")
+    plain = run_py(SHOW, pythonpath=[image], check=False)
+    mounted = run_py(SHOW, pythonpath=[REPO, image], check=False)
+    assert plain.stdout == mounted.stdout == "host ran from the helper\n"
+    assert plain.stderr == mounted.stderr == ""
+
+
+@pytest.mark.parametrize("twice", ["spelling", "symlink", "copy"])
+def test_a_bundle_reachable_twice_still_chains_the_image(tmp_path, twice):
+    import shutil
+
+    image = tmp_path / "image"
+    image.mkdir()
+    (image / "sitecustomize.py").write_text("print('image ran')\nDEFINED = 'yes'\n")
+    if twice == "spelling":
+        second = REPO + "/."
+    elif twice == "symlink":
+        second = tmp_path / "link"
+        second.symlink_to(REPO)
+    else:  # a second bundle: a folder with its own sitecustomize and sm12x package
+        second = tmp_path / "copy"
+        second.mkdir()
+        shutil.copy(REPO + "/sitecustomize.py", second)
+        (second / "sm12x").mkdir()
+        (second / "sm12x" / "hooks.py").write_text("def install_watcher():\n    pass\n")
+        (second / "sm12x" / "__init__.py").write_text("")
+    mounted = run_py(SHOW, pythonpath=[REPO, second, image], check=False)
+    assert mounted.stdout == "image ran\nhost ran yes\n", mounted.stdout + mounted.stderr
+    assert mounted.stderr == ""
 
 
 def test_runs_exactly_once_and_ours_stays_the_module(tmp_path):

@@ -254,6 +254,7 @@ def test_doctor_missing_image_exit_2(engine, bundle):
 
 @pytest.mark.parametrize("command", ["doctor", "launch"])
 def test_image_name_the_engine_refuses_is_one_line(engine, bundle, tmp_path, command):
+    (tmp_path / "config.json").write_text("{}")  # a model folder
     args = ["--image", "Not A:Name", "--bundle", bundle]
     r = _cli(*(["doctor", *args] if command == "doctor" else
                ["launch", "vllm", "--model", str(tmp_path), "--dry-run", *args]))
@@ -264,6 +265,7 @@ def test_image_name_the_engine_refuses_is_one_line(engine, bundle, tmp_path, com
 
 
 def test_launch_dry_run_reads_image_pythonpath(engine, images, bundle, tmp_path):
+    (tmp_path / "config.json").write_text("{}")  # a model folder
     r = _cli("launch", "sglang", "--model", str(tmp_path), "--image", TAG, "--bundle", bundle, "--dry-run")
     assert r.returncode == 0, r.stderr
     assert "PYTHONPATH=/sm12x:/opt/image-lib" in r.stdout and f"{bundle}:/sm12x:ro" in r.stdout
@@ -271,6 +273,7 @@ def test_launch_dry_run_reads_image_pythonpath(engine, images, bundle, tmp_path)
 
 
 def test_launch_missing_image_exit_2(engine, bundle, tmp_path):
+    (tmp_path / "config.json").write_text("{}")  # a model folder
     r = _cli("launch", "vllm", "--model", str(tmp_path), "--image", "sm12x-test:does-not-exist", "--bundle", bundle)
     assert r.returncode == 2
     assert r.stderr.strip() == ("sm12x launch: image sm12x-test:does-not-exist is not present locally "
@@ -280,6 +283,7 @@ def test_launch_missing_image_exit_2(engine, bundle, tmp_path):
 def test_launch_runs_container_with_mounts_env_and_cleans_up(engine, images, bundle, tmp_path):
     """A real (GPU-less) launch: the engine accepts every option, output streams, the container goes away.
     The test image has no sglang, so the framework itself fails: that failure is the expected output."""
+    (tmp_path / "config.json").write_text("{}")  # a model folder
     name = f"sm12x-pytest-launch-{os.getpid()}"
     for old in engine.containers.list(all=True, filters={"name": name}):  # left over by an interrupted run
         old.remove(force=True)
@@ -321,3 +325,86 @@ def test_doctor_byte_code_for_the_images_python(engine, images, bundle, tmp_path
     assert line.startswith("warn ") and f"runs Python {images['python']}." in line
     assert line.endswith(f"fix: python3 -m sm12x bundle {plain} --compile-with python{images['python']} "
                          f"(any Python {images['python']} on this machine)")
+
+
+# ---------------------------------------------------------------------------------------------------
+# The image's own sitecustomize behaves as without the mount (real engine, uid 1000, read-only, no net)
+# ---------------------------------------------------------------------------------------------------
+
+def _image_lib_with(tmp_path, files):
+    """An image-lib folder (mounted at /opt/image-lib, on PYTHONPATH after /sm12x) holding ``files``."""
+    lib = tmp_path / "lib"
+    for rel, text in files.items():
+        path = lib / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    for d, dirs, fs in os.walk(lib):
+        os.chmod(d, 0o755)
+        for f in fs:
+            os.chmod(os.path.join(d, f), 0o644)
+    return str(lib)
+
+
+def _run_paths(engine, command, volumes, pythonpath, env=None):
+    c = engine.containers.create(TAG, entrypoint=["python3"], command=command, user=USER, network_disabled=True,
+                                 environment={"PYTHONPATH": pythonpath, **(env or {})},
+                                 volumes={src: {"bind": dst, "mode": "ro"} for src, dst in volumes.items()})
+    try:
+        c.start()
+        code = c.wait(timeout=120)["StatusCode"]
+        return code, c.logs(stderr=False).decode(), c.logs(stdout=False).decode()
+    finally:
+        c.remove(force=True)
+
+
+def _with_and_without(engine, bundle, lib, command, env=None):
+    volumes = {bundle: "/sm12x", lib: "/opt/image-lib"}
+    plain = _run_paths(engine, command, volumes, "/opt/image-lib", env)
+    mounted = _run_paths(engine, command, volumes, "/sm12x:/opt/image-lib", env)
+    return plain, mounted
+
+
+@pytest.mark.parametrize("raise_line, last", [("raise SystemExit(3)", "SystemExit: 3"),
+                                               ("raise KeyboardInterrupt", "KeyboardInterrupt")])
+@pytest.mark.parametrize("disable", [None, "1"])
+def test_image_sitecustomize_exit_ends_start_up_as_without_us(engine, images, bundle, tmp_path, raise_line, last,
+                                                               disable):
+    lib = _image_lib_with(tmp_path, {"sitecustomize.py": raise_line + "\n"})
+    env = {"SM12X_DISABLE": disable} if disable else {}
+    (pc, pout, perr), (mc, mout, merr) = _with_and_without(engine, bundle, lib, ["-c", "print('host ran')"], env)
+    assert pc != 0 and "Fatal Python error" in perr
+    assert mc == pc and mout == pout == "" and "Fatal Python error" in merr
+    assert merr.strip().splitlines()[-1] == perr.strip().splitlines()[-1] == last
+
+
+def test_image_package_form_sitecustomize(engine, images, bundle, tmp_path):
+    lib = _image_lib_with(tmp_path, {"sitecustomize/__init__.py": "from . import helper\nDEFINED = helper.VALUE\n",
+                                     "sitecustomize/helper.py": "VALUE = 'from the helper'\n"})
+    probe = ["-c", "import sitecustomize; print(sitecustomize.DEFINED)"]
+    (pc, pout, perr), (mc, mout, merr) = _with_and_without(engine, bundle, lib, probe)
+    assert pc == mc == 0 and pout == mout == "from the helper\n", (perr, merr)
+    assert merr == perr == ""
+
+
+def test_bundle_mounted_twice_still_chains_the_image(engine, images, bundle, tmp_path):
+    lib = _image_lib_with(tmp_path, {"sitecustomize.py": "print('image ran')\n"})
+    code, out, err = _run_paths(engine, ["-c", "import sitecustomize as s; print(s._sm12x_active)"],
+                                {bundle: "/sm12x", lib: "/opt/image-lib"} | {bundle + "/.": "/sm12x-again"},
+                                "/sm12x:/sm12x-again:/opt/image-lib")
+    assert code == 0 and out.split() == ["image", "ran", "True"], err
+
+
+def test_bundle_written_under_umask_077_serves_uid_1000(engine, images, image_lib, tmp_path):
+    dest = tmp_path / "private-umask-bundle"
+    r = subprocess.run(["sh", "-c", f"umask 077 && exec {sys.executable} -m sm12x bundle {dest}"], cwd=REPO,
+                       capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=REPO))
+    assert r.returncode == 0, r.stderr
+    os.chmod(tmp_path, 0o755)  # pytest's own folders are private; the bundle's are sm12x's business
+    code, out, err = _run(engine, TAG, ["-c", "import sitecustomize as s; print(s.__file__, s._sm12x_active)"],
+                          str(dest), image_lib)
+    assert code == 0 and out.split() == ["/sm12x/sitecustomize.py", "True"], err
+
+
+def test_doctor_names_disable_for_the_run(engine, images, bundle):
+    r = _cli("doctor", "--image", TAG, "--bundle", bundle, "--env", "SM12X_DISABLE=1")
+    assert "SM12X_DISABLE=1 is set for the run" in r.stdout and "check PYTHONPATH" not in r.stdout, r.stdout

@@ -124,11 +124,12 @@ def test_sdk_kwargs():
 # ---------------------------------------------------------------------------------------------------
 
 def test_dry_run_without_engine(monkeypatch, capsys, tmp_path):
+    (tmp_path / "config.json").write_text("{}")  # a model folder
     monkeypatch.setenv("DOCKER_HOST", NO_ENGINE)
     rc = main(["launch", "sglang", "--model", str(tmp_path), "--tp", "4", "--bundle", REPO,
                "--dry-run", "--", "--max-running-requests", "4"])
     out, err = capsys.readouterr()
-    assert rc == 0
+    assert rc == 1  # the line is printed, but the image could not be checked
     (line,) = out.strip().splitlines()  # stdout is exactly the docker run line
     argv = shlex.split(line)
     assert f"{REPO}:/sm12x:ro" in argv and "PYTHONPATH=/sm12x" in argv
@@ -137,21 +138,24 @@ def test_dry_run_without_engine(monkeypatch, capsys, tmp_path):
 
 
 def test_dry_run_without_docker_package(monkeypatch, capsys, tmp_path):
+    (tmp_path / "config.json").write_text("{}")  # a model folder
     monkeypatch.setitem(sys.modules, "docker", None)  # `import docker` now raises ImportError
-    assert main(["launch", "vllm", "--model", str(tmp_path), "--dry-run"]) == 0
+    assert main(["launch", "vllm", "--model", str(tmp_path), "--dry-run"]) == 1
     out, err = capsys.readouterr()
     assert out.startswith("docker run ") and "pip install docker" in err
 
 
 def test_dry_run_subprocess_no_engine(tmp_path):
+    (tmp_path / "config.json").write_text("{}")  # a model folder
     env = dict(os.environ, DOCKER_HOST=NO_ENGINE, PYTHONPATH=REPO)
     r = subprocess.run([sys.executable, "-m", "sm12x", "launch", "vllm", "--model", str(tmp_path),
                         "--dry-run"], capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr
     assert r.stdout.startswith("docker run ") and f"{tmp_path}:/model:ro" in r.stdout
 
 
 def test_launch_without_engine_is_one_line_exit_2(monkeypatch, capsys, tmp_path):
+    (tmp_path / "config.json").write_text("{}")  # a model folder
     monkeypatch.setenv("DOCKER_HOST", NO_ENGINE)
     rc = main(["launch", "vllm", "--model", str(tmp_path), "--bundle", REPO])
     out, err = capsys.readouterr()
@@ -426,3 +430,36 @@ def test_probe_reads_console_script_shebang(tmp_path):
     assert report["entry_shebang"] == f"#!{sys.executable} -I"
     f = doctor.analyse({"Entrypoint": ["fakeserve"]}, report, mount=REPO)
     assert "entrypoint-disables-site" in codes(f, "error")
+
+
+def test_probe_reads_status_after_an_image_sitecustomize_that_prints(tmp_path):
+    """An image whose own sitecustomize prints to stdout: status --json is still read."""
+    image = tmp_path / "image"
+    image.mkdir()
+    (image / "sitecustomize.py").write_text("print('hello from the image')\nprint('{not json}')\n")
+    env = dict(os.environ, PYTHONPATH=f"{REPO}:{image}", SM12X_ARCH="12.0", TRITON_CACHE_DIR=str(tmp_path / "tc"))
+    r = subprocess.run([sys.executable, "-c", doctor.PROBE, json.dumps([sys.executable, "-c", "pass"])],
+                       capture_output=True, text=True, env=env, timeout=120)
+    report = doctor.parse_probe_output(r.stdout)
+    assert report is not None and report["status"] is not None, r.stdout + r.stderr
+    assert report["status"]["bootstrap"]["chained"] == str(image / "sitecustomize.py")
+    f = doctor.analyse({"Env": []}, report, mount=REPO)
+    assert {"bootstrap", "chained"} <= codes(f, "ok") and "status-failed" not in codes(f)
+
+
+def test_analyse_disable_for_the_run_is_named_not_pythonpath():
+    report = good_report(bootstrap={"sitecustomize": "/sm12x/sitecustomize.py", "chained": None, "active": False,
+                                    "disabled": True})
+    f = doctor.analyse(VLLM_CFG, report)
+    assert "disabled" in codes(f, "error") and "bootstrap-inactive" not in codes(f)
+    text = next(str(x) for x in f if x.code == "disabled")
+    assert "SM12X_DISABLE=1" in text and "PYTHONPATH" not in text
+
+
+def test_doctor_json_on_errors_is_json(tmp_path):
+    env = dict(os.environ, DOCKER_HOST=NO_ENGINE, PYTHONPATH=REPO)
+    r = subprocess.run([sys.executable, "-m", "sm12x", "doctor", "--image", "x:y", "--bundle", REPO, "--json"],
+                       capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+    data = json.loads(r.stdout)
+    assert r.returncode == 2 and data["exit_code"] == 2 and data["problems"]
+    assert any("Docker" in p for p in data["problems"])

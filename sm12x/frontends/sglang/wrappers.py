@@ -38,6 +38,8 @@ from __future__ import annotations
 import functools
 import sys
 
+from sm12x.frontends import callers
+
 DSV4_INDEXER = "sglang.srt.layers.attention.dsv4.indexer"
 DSA_INDEXER = "sglang.srt.layers.attention.dsa.dsa_indexer"
 DSA_TOPK = "sglang.srt.layers.attention.dsa.dsa_topk_backend"
@@ -80,7 +82,7 @@ def make_paged_logits(original, dense):
     def paged_mqa_logits(q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_metadata=None,
                          max_seq_len=None, clean_logits=True):
         if (max_seq_len is None or not _one_fp8_query_per_row(q_fp8)
-                or not _called_from_paged_indexer(sys._getframe(1)) or not transforms_are_ours()):
+                or not _called_from_paged_indexer(callers.caller()) or not transforms_are_ours()):
             return dense(q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_metadata, max_seq_len,
                          clean_logits)
         return api.deferred_paged_logits(q_fp8, kvcache_fp8, weight, seq_lens, page_table, deep_gemm_metadata,
@@ -108,7 +110,7 @@ def make_deep_gemm_paged_logits(original, dense):
     @functools.wraps(original)
     def fp8_paged_mqa_logits(*args, **kwargs):
         if (len(args) == 8 and not kwargs and isinstance(args[6], int) and _one_fp8_query_per_row(args[0])
-                and _called_from_paged_indexer(sys._getframe(1)) and transforms_are_ours()):
+                and _called_from_paged_indexer(callers.caller()) and transforms_are_ours()):
             return api.deferred_paged_logits(*args)
         return dense(*args, **kwargs)
 
@@ -262,7 +264,7 @@ def _dsa_logits_fn(fn):
     @functools.wraps(fn)
     def fp8_mqa_logits(q, kv, weights, ks, ke, *rest, **kwargs):
         if (rest or set(kwargs) - {"clean_logits"} or not _dsa_serves(q, kv)
-                or not _dsa_reads_only_topk(sys._getframe(1), RAGGED_CALLER)):
+                or not _dsa_reads_only_topk(callers.caller(), RAGGED_CALLER)):
             return fn(q, kv, weights, ks, ke, *rest, **kwargs)
         return api.deferred_dsa_mqa_logits(q, kv, weights, ks, ke)
 
@@ -347,7 +349,7 @@ def make_dsa_paged_logits_split(original):
     def deepgemm_paged_mqa_logits_split(fp8_paged_mqa_logits_fn, q_fp8, kv_cache_fp8, weights, ctx_lens_2d,
                                         block_tables, schedule_metadata, max_seq_len, *, q_offset):
         if (not _dsa_paged_serves(q_fp8, kv_cache_fp8, weights)
-                or not _dsa_reads_only_topk(sys._getframe(1), PAGED_CALLER)):
+                or not _dsa_reads_only_topk(callers.caller(), PAGED_CALLER)):
             return original(fp8_paged_mqa_logits_fn, q_fp8, kv_cache_fp8, weights, ctx_lens_2d, block_tables,
                             schedule_metadata, max_seq_len, q_offset=q_offset)
         # DeepGEMM reads the first q_offset rows of each per-row argument
@@ -367,7 +369,7 @@ def make_dsa_paged_logits_native(original):
     def deepgemm_paged_mqa_logits_native(fp8_paged_mqa_logits_fn, q_fp8, kv_cache_fp8, weights, ctx_lens_2d,
                                          block_tables, schedule_metadata, max_seq_len, *, q_offset, B, next_n):
         if (not _dsa_paged_serves(q_fp8, kv_cache_fp8, weights)
-                or not _dsa_reads_only_topk(sys._getframe(1), PAGED_CALLER)):
+                or not _dsa_reads_only_topk(callers.caller(), PAGED_CALLER)):
             return original(fp8_paged_mqa_logits_fn, q_fp8, kv_cache_fp8, weights, ctx_lens_2d, block_tables,
                             schedule_metadata, max_seq_len, q_offset=q_offset, B=B, next_n=next_n)
         q = q_fp8[:q_offset].view(B, next_n, q_fp8.shape[1], q_fp8.shape[2])

@@ -30,6 +30,8 @@ from __future__ import annotations
 import functools
 import sys
 
+from sm12x.frontends import callers
+
 
 INDEXER_MODULE = "vllm.model_executor.layers.sparse_attn_indexer"
 
@@ -119,7 +121,7 @@ def make_deferred_mqa_logits(original):
     def fp8_fp4_mqa_logits(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits=True):
         indexer = sys.modules.get(INDEXER_MODULE)
         if (not isinstance(getattr(indexer, "ops", None), IndexerOps)
-                or not _caller_reads_only_topk(sys._getframe(1))):
+                or not _caller_reads_only_topk(callers.caller())):
             return original(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits)
         return api.deferred_mqa_logits(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits)
 
@@ -147,7 +149,7 @@ def make_deferred_compressed_mqa_logits(original):
         indexer = sys.modules.get(INDEXER_MODULE)
         if ((logits_dtype is not None and str(logits_dtype) != "torch.float32")
                 or not isinstance(getattr(indexer, "ops", None), IndexerOps) or _mx_inputs(q, kv)
-                or not _caller_reads_only_topk(sys._getframe(1))):
+                or not _caller_reads_only_topk(callers.caller())):
             more = {} if logits_dtype is None else {"logits_dtype": logits_dtype}  # 0.33.0 has no such argument
             return original(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, max_seqlen_k, **more)
         return api.deferred_compressed_mqa_logits(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, max_seqlen_k)
@@ -260,7 +262,7 @@ def make_deferred_paged_mqa_logits(original):
     def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, schedule_metadata,
                                  max_model_len, *rest, **kwargs):
         dtype = kwargs.get("logits_dtype")
-        caller = sys._getframe(1)
+        caller = callers.caller()
         if (rest or (dtype is not None and str(dtype) != "torch.float32")
                 or set(kwargs) - {"logits_dtype", "indices", "clean_logits"}
                 or not _caller_reads_only_topk(caller) or not _decode_readers_are_ours(caller)):
