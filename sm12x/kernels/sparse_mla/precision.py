@@ -1,0 +1,55 @@
+"""Which sparse MLA decode path serves, by ``SM12X_ATTENTION_PRECISION`` (exact | fast; default
+exact). Pure Python (no torch, Triton or CUDA): ``sm12x status`` reads it too.
+
+- ``exact``: the cache's FP8 rows dequantised to bf16 in registers (exact: the scales are powers
+  of two), bf16 MMAs with float32 accumulation.
+- ``fast``: on SM12x, V4 "MODEL1" caches through block-scaled MXFP8 MMAs
+  (:mod:`sm12x.kernels.sparse_mla.decode_mxfp8`); V3.2 / GLM caches and the sparse prefill's bf16
+  rows stay exact. Opt-in until its cosine difference against the float32 reference is measured
+  at <= 1e-4 on every production case (``scripts/bench_sparse_mla_precision.py``).
+"""
+from __future__ import annotations
+
+import os
+
+PRECISIONS = ("exact", "fast")
+DEFAULT = "exact"
+
+
+def attention_precision() -> str:
+    """The ``SM12X_ATTENTION_PRECISION`` setting; a value other than exact / fast raises a
+    one-line ValueError naming the variable."""
+    value = os.environ.get("SM12X_ATTENTION_PRECISION", "").strip() or DEFAULT
+    if value not in PRECISIONS:
+        raise ValueError(f"SM12X_ATTENTION_PRECISION={value!r}: supported values are exact, fast")
+    return value
+
+
+def native_mxfp8(capability, triton_version) -> bool:
+    """Triton lowers ``tl.dot_scaled`` to the hardware block-scaled MMA on this GPU: 12.0; 12.1
+    from Triton 3.8."""
+    if not capability or capability[0] != 12:
+        return False
+    if capability[1] == 0:
+        return True
+    try:
+        parts = tuple(int("".join(c for c in p if c.isdigit()) or 0)
+                      for p in str(triton_version).split("+")[0].split(".")[:2])
+    except Exception:
+        return False
+    return parts >= (3, 8)
+
+
+def serving(capability, triton_version) -> str:
+    """One line for ``sm12x status``: the precision set and what serves sparse MLA decode."""
+    try:
+        value = attention_precision()
+    except ValueError as e:
+        return f"invalid: {e}; decode calls will raise"
+    if value == "exact":
+        return "exact (SM12X_ATTENTION_PRECISION unset or exact): bf16 MMAs on dequantised rows"
+    if native_mxfp8(capability, triton_version):
+        return ("fast: V4 (MODEL1) decode through block-scaled MXFP8 MMAs; V3.2 / GLM decode and "
+                "the sparse prefill exact")
+    return ("fast requested, exact serves: no native block-scaled MMA here (SM12x only; GB10 "
+            "needs Triton >= 3.8)")
