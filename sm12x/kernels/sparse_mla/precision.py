@@ -7,6 +7,16 @@ exact). Pure Python (no torch, Triton or CUDA): ``sm12x status`` reads it too.
   (:mod:`sm12x.kernels.sparse_mla.decode_mxfp8`); V3.2 / GLM caches and the sparse prefill's bf16
   rows stay exact. Opt-in until its cosine difference against the float32 reference is measured
   at <= 1e-4 on every production case (``scripts/bench_sparse_mla_precision.py``).
+
+Why only MODEL1: its cache stores e4m3 with one UE8M0 byte per 64 values, which the block-scaled
+MMA takes as it is. V3.2 / GLM caches carry float32 scales per 128 values, which frameworks write
+as amax / 448 (not powers of two), so they cannot be UE8M0 operands without changing the values;
+their block-scaled form would run each 128-wide chunk as a unit-scale MMA with the float32 scale
+applied to the chunk's logits afterwards, and fold the scale into W on the PV side (the same
+kernel shape with 4 chunks of 128); not built yet, so they keep the exact path, which is exact for
+any scale. The sparse prefill reads bf16 rows: an FP8 path would first have to quantise K, an
+error the exact path does not have (K as two e4m3 terms would cost as many MMA cycles as bf16 on
+the RTX PRO 6000).
 """
 from __future__ import annotations
 
