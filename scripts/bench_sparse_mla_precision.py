@@ -1,13 +1,13 @@
 #!/usr/bin/env python
 """Errors and times of the sparse MLA decode's two precisions (``SM12X_ATTENTION_PRECISION``):
-``exact`` (bf16 MMAs on the dequantised cache) and ``fast`` (block-scaled MXFP8 MMAs on the V4
-"MODEL1" cache, ``sm12x.kernels.sparse_mla.decode_mxfp8``), each against the float32 reference on
+``exact`` (bf16 MMAs on the dequantised cache) and ``fast`` (block-scaled MXFP8 MMAs on the FP8
+cache bytes, ``sm12x.kernels.sparse_mla.decode_mxfp8``), each against the float32 reference on
 the same inputs, as FlashMLA's tests measure: cosine difference 1 - 2<a,b>/(|a|^2+|b|^2) and the
 largest absolute difference of ``out``, and the largest absolute difference of ``lse``.
 
-Cases: FlashMLA's MODEL1 production decode set (``bench_sparse_mla_decode.PRODUCTION``, the V3.2
-rows left out: that cache stays exact) at every batch size, plus random V4-shaped inputs whose
-logits are 4x and 16x FlashMLA's test data (peaked softmax). The issue's bound for making ``fast``
+Cases: FlashMLA's production decode set (``bench_sparse_mla_decode.PRODUCTION``: MODEL1 CONFIG1-4
+and V3.2) at every batch size, plus random V4-shaped inputs whose logits are 4x and 16x
+FlashMLA's test data (peaked softmax). The issue's bound for making ``fast``
 the default: cosine difference <= 1e-4 on every production case; the last line says whether it
 holds (exit status 1 where it does not).
 
@@ -47,24 +47,24 @@ def errors(got, ref):
 
 
 def cases(device: str, quick: bool):
-    """(label, production?, make_case keyword arguments, logit scale)."""
+    """(label, production?, cache format, make_case keyword arguments, logit scale)."""
     from bench_sparse_mla_decode import PRODUCTION
 
     if device != "cuda":  # interpreter: tiny shapes of the same kinds
-        yield ("tiny CONFIG1-like b2", True, dict(b=2, s_q=2, h_q=16, topk=64, page=64, extra_topk=64,
-                                                     extra_page=64), 1.0)
-        yield ("tiny CONFIG3-like b2", True, dict(b=2, s_q=1, h_q=16, topk=32, page=64, extra_topk=64,
-                                                     extra_page=2, extra_topk_length=True), 1.0)
-        yield ("tiny peaked x4", False, dict(b=1, s_q=1, h_q=16, topk=64, page=64), 4.0)
+        yield ("tiny CONFIG1-like b2", True, "model1", dict(b=2, s_q=2, h_q=16, topk=64, page=64,
+                                                               extra_topk=64, extra_page=64), 1.0)
+        yield ("tiny CONFIG3-like b2", True, "model1", dict(b=2, s_q=1, h_q=16, topk=32, page=64,
+                                                               extra_topk=64, extra_page=2,
+                                                               extra_topk_length=True), 1.0)
+        yield ("tiny V3.2-like b1", True, "v32", dict(b=1, s_q=2, h_q=16, topk=64, page=64), 1.0)
+        yield ("tiny peaked x4", False, "model1", dict(b=1, s_q=1, h_q=16, topk=64, page=64), 4.0)
         return
     for name, fmt, h_q, topk, page, xtopk, xpage, xlen, batches in PRODUCTION:
-        if fmt != "model1":
-            continue
         for b in (batches[:2] if quick else batches):
-            yield (f"{name} b{b}", True, dict(b=b, s_q=2, h_q=h_q, topk=topk, page=page, extra_topk=xtopk,
-                                               extra_page=xpage, extra_topk_length=xlen), 1.0)
+            yield (f"{name} b{b}", True, fmt, dict(b=b, s_q=2, h_q=h_q, topk=topk, page=page, extra_topk=xtopk,
+                                                    extra_page=xpage, extra_topk_length=xlen), 1.0)
     for scale in (4.0, 16.0):
-        yield (f"V4-shaped peaked x{scale:g} (h64 128+512, b8)", False,
+        yield (f"V4-shaped peaked x{scale:g} (h64 128+512, b8)", False, "model1",
                dict(b=8, s_q=2, h_q=64, topk=128, page=256, extra_topk=512, extra_page=64), scale)
 
 
@@ -92,8 +92,8 @@ def main() -> int:
           "| fast lse max abs | exact us | fast us |")
     print("|---|---|---|---|---|---|---|---|---|")
     worst = 0.0
-    for label, production, spec, scale in cases(args.device, args.quick):
-        case = make_case(fmt="model1", device=args.device, **spec)
+    for label, production, fmt, spec, scale in cases(args.device, args.quick):
+        case = make_case(fmt=fmt, device=args.device, **spec)
         if scale != 1.0:
             case["q"] = (case["q"].float() * scale).to(torch.bfloat16)
             case["softmax_scale"] *= scale

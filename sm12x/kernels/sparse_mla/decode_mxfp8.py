@@ -1,12 +1,14 @@
-"""Sparse MLA decode on the V4 "MODEL1" FP8 cache through block-scaled MXFP8 MMAs (the ``fast``
-attention precision, ``SM12X_ATTENTION_PRECISION=fast``; SM12x only).
+"""Sparse MLA decode on the FP8 caches through block-scaled MXFP8 MMAs (the ``fast`` attention
+precision, ``SM12X_ATTENTION_PRECISION=fast``; SM12x only).
 
-Contract: as :func:`sm12x.kernels.sparse_mla.decode.sparse_mla_decode` for d_qk 512 (MODEL1, 584
-bytes per token): q bf16 [b, s_q, h_q, 512], caches [num_blocks, page, 1, 584], indices int32
+Contract: as :func:`sm12x.kernels.sparse_mla.decode.sparse_mla_decode`: q bf16 [b, s_q, h_q,
+512 | 576], caches [num_blocks, page, 1, 584 | 656] (V4 "MODEL1" | V3.2 / GLM), indices int32
 [b, s_q, topk] (-1 invalid), optional topk_length, extra cache / indices / lengths and attn_sink;
 -> out bf16 [b, s_q, h_q, 512] and lse (natural log) [b, s_q, h_q].
 
-The math of one candidate tile (BLOCK_N tokens, BLOCK_H heads), no dequantisation of the cache:
+The math of one MODEL1 candidate tile (BLOCK_N tokens, BLOCK_H heads), no dequantisation of the
+cache (V3.2 / GLM: ``_tile_v32``, whose float32 scales per 128 values are applied to each group's
+logits after its unit-scale MMAs and folded into W, so they need not be powers of two):
 
 - QK, no-RoPE part (448 dims = 7 chunks of 64): per chunk one ``tl.dot_scaled(e4m3, e4m3)`` of Q's
   e4m3 codes with one UE8M0 scale per 32 values against K's e4m3 bytes with the cache's UE8M0
@@ -60,10 +62,11 @@ CONFIGS = {"sm_120": (_H16,)}
 
 
 def serves(d_qk: int, device) -> bool:
-    """Whether this path serves a decode call: fast precision, MODEL1 (d_qk 512), and an arch key
-    whose Triton lowers ``tl.dot_scaled`` to the hardware MMA (sm_120; sm_121 from Triton 3.8).
-    ``SM12X_KERNEL_CONFIGS=sm_120`` runs it elsewhere (tests on other GPUs, the interpreter)."""
-    return (d_qk == 512 and attention_precision() == "fast"
+    """Whether this path serves a decode call: fast precision, an FP8 cache format (d_qk 512 or
+    576), and an arch key whose Triton lowers ``tl.dot_scaled`` to the hardware MMA (sm_120;
+    sm_121 from Triton 3.8). ``SM12X_KERNEL_CONFIGS=sm_120`` runs it elsewhere (tests on other
+    GPUs, the interpreter)."""
+    return (d_qk in (512, 576) and attention_precision() == "fast"
             and native_block_scaled(configs.arch_key(device)))
 
 
@@ -133,12 +136,18 @@ def _q_chunk(q_row, hmask, C: tl.constexpr, TERMS: tl.constexpr):
 
 
 @triton.jit
-def _k_chunk(row, sc_row, valid, C: tl.constexpr):
-    """Chunk C of the gathered rows: (e4m3 bytes [BLOCK_N, 64], UE8M0 byte int32 [BLOCK_N];
-    invalid rows: 0 and 127)."""
+def _k_bytes(row, valid, C: tl.constexpr):
+    """e4m3 bytes [BLOCK_N, 64] of chunk C of the gathered rows (invalid rows: 0)."""
     k = tl.load(row[:, None] + C * 64 + tl.arange(0, 64)[None, :], mask=valid[:, None], other=0)
+    return k.to(tl.float8e4nv, bitcast=True)
+
+
+@triton.jit
+def _k_chunk(row, sc_row, valid, C: tl.constexpr):
+    """Chunk C of gathered MODEL1 rows: (e4m3 bytes [BLOCK_N, 64], its UE8M0 byte as int32
+    [BLOCK_N]; invalid rows: 0 and 127)."""
     e = tl.load(sc_row + C, mask=valid, other=127).to(tl.int32) & 0xFF
-    return k.to(tl.float8e4nv, bitcast=True), e
+    return _k_bytes(row, valid, C), e
 
 
 @triton.jit
@@ -209,6 +218,67 @@ def _tile(a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i, q0, q1, q2, q3, q4, q5, q6, 
 
 
 @triton.jit
+def _tile_v32(a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i, q0, q1, q2, q3, q4, q5, q6, q7, q_rope,
+              cache_ptr, stride0, ntok, idx, in_len, qk_scale, PAGE: tl.constexpr,
+              Q_TERMS: tl.constexpr, P_TERMS: tl.constexpr, INTERPRET: tl.constexpr):
+    """``_tile`` for the V3.2 / GLM cache (656 B per token: 512 e4m3, 4 float32 scales per 128,
+    64 bf16 RoPE; V is the 512 no-RoPE dims, a0..a7 its 64-dim chunks). The float32 scales are
+    any value (no power-of-two assumption): each 128-wide group's two chunk MMAs run with unit
+    K scales into a fresh tile that the group's scale multiplies per token; on the PV side the
+    group's scale goes into W (quantised once per group, used for both its chunks)."""
+    valid = in_len & (idx >= 0) & (idx < ntok)
+    safe = tl.where(valid, idx, 0)
+    page_base = (safe // PAGE).to(tl.int64) * stride0
+    off = (safe % PAGE).to(tl.int64)
+    row = tl.multiple_of(cache_ptr + (page_base + off * 656), 16)
+    sc_row = tl.multiple_of((row + 512).to(tl.pointer_type(tl.float32)), 16)
+    rope_row = tl.multiple_of((row + 528).to(tl.pointer_type(tl.bfloat16)), 16)
+    k_rope = tl.load(rope_row[:, None] + tl.arange(0, 64)[None, :], mask=valid[:, None], other=0.0)
+    ks0 = tl.load(sc_row + 0, mask=valid, other=0.0)
+    ks1 = tl.load(sc_row + 1, mask=valid, other=0.0)
+    ks2 = tl.load(sc_row + 2, mask=valid, other=0.0)
+    ks3 = tl.load(sc_row + 3, mask=valid, other=0.0)
+    unit = tl.full((idx.shape[0],), 127, tl.int32)
+    k0 = _k_bytes(row, valid, 0)
+    k1 = _k_bytes(row, valid, 1)
+    k2 = _k_bytes(row, valid, 2)
+    k3 = _k_bytes(row, valid, 3)
+    k4 = _k_bytes(row, valid, 4)
+    k5 = _k_bytes(row, valid, 5)
+    k6 = _k_bytes(row, valid, 6)
+    k7 = _k_bytes(row, valid, 7)
+
+    zero = tl.zeros((q_rope.shape[0], idx.shape[0]), dtype=tl.float32)
+    s = _dot(q_rope, tl.trans(k_rope), zero, INTERPRET)
+    s += _qk_chunk(_qk_chunk(zero, q0, k0, unit, Q_TERMS), q1, k1, unit, Q_TERMS) * ks0[None, :]
+    s += _qk_chunk(_qk_chunk(zero, q2, k2, unit, Q_TERMS), q3, k3, unit, Q_TERMS) * ks1[None, :]
+    s += _qk_chunk(_qk_chunk(zero, q4, k4, unit, Q_TERMS), q5, k5, unit, Q_TERMS) * ks2[None, :]
+    s += _qk_chunk(_qk_chunk(zero, q6, k6, unit, Q_TERMS), q7, k7, unit, Q_TERMS) * ks3[None, :]
+
+    s = tl.where(valid[None, :], s * qk_scale, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(s - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    a = alpha[:, None]
+    ones = tl.full((64, idx.shape[0] // 32), 127, tl.uint8)
+    w = _mx_terms(p * ks0[None, :], P_TERMS)
+    a0 = _mx_dot(w[0], w[1], w[2], w[3], k0, ones, a0 * a, P_TERMS)
+    a1 = _mx_dot(w[0], w[1], w[2], w[3], k1, ones, a1 * a, P_TERMS)
+    w = _mx_terms(p * ks1[None, :], P_TERMS)
+    a2 = _mx_dot(w[0], w[1], w[2], w[3], k2, ones, a2 * a, P_TERMS)
+    a3 = _mx_dot(w[0], w[1], w[2], w[3], k3, ones, a3 * a, P_TERMS)
+    w = _mx_terms(p * ks2[None, :], P_TERMS)
+    a4 = _mx_dot(w[0], w[1], w[2], w[3], k4, ones, a4 * a, P_TERMS)
+    a5 = _mx_dot(w[0], w[1], w[2], w[3], k5, ones, a5 * a, P_TERMS)
+    w = _mx_terms(p * ks3[None, :], P_TERMS)
+    a6 = _mx_dot(w[0], w[1], w[2], w[3], k6, ones, a6 * a, P_TERMS)
+    a7 = _mx_dot(w[0], w[1], w[2], w[3], k7, ones, a7 * a, P_TERMS)
+    return a0, a1, a2, a3, a4, a5, a6, a7, m_new, l_i
+
+
+@triton.jit
 def _cat2(x, y):
     """[R, n, 64] twice -> [R, 2n, 64] (x's chunks first)."""
     j = tl.join(x, y)  # [R, n, 64, 2]
@@ -228,10 +298,10 @@ def _concat(a0, a1, a2, a3, a4, a5, a6, a7):
 
 
 @triton.jit
-def _scan(a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i, q0, q1, q2, q3, q4, q5, q6, q_rope,
+def _scan(a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i, q0, q1, q2, q3, q4, q5, q6, q7, q_rope,
           cache_ptr, stride0, ntok, idx_row, length, t_lo, t_hi, qk_scale, PAGE: tl.constexpr,
           BLOCK_N: tl.constexpr, Q_TERMS: tl.constexpr, P_TERMS: tl.constexpr,
-          INTERPRET: tl.constexpr):
+          IS_MODEL1: tl.constexpr, INTERPRET: tl.constexpr):
     """Tiles [t_lo, t_hi) of one candidate list; each tile's indices are loaded one step ahead."""
     ar = tl.arange(0, BLOCK_N)
     pos = t_lo * BLOCK_N + ar
@@ -241,10 +311,16 @@ def _scan(a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i, q0, q1, q2, q3, q4, q5, q6, 
         cur = idx
         nxt = pos + BLOCK_N
         idx = tl.load(idx_row + nxt, mask=nxt < tl.where(t + 1 < t_hi, length, 0), other=-1)
-        a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i = _tile(
-            a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i, q0, q1, q2, q3, q4, q5, q6, q_rope,
-            cache_ptr, stride0, ntok, cur, pos < length, qk_scale, PAGE, Q_TERMS, P_TERMS,
-            INTERPRET)
+        if IS_MODEL1:
+            a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i = _tile(
+                a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i, q0, q1, q2, q3, q4, q5, q6, q_rope,
+                cache_ptr, stride0, ntok, cur, pos < length, qk_scale, PAGE, Q_TERMS, P_TERMS,
+                INTERPRET)
+        else:
+            a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i = _tile_v32(
+                a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i, q0, q1, q2, q3, q4, q5, q6, q7, q_rope,
+                cache_ptr, stride0, ntok, cur, pos < length, qk_scale, PAGE, Q_TERMS, P_TERMS,
+                INTERPRET)
     return a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i
 
 
@@ -261,7 +337,7 @@ def _mxfp8_decode_kernel(
         PAGE: tl.constexpr, XPAGE: tl.constexpr, HAS_LEN: tl.constexpr, HAS_EXTRA: tl.constexpr,
         HAS_XLEN: tl.constexpr, HAS_SINK: tl.constexpr, BLOCK_H: tl.constexpr,
         BLOCK_N: tl.constexpr, Q_TERMS: tl.constexpr, P_TERMS: tl.constexpr,
-        INTERPRET: tl.constexpr):
+        IS_MODEL1: tl.constexpr, INTERPRET: tl.constexpr):
     """Program (hb, part, query): heads [hb * BLOCK_H, ...) of query token ``query`` over tiles
     [part * TILES_PER_SPLIT, ...) of its candidates (main list, then extra list). SPLITS 1: the
     row is written out; else its part goes to workspace slot (query * HEAD_BLOCKS + hb) * SPLITS
@@ -282,7 +358,12 @@ def _mxfp8_decode_kernel(
     q4 = _q_chunk(q_row, hmask, 4, Q_TERMS)
     q5 = _q_chunk(q_row, hmask, 5, Q_TERMS)
     q6 = _q_chunk(q_row, hmask, 6, Q_TERMS)
-    q_rope = tl.load(q_row + 448 + tl.arange(0, 64)[None, :], mask=hmask[:, None], other=0.0)
+    if IS_MODEL1:  # d_qk 512: the last 64 dims are RoPE
+        q7 = q6
+        q_rope = tl.load(q_row + 448 + tl.arange(0, 64)[None, :], mask=hmask[:, None], other=0.0)
+    else:  # d_qk 576: 512 no-RoPE dims, then 64 RoPE
+        q7 = _q_chunk(q_row, hmask, 7, Q_TERMS)
+        q_rope = tl.load(q_row + 512 + tl.arange(0, 64)[None, :], mask=hmask[:, None], other=0.0)
 
     zero = tl.zeros((BLOCK_H, 64), dtype=tl.float32)
     a0, a1, a2, a3, a4, a5, a6, a7 = zero, zero, zero, zero, zero, zero, zero, zero
@@ -297,20 +378,20 @@ def _mxfp8_decode_kernel(
         length = tl.minimum(tl.load(len_ptr + b), TOPK)
     idx_row = idx_ptr + b.to(tl.int64) * stride_ib + s_idx * stride_is
     a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i = _scan(
-        a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i, q0, q1, q2, q3, q4, q5, q6, q_rope,
+        a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i, q0, q1, q2, q3, q4, q5, q6, q7, q_rope,
         cache_ptr, cache_stride0, cache_ntok, idx_row, length, lo,
         tl.minimum(hi, tl.cdiv(length, BLOCK_N)), qk_scale, PAGE, BLOCK_N, Q_TERMS, P_TERMS,
-        INTERPRET)
+        IS_MODEL1, INTERPRET)
     if HAS_EXTRA:
         xlength = XTOPK
         if HAS_XLEN:
             xlength = tl.minimum(tl.load(xlen_ptr + b), XTOPK)
         xidx_row = xidx_ptr + b.to(tl.int64) * stride_xb + s_idx * stride_xs
         a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i = _scan(
-            a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i, q0, q1, q2, q3, q4, q5, q6, q_rope,
+            a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i, q0, q1, q2, q3, q4, q5, q6, q7, q_rope,
             xcache_ptr, xcache_stride0, xcache_ntok, xidx_row, xlength, tl.maximum(lo - n_main, 0),
             tl.minimum(hi - n_main, tl.cdiv(xlength, BLOCK_N)), qk_scale, XPAGE, BLOCK_N, Q_TERMS,
-            P_TERMS, INTERPRET)
+            P_TERMS, IS_MODEL1, INTERPRET)
 
     has_any = l_i > 0.0
     acc = _concat(a0, a1, a2, a3, a4, a5, a6, a7) / tl.where(has_any, l_i, 1.0)[:, None]
@@ -382,7 +463,7 @@ def launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_ind
         PAGE=k_cache.shape[1], XPAGE=xcache.shape[1], HAS_LEN=topk_length is not None,
         HAS_EXTRA=has_extra, HAS_XLEN=has_extra and extra_topk_length is not None,
         HAS_SINK=attn_sink is not None, BLOCK_H=bh, BLOCK_N=bn, Q_TERMS=cfg["Q_TERMS"],
-        P_TERMS=cfg["P_TERMS"], INTERPRET=interp, num_warps=cfg["num_warps"],
+        P_TERMS=cfg["P_TERMS"], IS_MODEL1=q.shape[-1] == 512, INTERPRET=interp, num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"])
     if splits > 1:
         _sparse_mla_combine_kernel[_combine_grid(h_q, b * s_q)](
@@ -399,7 +480,7 @@ def launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_ind
 # compile check
 
 
-def _signature(cfg, page, xpage, inputs):
+def _signature(cfg, page, xpage, inputs, is_model1=True):
     sig = {n: "*u8" for n in ("cache_ptr", "xcache_ptr")}
     sig.update({n: "*i32" for n in ("idx_ptr", "len_ptr", "xidx_ptr", "xlen_ptr")})
     sig.update({"q_ptr": "*bf16", "ows_ptr": "*fp32", "lsews_ptr": "*fp32", "out_ptr": "*bf16",
@@ -412,7 +493,7 @@ def _signature(cfg, page, xpage, inputs):
     has_len, has_extra, has_xlen = inputs
     const = dict(PAGE=page, XPAGE=xpage, HAS_LEN=has_len, HAS_EXTRA=has_extra,
                  HAS_XLEN=has_xlen, HAS_SINK=True, BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"],
-                 Q_TERMS=cfg["Q_TERMS"], P_TERMS=cfg["P_TERMS"], INTERPRET=False)
+                 Q_TERMS=cfg["Q_TERMS"], P_TERMS=cfg["P_TERMS"], IS_MODEL1=is_model1, INTERPRET=False)
     for k in const:
         sig[k] = "constexpr"
     return {n: sig[n] for n in _mxfp8_decode_kernel.arg_names}, const
@@ -429,10 +510,11 @@ def compile_reports(targets=("sm_120", "sm_121")):
     for target in targets:
         if not native_block_scaled(target):
             continue
-        for cfg in CONFIGS["sm_120"]:
-            sig, const = _signature(cfg, 256, 64, (True, True, True))
-            name = (f"mxfp8 model1 H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']} "
-                    f"q{cfg['Q_TERMS']}p{cfg['P_TERMS']} p256/64 L X XL")
+        for cfg, fmt in ((c, f) for c in CONFIGS["sm_120"] for f in ("model1", "v32")):
+            sig, const = _signature(cfg, 256 if fmt == "model1" else 64, 64, (True, True, True),
+                                    fmt == "model1")
+            name = (f"mxfp8 {fmt} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']} "
+                    f"q{cfg['Q_TERMS']}p{cfg['P_TERMS']} p{const['PAGE']}/64 L X XL")
             reports.append(compile_kernel(_mxfp8_decode_kernel, sig, const, target=target,
                                           num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
                                           config_name=name))

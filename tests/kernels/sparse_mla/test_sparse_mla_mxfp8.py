@@ -1,6 +1,7 @@
-"""The fast attention precision (``SM12X_ATTENTION_PRECISION=fast``): sparse MLA decode on V4
-"MODEL1" caches through block-scaled MXFP8 MMAs (``decode_mxfp8``) against the float32 reference
-and the exact path; the dispatch, the setting's errors and what ``status`` says."""
+"""The fast attention precision (``SM12X_ATTENTION_PRECISION=fast``): sparse MLA decode on the V4
+"MODEL1" and V3.2 / GLM caches through block-scaled MXFP8 MMAs (``decode_mxfp8``) against the
+float32 reference and the exact path; the dispatch, the setting's errors and what ``status``
+says."""
 import pytest
 import torch
 
@@ -39,14 +40,16 @@ def _check(got, ref, cos_tol, lse_tol):
 
 @pytest.mark.cpu_only
 @pytest.mark.parametrize("num_splits", [None, 2])
-@pytest.mark.parametrize("spec", [
-    dict(b=2, s_q=2, h_q=16, topk=64, page=64, extra_topk=64, extra_page=2, extra_topk_length=True),
-    dict(b=1, s_q=1, h_q=20, topk=96, page=64, topk_length=True),
+@pytest.mark.parametrize("fmt,spec", [
+    ("model1", dict(b=2, s_q=2, h_q=16, topk=64, page=64, extra_topk=64, extra_page=2, extra_topk_length=True)),
+    ("model1", dict(b=1, s_q=1, h_q=20, topk=96, page=64, topk_length=True)),
+    ("v32", dict(b=1, s_q=2, h_q=16, topk=64, page=64, extra_topk=32, extra_page=64, extra_topk_length=True)),
 ])
-def test_against_reference(spec, num_splits):
-    """Every optional input, a head count that is not a multiple of the head block, rows whole and
-    split (combine): within 2e-5 cosine difference (bf16 output rounding alone costs ~2e-6 here)."""
-    case = make_case(fmt="model1", **spec)
+def test_against_reference(fmt, spec, num_splits):
+    """Both cache formats, every optional input, a head count that is not a multiple of the head
+    block, rows whole and split (combine): within 2e-5 cosine difference (bf16 output rounding
+    alone costs ~2e-6 here)."""
+    case = make_case(fmt=fmt, **spec)
     _check(_fast(case, num_splits), ref_sparse_mla_decode(**case), 2e-5, 1e-4)
 
 
@@ -63,8 +66,23 @@ def test_peaked_softmax():
 
 
 @pytest.mark.cpu_only
+def test_v32_arbitrary_float32_scales():
+    """V3.2 / GLM scales written as amax / 448 (not powers of two): read at float32 precision
+    (each group's logits scaled after its MMAs, W folded), where the exact path rounds every
+    dequantised value to bf16: cosine difference 8.4e-6 against the exact path's 9.2e-6."""
+    case = make_case(fmt="v32", b=1, s_q=1, h_q=16, topk=64, page=64, seed=4)
+    c = case["k_cache"]
+    raw = c.as_strided((c.shape[0], c.shape[1], 656), (c.stride(0), 656, 1))
+    g = torch.Generator().manual_seed(1)
+    scales = raw[..., 512:528].contiguous().view(torch.float32)
+    raw[..., 512:528] = (scales * (0.5 + 0.5 * torch.rand(scales.shape, generator=g))).view(torch.uint8)
+    ref = ref_sparse_mla_decode(**case)
+    _check(_fast(case), ref, 1e-5, 1e-4)
+
+
+@pytest.mark.cpu_only
 def test_dispatch_by_precision(monkeypatch):
-    """fast: MODEL1 goes to the MXFP8 kernel, V3.2 stays exact; exact (the default): neither."""
+    """fast: both cache formats go to the MXFP8 kernel; exact (the default): neither."""
     calls = []
     real = mx.launch
     monkeypatch.setattr(mx, "launch", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -78,11 +96,11 @@ def test_dispatch_by_precision(monkeypatch):
     fast = sparse_mla_decode(**m1)
     assert calls == [1]
     sparse_mla_decode(**v32)
-    assert calls == [1]
+    assert calls == [1, 1]
     assert cos_diff(fast[0].float(), exact[0].float()) < 2e-5
     monkeypatch.setenv("SM12X_KERNEL_CONFIGS", "sm_90")  # no native block-scaled MMA: exact
     sparse_mla_decode(**m1)
-    assert calls == [1]
+    assert calls == [1, 1]
 
 
 def test_bad_setting(monkeypatch):
@@ -96,22 +114,23 @@ def test_status_line(monkeypatch):
     monkeypatch.delenv("SM12X_ATTENTION_PRECISION", raising=False)
     assert precision.serving((12, 0), "3.9.0").startswith("exact")
     monkeypatch.setenv("SM12X_ATTENTION_PRECISION", "fast")
-    assert precision.serving((12, 0), "3.6.0").startswith("fast: V4")
-    assert precision.serving((12, 1), "3.9.0").startswith("fast: V4")
+    assert precision.serving((12, 0), "3.6.0").startswith("fast: sparse MLA decode")
+    assert precision.serving((12, 1), "3.9.0").startswith("fast: sparse MLA decode")
     assert precision.serving((12, 1), "3.7.1").startswith("fast requested, exact serves")
     assert precision.serving((9, 0), "3.9.0").startswith("fast requested, exact serves")
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("spec", [
-    dict(b=64, s_q=2, h_q=64, topk=128, page=256, extra_topk=512, extra_page=64),
-    dict(b=2, s_q=2, h_q=128, topk=128, page=256, extra_topk=1024, extra_page=64),
-    dict(b=74, s_q=2, h_q=64, topk=128, page=256, extra_topk=512, extra_page=2, extra_topk_length=True),
-    dict(b=1, s_q=1, h_q=16, topk=128, page=256, extra_topk=1024, extra_page=64),
+@pytest.mark.parametrize("fmt,spec", [
+    ("model1", dict(b=64, s_q=2, h_q=64, topk=128, page=256, extra_topk=512, extra_page=64)),
+    ("model1", dict(b=2, s_q=2, h_q=128, topk=128, page=256, extra_topk=1024, extra_page=64)),
+    ("model1", dict(b=74, s_q=2, h_q=64, topk=128, page=256, extra_topk=512, extra_page=2, extra_topk_length=True)),
+    ("model1", dict(b=1, s_q=1, h_q=16, topk=128, page=256, extra_topk=1024, extra_page=64)),
+    ("v32", dict(b=64, s_q=2, h_q=128, topk=2048, page=64)),
 ])
-def test_gpu_production(monkeypatch, spec):
-    """The registry's MODEL1 production cases with the sm_120 configs (tl.dot_scaled emulated
+def test_gpu_production(monkeypatch, fmt, spec):
+    """The registry's production decode cases with the sm_120 configs (tl.dot_scaled emulated
     with the same math off SM12x): the issue's bound, cosine difference <= 1e-4."""
     monkeypatch.setenv("SM12X_KERNEL_CONFIGS", "sm_120")
-    case = make_case(fmt="model1", device="cuda", **spec)
+    case = make_case(fmt=fmt, device="cuda", **spec)
     _check(_fast(case), ref_sparse_mla_decode(**case), 1e-4, 1e-3)
