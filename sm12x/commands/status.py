@@ -31,6 +31,7 @@ def status_data(apply: bool = False) -> dict:
     from sm12x import apply as applier
     from sm12x import hooks, platform, shims
     from sm12x.commands import moe_paths
+    from sm12x.kernels.sparse_mla import precision
     from sm12x.patches import all_patches
 
     hooks.install_watcher()
@@ -51,6 +52,7 @@ def status_data(apply: bool = False) -> dict:
         "moe": moe_paths.moe_rows(platform.versions(), rows),
         # per op of the manifest, the upstream calls that reach it (records and layers, with state)
         "ops": applier.op_routes(rows),
+        "attention": precision.serving(arch.capability, platform.versions().get("triton")),
         "shims": {name: shims.shim_state(name) for name in shims.SHIMS},
         "skip": {"items": applier.skip_items(), "unmatched": applier.unmatched_skips()},
         # records for one compute capability only (GB10's gates): shown on that GPU even when skipped
@@ -234,6 +236,8 @@ def print_status(data: dict, stream=None, verbose: bool = False) -> None:
             calls = ", ".join(sorted({f"{r['api']} ({r['state']})" if verbose else r["api"] for r in serving}))
             print_(textwrap.fill(f"{op} <- {calls}", 100, initial_indent="op:         ",
                                  subsequent_indent=" " * 14))
+    if data.get("attention"):
+        print_(textwrap.fill(data["attention"], 100, initial_indent="attention:  ", subsequent_indent=" " * 12))
     rows = [p for p in data["patches"] if verbose or p["state"] not in ("skipped",)]
     if rows:
         print_("")

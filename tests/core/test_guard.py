@@ -52,7 +52,7 @@ def _install(name):
     sys.modules[module.__name__] = module
     patch = Patch(name=f"test.guard.{name}", target=f"{module.__name__}:tf32_hc_prenorm_gemm",
                   make=FACTORIES["tf32_hc_prenorm_gemm"], why="test", upstream="test", library="*",
-                  versions="*", versions_note="test stand-in")
+                  versions="*", versions_note="test stand-in", retire_when="test stand-in")
     assert apply.apply_patch(patch, module) == "applied", apply.OUTCOMES[patch.name]
     return module
 
@@ -247,7 +247,7 @@ def test_front_ends_that_read_their_caller_see_past_the_guard(fresh, monkeypatch
     module.fp8_gemm_nt = lambda *a: "original"
     sys.modules[module.__name__] = module
     patch = Patch(name="test.guard.frames", target=f"{module.__name__}:fp8_gemm_nt", make=make, why="t",
-                  upstream="t", library="*", versions="*", versions_note="test stand-in")
+                  upstream="t", library="*", versions="*", versions_note="test stand-in", retire_when="test stand-in")
     assert apply.apply_patch(patch, module) == "applied"
     assert hasattr(module.fp8_gemm_nt, "__sm12x_guarded__")
     monkeypatch.setattr(guard, "check_op", lambda op, dev: {"ok": True, "detail": "", "ms": 0.0})

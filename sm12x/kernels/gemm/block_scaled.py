@@ -19,9 +19,13 @@ whose scales start at the group's first row passes group-local rows.
 
 Two ways to apply the scales, chosen by the caller's ``SCALED_MMA`` constexpr:
 
-- ``SCALED_MMA=False`` (fp32 promotion, DeepGEMM's SM90 math): one ``tl.dot`` per K-tile into a
+- ``SCALED_MMA=False`` (fp32 promotion, DeepGEMM's SM90 math): one product per K-tile into a
   fresh fp32 tile, multiplied by ``sx[:, None] * sy[None, :]`` and added to ``acc``; needs
-  gran_k to be a multiple of BLOCK_K. sm_90 uses this (there ``tl.dot_scaled`` is emulated).
+  gran_k to be a multiple of BLOCK_K. The product is ``tl.dot`` on sm_90 (there ``tl.dot_scaled``
+  is emulated) and, with ``UNIT_MX`` (sm_120, sm_121 from Triton 3.8), ``tl.dot_scaled`` with unit
+  UE8M0 scales (:func:`sm12x.kernels.common.fp8_dot.fp8_dot`): the same float32 tile from the
+  full-rate block-scaled MMA. Float32 scales that are not powers of two cannot go into the MMA,
+  so they stay in this promotion.
 - ``SCALED_MMA=True`` (both scales UE8M0): one ``tl.dot_scaled(e4m3, e4m3)`` per K-tile with the
   exponents replicated to one per 32 K (scale_vec::1X), accumulating into ``acc`` in the MMA: the
   full-rate block-scaled ``mma.sync ... kind::mxf8f6f4`` on sm_120 (and on sm_121 with Triton >=
@@ -38,6 +42,7 @@ import triton
 import triton.language as tl
 
 from sm12x.kernels.common import configs
+from sm12x.kernels.common.fp8_dot import fp8_dot
 from sm12x.kernels.gemm.scales import SF_FP32, SF_UE8M0_BYTES, SF_UE8M0_PACKED  # noqa: F401
 
 
@@ -89,13 +94,14 @@ def block_scaled_dot(acc,
                      XS_KIND: tl.constexpr, XS_GRAN_MN: tl.constexpr, XS_GRAN_K: tl.constexpr,
                      YS_KIND: tl.constexpr, YS_GRAN_MN: tl.constexpr, YS_GRAN_K: tl.constexpr,
                      BLOCK_K: tl.constexpr, SCALED_MMA: tl.constexpr, EVEN_K: tl.constexpr,
-                     TMA: tl.constexpr = False, x_row0=0, y_row0=0):
+                     TMA: tl.constexpr = False, x_row0=0, y_row0=0, UNIT_MX: tl.constexpr = False):
     """acc [BLOCK_R, BLOCK_C] fp32 += the block-scaled X . Y^T over K-tiles [t_begin, t_end)
     (see the module docstring for the full contract). Returns the new acc.
     ``x_src`` / ``y_src`` are the operands' pointers, or with TMA their tensor descriptors (TMA on
     sm_90 and sm_120: one bulk copy per tile instead of per-thread addresses and loads); a
     descriptor tile is the consecutive rows from ``x_row0`` / ``y_row0`` (``x_rows`` / ``y_rows``
-    still address the scales), and rows and K past its shape read 0."""
+    still address the scales), and rows and K past its shape read 0. ``UNIT_MX``: the
+    fp32-promotion product as a unit-scale block-scaled MMA (``fp8_dot``)."""
     offs_k = tl.arange(0, BLOCK_K)
     if not TMA:
         x_ptrs = (x_src + x_rows.to(tl.int64)[:, None] * stride_xr
@@ -125,7 +131,7 @@ def block_scaled_dot(acc,
                                   XS_KIND, XS_GRAN_MN)
             sy = load_scales_fp32(ys_ptr, y_rows, y_mask, ys_stride_mn, ys_stride_k, k0 // YS_GRAN_K,
                                   YS_KIND, YS_GRAN_MN)
-            part = tl.dot(x, tl.trans(y))
+            part = fp8_dot(x, tl.trans(y), UNIT_MX)
             acc += part * (sx[:, None] * sy[None, :])
         if not TMA:
             x_ptrs += BLOCK_K * stride_xk
@@ -145,6 +151,8 @@ class Tile:
     the weight's N and the columns the activation's M). block_k: K per MMA step (64 or 128).
     swap_ab: put the weight rows on the MMA's M side (small M). group_r: tiles grouped along the
     rows for L2 reuse. scaled_mma: use ``tl.dot_scaled`` when both operands have UE8M0 scales.
+    unit_mx: otherwise (float32 scales, promoted per K-block) each product is ``tl.dot_scaled``
+    with unit scales, bit-identical to ``tl.dot`` (the full-rate block-scaled MMA on SM12x).
     tma: read the operand tiles through TMA tensor descriptors where the operands allow it
     (``block_scaled_dot`` with ``TMA``).
     """
@@ -158,10 +166,12 @@ class Tile:
     group_r: int = 8
     scaled_mma: bool = False
     tma: bool = False
+    unit_mx: bool = False
 
     def describe(self) -> str:
         return (f"{'swapAB ' if self.swap_ab else ''}{self.block_r}x{self.block_c}x{self.block_k} "
                 f"w{self.num_warps} s{self.num_stages}{' mx' if self.scaled_mma else ''}"
+                f"{' unit-mx' if self.unit_mx else ''}"
                 f"{' tma' if self.tma else ''}")
 
 
@@ -190,6 +200,8 @@ _SM12X_TMA = _triton_release() >= (3, 7)
 # 64-row tile: with 4 its fp32-promotion path spills on sm_120.
 # TMA: the operand tiles as bulk copies instead of per-thread addresses and loads, which (with two
 # warps per scheduler) bound the pointer-loaded K-loop.
+# unit_mx: float32-scale calls on sm_120 take the same block-scaled MMA with unit scales, the
+# scales promoted per K-block after it (plain FP8 mma.sync with float32 accumulation is half rate).
 TILES = {
     "sm_90": {
         "small": Tile(128, 16, 128, 4, 6, swap_ab=True, tma=True),
@@ -197,9 +209,9 @@ TILES = {
         "large": Tile(128, 128, 128, 8, 4, tma=True),
     },
     "sm_120": {
-        "small": Tile(128, 16, 128, 4, 4, swap_ab=True, scaled_mma=True, tma=_SM12X_TMA),
-        "medium": Tile(64, 128, 128, 8, 4, scaled_mma=True, tma=_SM12X_TMA),
-        "large": Tile(128, 128, 128, 8, 4, scaled_mma=True),
+        "small": Tile(128, 16, 128, 4, 4, swap_ab=True, scaled_mma=True, tma=_SM12X_TMA, unit_mx=True),
+        "medium": Tile(64, 128, 128, 8, 4, scaled_mma=True, tma=_SM12X_TMA, unit_mx=True),
+        "large": Tile(128, 128, 128, 8, 4, scaled_mma=True, unit_mx=True),
     },
 }
 

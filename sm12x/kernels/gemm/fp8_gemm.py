@@ -59,9 +59,10 @@ def fp8_gemm_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, d_ptr, c_ptr, ws_ptr, a_desc
                     BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr,
                     GROUP_R: tl.constexpr, SWAP_AB: tl.constexpr, SPLIT: tl.constexpr,
                     HAS_C: tl.constexpr, SCALED_MMA: tl.constexpr, EVEN_K: tl.constexpr,
-                    TMA: tl.constexpr):
+                    TMA: tl.constexpr, UNIT_MX: tl.constexpr):
     """One (output tile, K split, group) per program. TMA (one group): a and b tiles come through
-    the tensor descriptors ``a_desc`` / ``b_desc`` (block shapes: the tile's rows x BLOCK_K)."""
+    the tensor descriptors ``a_desc`` / ``b_desc`` (block shapes: the tile's rows x BLOCK_K).
+    UNIT_MX: the fp32-promotion products as unit-scale block-scaled MMAs (``block_scaled_dot``)."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
     # groups (einsum heads) are independent GEMMs: offset every operand to this one
@@ -97,7 +98,7 @@ def fp8_gemm_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, d_ptr, c_ptr, ws_ptr, a_desc
                                sfa_ptr, sfa_stride_mn, sfa_stride_k,
                                t_begin, t_end, K, SFB_KIND, SFB_GRAN_MN, SFB_GRAN_K,
                                SFA_KIND, SFA_GRAN_MN, SFA_GRAN_K, BLOCK_K, SCALED_MMA, EVEN_K,
-                               TMA, pid_r * BLOCK_R, pid_c * BLOCK_C)
+                               TMA, pid_r * BLOCK_R, pid_c * BLOCK_C, UNIT_MX)
     else:  # acc[m, n]
         acc = block_scaled_dot(acc, a_src, rows, rows < M, stride_am, stride_ak,
                                sfa_ptr, sfa_stride_mn, sfa_stride_k,
@@ -105,7 +106,7 @@ def fp8_gemm_kernel(a_ptr, sfa_ptr, b_ptr, sfb_ptr, d_ptr, c_ptr, ws_ptr, a_desc
                                sfb_ptr, sfb_stride_mn, sfb_stride_k,
                                t_begin, t_end, K, SFA_KIND, SFA_GRAN_MN, SFA_GRAN_K,
                                SFB_KIND, SFB_GRAN_MN, SFB_GRAN_K, BLOCK_K, SCALED_MMA, EVEN_K,
-                               TMA, pid_r * BLOCK_R, pid_c * BLOCK_C)
+                               TMA, pid_r * BLOCK_R, pid_c * BLOCK_C, UNIT_MX)
     if SWAP_AB:
         offs_m = cols[None, :]
         offs_n = rows[:, None]
@@ -189,7 +190,7 @@ def fp8_gemm(a, sfa, b, sfb, d, c=None, *, gran_a=(None, None), gran_b=(None, No
 
 
 def plan(m: int, n: int, k: int, sa, sb, device, groups: int = 1):
-    """(tile, block_k, scaled_mma, splits, tiles_per_split, grid programs) of a call (worked out
+    """(tile, block_k, scaled_mma, splits, tiles_per_split, grid programs, unit_mx) of a call (worked out
     once per shape, arch and scale kinds: the launcher runs per layer and step)."""
     return _plan(m, n, k, sa.ue8m0, sb.ue8m0, sa.gran_k, sb.gran_k, groups, configs.arch_key(device),
                  configs.sm_count(device))
@@ -199,6 +200,7 @@ def plan(m: int, n: int, k: int, sa, sb, device, groups: int = 1):
 def _plan(m, n, k, ue8m0_a, ue8m0_b, gran_k_a, gran_k_b, groups, arch, sms):
     tile = pick_tile(m, arch=arch)
     scaled = tile.scaled_mma and ue8m0_a and ue8m0_b
+    unit_mx = tile.unit_mx and not scaled
     block_k = tile.block_k if scaled else min(tile.block_k, gran_k_a, gran_k_b)
     k_tiles = triton.cdiv(k, block_k)
     if tile.swap_ab:
@@ -207,7 +209,7 @@ def _plan(m, n, k, ue8m0_a, ue8m0_b, gran_k_a, gran_k_b, groups, arch, sms):
         out_tiles = triton.cdiv(m, tile.block_r) * triton.cdiv(n, tile.block_c)
     splits = split_k(out_tiles * groups, k_tiles, m, k, None, sms=sms)
     per = triton.cdiv(k_tiles, splits)
-    return tile, block_k, scaled, splits, per, out_tiles
+    return tile, block_k, scaled, splits, per, out_tiles, unit_mx
 
 
 def _tma_ready(x) -> bool:
@@ -222,7 +224,7 @@ def launch(a, sa, b, sb, d, c, groups: int = 1, group_strides=(0, 0, 0, 0)):
     ``group_strides`` elements apart (the scales' own ``stride_g``)."""
     m, k = a.shape
     n = b.shape[0]
-    tile, block_k, scaled, splits, per, out_tiles = plan(m, n, k, sa, sb, a.device, groups)
+    tile, block_k, scaled, splits, per, out_tiles, unit_mx = plan(m, n, k, sa, sb, a.device, groups)
     has_c = c is not None
     ws = torch.empty((splits, groups, m, n), dtype=torch.float32, device=a.device) if splits > 1 else d
     c_arg = c if has_c else d
@@ -247,7 +249,7 @@ def launch(a, sa, b, sb, d, c, groups: int = 1, group_strides=(0, 0, 0, 0)):
         SFB_KIND=sb.kind, SFB_GRAN_MN=sb.gran_mn, SFB_GRAN_K=sb.gran_k,
         BLOCK_R=tile.block_r, BLOCK_C=tile.block_c, BLOCK_K=block_k, GROUP_R=tile.group_r,
         SWAP_AB=tile.swap_ab, SPLIT=splits > 1, HAS_C=has_c, SCALED_MMA=scaled,
-        EVEN_K=k % block_k == 0, TMA=tma, num_warps=tile.num_warps, num_stages=tile.num_stages)
+        EVEN_K=k % block_k == 0, TMA=tma, UNIT_MX=unit_mx, num_warps=tile.num_warps, num_stages=tile.num_stages)
     if splits > 1:
         split_k_reduce_kernel[(triton.cdiv(m * n, REDUCE_BLOCK), groups)](
             ws, d, c_arg, m, n, d.stride(0), d.stride(1), c_arg.stride(0), c_arg.stride(1), sg_d, sg_c,
@@ -274,7 +276,8 @@ def _signature(out_t: str, c_t: str, sf_t: str, desc_blocks=None) -> dict:
     for name in UNIT_STRIDES:  # Triton specialises an int argument equal to 1 into a constant
         sig[name] = "constexpr"
     for name in ("SFA_KIND", "SFA_GRAN_MN", "SFA_GRAN_K", "SFB_KIND", "SFB_GRAN_MN", "SFB_GRAN_K", "BLOCK_R",
-                 "BLOCK_C", "BLOCK_K", "GROUP_R", "SWAP_AB", "SPLIT", "HAS_C", "SCALED_MMA", "EVEN_K", "TMA"):
+                 "BLOCK_C", "BLOCK_K", "GROUP_R", "SWAP_AB", "SPLIT", "HAS_C", "SCALED_MMA", "EVEN_K", "TMA",
+                 "UNIT_MX"):
         sig[name] = "constexpr"
     # in the kernel's parameter order: launch hints are given by position
     return {name: sig[name] for name in fp8_gemm_kernel.arg_names}
@@ -302,7 +305,8 @@ def compile_reports(targets=("sm_120", "sm_121")):
                                  SFB_GRAN_MN=128 if kind == SF_FP32 else 1, SFB_GRAN_K=128,
                                  BLOCK_R=tile.block_r, BLOCK_C=tile.block_c, BLOCK_K=tile.block_k,
                                  GROUP_R=tile.group_r, SWAP_AB=tile.swap_ab, SPLIT=split, HAS_C=has_c,
-                                 SCALED_MMA=scaled, EVEN_K=True, **dict.fromkeys(UNIT_STRIDES, 1))
+                                 SCALED_MMA=scaled, EVEN_K=True, UNIT_MX=tile.unit_mx and not scaled,
+                                 **dict.fromkeys(UNIT_STRIDES, 1))
                     name = (f"{cls} {tile.describe()} {'ue8m0' if kind else 'fp32'}-sf "
                             f"{out_t[1:]}{' +C' if has_c else ''}{' split' if split else ''}{'' if tma or not tile.tma else ' pointers'}")
                     blocks = ((rows_a, tile.block_k), (rows_b, tile.block_k)) if tma else None

@@ -33,6 +33,7 @@ import triton.language as tl
 
 from sm12x.kernels.common import configs
 from sm12x.kernels.common.compile_check import interpreting, reports_in_subprocess
+from sm12x.kernels.common.fp8_dot import fp8_dot, native_block_scaled
 from sm12x.kernels.common.register_budget import launch_budget
 from sm12x.kernels.common.rounding import round_bf16
 
@@ -53,8 +54,10 @@ CONFIGS = {
         # 4 warps: with 8 the bf16-output variant spills 16 B. maxnreg: left to itself ptxas keeps
         # some variants (H16 D64 clean) at 128 registers and spills 8 B; with 192 they take 140-188
         # (triton 3.9; where another Triton's ptxas spills under 192, ``register_budget`` moves on).
+        # fp8_mx: the q.k dots through tl.dot_scaled with unit scales (bit-identical to tl.dot, the
+        # full-rate QMMA.SF where the plain FP8 QMMA with float32 accumulation runs at half rate).
         "fp8": {"key_rows": True, "rows": 128, "BLOCK_N": 64, "N_ITERS": 64, "num_warps": 4,
-                "num_stages": 2, "maxnreg": 192},
+                "num_stages": 2, "maxnreg": 192, "fp8_mx": True},
         # FP4: one block-scaled e2m1 MMA per key tile (tl.dot_scaled; sm_120 has it in hardware).
         # maxnreg as for FP8 (H8 D128 bf16 clean spills 8 B without it).
         "fp4": {"fp4_mma": True, "key_rows": True, "rows": 128, "BLOCK_N": 64, "N_ITERS": 64, "num_warps": 4,
@@ -75,8 +78,9 @@ CONFIGS = {
 }
 # sm_121 as sm_120 but FP4 in 32-key tiles (128 per program: the same keys per program): Triton
 # 3.6 / 3.7 build tl.dot_scaled on sm_121 from e4m3 dots, where H16 over 64-key tiles spills 40-48 B
-# (compile check).
-CONFIGS["sm_121"] = {"fp8": CONFIGS["sm_120"]["fp8"], "fp4": dict(CONFIGS["sm_120"]["fp4"], BLOCK_N=32, N_ITERS=128)}
+# (compile check); for the same reason FP8 keeps tl.dot there before Triton 3.8.
+CONFIGS["sm_121"] = {"fp8": dict(CONFIGS["sm_120"]["fp8"], fp8_mx=native_block_scaled("sm_121")),
+                     "fp4": dict(CONFIGS["sm_120"]["fp4"], BLOCK_N=32, N_ITERS=128)}
 LOGITS_ALIGN_BYTES = 1024
 BLOCK_KV_SLACK = 256  # DeepGEMM allocates S_kv + 256 columns before aligning the stride
 
@@ -172,11 +176,12 @@ def fp4_key_rows_mma(kt, ksf, q, D: tl.constexpr):
 
 @triton.jit
 def qk_scores(q, k_ptr, k_row_off, k_mask, ksf_ptr, k_idx, D: tl.constexpr, IS_FP4: tl.constexpr,
-              KEY_ROWS: tl.constexpr, FP4_MMA: tl.constexpr):
+              KEY_ROWS: tl.constexpr, FP4_MMA: tl.constexpr, FP8_MX: tl.constexpr = False):
     """relu(q . k^T * scale) for one key tile -> [ROWS, BLOCK_N] float32, or (FP4 only; FP8 with
     keys on M is handled in ``index_scores``) its transpose [BLOCK_N, ROWS] with ``KEY_ROWS``.
 
-    FP8: ``q`` is the preloaded [ROWS, D] tile, k is float8 with float32 scales at ksf_ptr[k_idx].
+    FP8: ``q`` is the preloaded [ROWS, D] tile, k is float8 with float32 scales at ksf_ptr[k_idx];
+    ``FP8_MX``: the dot as a unit-scale block-scaled MMA (``fp8_dot``: the same float32 result).
     FP4 with ``FP4_MMA``: ``q`` is load_q_fp4_packed's pair; one ``tl.dot_scaled`` (block-scaled
     e2m1 MMA on sm_120, emulated elsewhere). A ue8m0 byte of 0 scales by 2**-127 there instead
     of 0: the same logits to float32 precision.
@@ -202,7 +207,7 @@ def qk_scores(q, k_ptr, k_row_off, k_mask, ksf_ptr, k_idx, D: tl.constexpr, IS_F
     else:
         kt = load_rows(k_ptr + k_row_off[:, None] + tl.arange(0, D)[None, :], k_mask, 0.0)
         ks = load_rows(ksf_ptr + k_idx, k_mask, 0.0)
-        return tl.maximum(tl.dot(q, tl.trans(kt)) * ks[None, :], 0.0)
+        return tl.maximum(fp8_dot(q, tl.trans(kt), FP8_MX) * ks[None, :], 0.0)
 
 
 @triton.jit
@@ -246,23 +251,26 @@ def head_weight_matrix(w, BLOCK_Q: tl.constexpr, H: tl.constexpr, BF16: tl.const
 
 
 @triton.jit
-def key_tile_scores(kt, ks, q, w, BLOCK_Q: tl.constexpr, H: tl.constexpr, HEAD_MMA: tl.constexpr = 0):
+def key_tile_scores(kt, ks, q, w, BLOCK_Q: tl.constexpr, H: tl.constexpr, HEAD_MMA: tl.constexpr = 0,
+                    FP8_MX: tl.constexpr = False):
     """FP8, keys on the MMA's M side: loaded key tile kt [N, D] with scales ks [N], q [BLOCK_Q*H, D],
     weights [BLOCK_Q*H] -> [BLOCK_Q, N] = sum_h w * relu(q_h . k) * k_scale (the scale after the
     head sum: relu(x * s) = s * relu(x) for the non-negative FP8 scales).
 
     ``HEAD_MMA`` (1; 2 with inline PTX): ``w`` is ``head_weight_matrix(w)`` and the weighted sum
     over heads is a second MMA of relu(q . k) rounded to bf16 (relative error <= 2**-8 per term)
-    instead of a max and an FMA per (key, head) on the CUDA cores."""
+    instead of a max and an FMA per (key, head) on the CUDA cores. ``FP8_MX``: the k.q^T dot as a
+    unit-scale block-scaled MMA (``fp8_dot``: the same float32 result, full rate on SM12x)."""
+    qk = fp8_dot(kt, tl.trans(q), FP8_MX)
     if HEAD_MMA:
-        r = relu_bf16(tl.dot(kt, tl.trans(q)), HEAD_MMA == 2)
+        r = relu_bf16(qk, HEAD_MMA == 2)
         if HEAD_MMA == 2:
             acc = tl.dot(r, w)  # [N, NC]: column t + j*BLOCK_Q holds query t's sum with w's part j
         else:  # interpreter: the same exact products in float32
             acc = tl.dot(r, w, input_precision="ieee")
         v = tl.sum(tl.reshape(acc, (kt.shape[0], w.shape[1] // BLOCK_Q, BLOCK_Q)), axis=1) * ks[:, None]
     else:
-        sw = tl.maximum(tl.dot(kt, tl.trans(q)), 0.0) * w[None, :]
+        sw = tl.maximum(qk, 0.0) * w[None, :]
         v = tl.sum(tl.reshape(sw, (kt.shape[0], BLOCK_Q, H)), axis=2) * ks[:, None]
     return tl.trans(v)
 
@@ -277,7 +285,7 @@ def fp4_key_tile_scores(kt, ksf, q, w, BLOCK_Q: tl.constexpr, H: tl.constexpr, D
 @triton.jit
 def index_scores(q, w, k_ptr, k_row_off, k_mask, ksf_ptr, k_idx, BLOCK_Q: tl.constexpr,
                  H: tl.constexpr, D: tl.constexpr, IS_FP4: tl.constexpr, KEY_ROWS: tl.constexpr,
-                 FP4_MMA: tl.constexpr, HEAD_MMA: tl.constexpr = 0):
+                 FP4_MMA: tl.constexpr, HEAD_MMA: tl.constexpr = 0, FP8_MX: tl.constexpr = False):
     """sum_h w[h] * relu(q_h . k * k_scale) for one key tile -> [BLOCK_Q, BLOCK_N] float32.
 
     FP8 with ``KEY_ROWS``: the per-key scale is applied after the head sum
@@ -286,9 +294,9 @@ def index_scores(q, w, k_ptr, k_row_off, k_mask, ksf_ptr, k_idx, BLOCK_Q: tl.con
     if KEY_ROWS and not IS_FP4:
         kt = load_rows(k_ptr + k_row_off[:, None] + tl.arange(0, D)[None, :], k_mask, 0.0)
         ks = load_rows(ksf_ptr + k_idx, k_mask, 0.0)
-        return key_tile_scores(kt, ks, q, w, BLOCK_Q, H, HEAD_MMA)
+        return key_tile_scores(kt, ks, q, w, BLOCK_Q, H, HEAD_MMA, FP8_MX)
     else:
-        s = qk_scores(q, k_ptr, k_row_off, k_mask, ksf_ptr, k_idx, D, IS_FP4, KEY_ROWS, FP4_MMA)
+        s = qk_scores(q, k_ptr, k_row_off, k_mask, ksf_ptr, k_idx, D, IS_FP4, KEY_ROWS, FP4_MMA, FP8_MX)
         return head_reduce(s, w, BLOCK_Q, H, KEY_ROWS)
 
 
@@ -307,6 +315,7 @@ def _mqa_logits_kernel(
     KEY_ROWS: tl.constexpr, FP4_MMA: tl.constexpr,
     OUT_MODE: tl.constexpr,  # 0: float32, 1: bfloat16
     HEAD_MMA: tl.constexpr,  # 0, or the head sum as an MMA (``key_tile_scores``; 2: inline PTX)
+    FP8_MX: tl.constexpr,  # FP8 q.k dots as unit-scale block-scaled MMAs (``fp8_dot``)
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -353,7 +362,7 @@ def _mqa_logits_kernel(
         valid = (j[None, :] >= ks[:, None]) & (j[None, :] < ke[:, None])
         jc = tl.minimum(j, key_last)
         v = index_scores(q, w, k_ptr, row_offsets(jc, DB), None, ksf_ptr, jc, BLOCK_Q, H, D, IS_FP4,
-                         KEY_ROWS, FP4_MMA, HEAD_MMA)
+                         KEY_ROWS, FP4_MMA, HEAD_MMA, FP8_MX)
         if COMPRESSED:
             cc = j[None, :] - ks[:, None]
             tl.store(out_ptr + out_row[:, None] + cc, v.to(out_ptr.dtype.element_ty),
@@ -411,7 +420,7 @@ def launch(q, q_sf, k, k_sf, weights, ks, ke, out, *, clean, compressed, out_mod
     kwargs = dict(H=h, D=d, BLOCK_Q=block_q, BLOCK_N=cfg["BLOCK_N"], N_ITERS=n_iters,
                   IS_FP4=is_fp4, CLEAN=clean, COMPRESSED=compressed, KEY_ROWS=cfg.get("key_rows", False),
                   FP4_MMA=uses_fp4_mma(cfg, is_fp4), OUT_MODE=out_mode, HEAD_MMA=head_mma(cfg, is_fp4),
-                  num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+                  FP8_MX=fp8_mx(cfg, is_fp4), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     budget = {} if interpreting() else launch_budget(_mqa_logits_kernel, args, kwargs, cfg.get("maxnreg"),
                                                      q.device)
     _mqa_logits_kernel[grid](*args, **kwargs, **budget)
@@ -424,6 +433,12 @@ def head_mma(cfg: dict, is_fp4: bool) -> int:
     if is_fp4 or not (cfg.get("head_mma") and cfg.get("key_rows")):
         return 0
     return 1 if interpreting() else 2
+
+
+def fp8_mx(cfg: dict, is_fp4: bool) -> bool:
+    """FP8_MX for a call: the config's ``fp8_mx`` (FP8 q.k dots through ``tl.dot_scaled`` with unit
+    scales: bit-identical, the full-rate block-scaled MMA on SM12x)."""
+    return (not is_fp4) and bool(cfg.get("fp8_mx", False))
 
 
 def uses_fp4_mma(cfg: dict, is_fp4: bool) -> bool:
@@ -462,7 +477,7 @@ def _signature(is_fp4: bool, out_mode: int):
         "num_cols": "i32", "out_cols": "i32",
     }
     for name in ("H", "D", "BLOCK_Q", "BLOCK_N", "N_ITERS", "IS_FP4", "CLEAN", "COMPRESSED", "KEY_ROWS",
-                 "FP4_MMA", "OUT_MODE", "HEAD_MMA"):
+                 "FP4_MMA", "OUT_MODE", "HEAD_MMA", "FP8_MX"):
         sig[name] = "constexpr"
     return sig
 
@@ -494,8 +509,8 @@ def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 64), dims=(128,),
                                      IS_FP4=is_fp4, CLEAN=clean, COMPRESSED=comp,
                                      KEY_ROWS=cfg.get("key_rows", False),
                                      FP4_MMA=uses_fp4_mma(cfg, is_fp4), OUT_MODE=out_mode,
-                                     HEAD_MMA=head_mma(cfg, is_fp4))
-                        name = (f"{'fp4' if is_fp4 else 'fp8'} H{h} D{d} out{out_mode}"
+                                     HEAD_MMA=head_mma(cfg, is_fp4), FP8_MX=fp8_mx(cfg, is_fp4))
+                        name = (f"{'fp4' if is_fp4 else 'fp8'}{' mx' if fp8_mx(cfg, is_fp4) else ''} H{h} D{d} out{out_mode}"
                                 f"{' clean' if clean else ''}{' comp' if comp else ''}")
                         reports.append(compile_kernel(
                             _mqa_logits_kernel, _signature(is_fp4, out_mode), const, target=target,

@@ -26,10 +26,11 @@ import triton
 import triton.language as tl
 
 from sm12x.kernels.common import configs
-from sm12x.kernels.indexer.mqa_logits import (LOGITS_ALIGN_BYTES, fp4_key_tile_scores, head_mma, head_weight_matrix,
-                                      index_scores, key_tile_scores, load_q_fp4,
+from sm12x.kernels.indexer.mqa_logits import (LOGITS_ALIGN_BYTES, fp4_key_tile_scores, fp8_mx, head_mma,
+                                      head_weight_matrix, index_scores, key_tile_scores, load_q_fp4,
                                       load_q_fp4_packed, row_offsets, uses_fp4_mma)
 from sm12x.kernels.common.compile_check import interpreting
+from sm12x.kernels.common.fp8_dot import native_block_scaled
 from sm12x.kernels.common.register_budget import launch_budget
 
 OP = "fp8_paged_mqa_logits"
@@ -55,8 +56,10 @@ CONFIGS = {
         # 100 KB. This config on the H200: next_n 2 +14-21%; not
         # measured on an SM12x GPU. One-token programs keep 2 stages (a third costs them one of 4
         # programs per SM there).
+        # fp8_mx: the q.k dots through tl.dot_scaled with unit scales, as in mqa_logits
+        # (bit-identical, the full-rate block-scaled MMA).
         "fp8": {"key_rows": True, "pair": True, "rows": 64, "SUB_N": 64, "N_ITERS": 16, "num_warps": 4,
-                "num_stages": 2, "pair_stages": 3},
+                "num_stages": 2, "pair_stages": 3, "fp8_mx": True},
         # FP4: one block-scaled e2m1 MMA per 64-token slice (tl.dot_scaled, in hardware on sm_120);
         # rows 128: two query tokens share each key slice
         "fp4": {"fp4_mma": True, "key_rows": True, "rows": 128, "SUB_N": 64, "N_ITERS": 16, "num_warps": 4,
@@ -82,8 +85,9 @@ CONFIGS = {
 
 # sm_121 as sm_120 but FP4 in 32-token slices: Triton 3.6 / 3.7 build tl.dot_scaled on sm_121 from
 # e4m3 dots, where two query tokens over a 64-token slice spill 8-24 B (compile check); half slices
-# fit in 200 registers.
-CONFIGS["sm_121"] = {"fp8": CONFIGS["sm_120"]["fp8"], "fp4": dict(CONFIGS["sm_120"]["fp4"], SUB_N=32)}
+# fit in 200 registers. FP8 keeps tl.dot there before Triton 3.8 for the same reason.
+CONFIGS["sm_121"] = {"fp8": dict(CONFIGS["sm_120"]["fp8"], fp8_mx=native_block_scaled("sm_121")),
+                     "fp4": dict(CONFIGS["sm_120"]["fp4"], SUB_N=32)}
 
 
 @triton.jit
@@ -157,7 +161,8 @@ def _chunk(q_ptr, kv_ptr, kvf_ptr, bt_ptr, out_ptr, b, blk0, n_live, q, w, t_ok,
            q2, w2, t_ok2, end2, out_row2, max_context_len, stride_kv, stride_bt, col_start, num_cols,
            H: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_KV: tl.constexpr, SUB_N: tl.constexpr,
            SLOTS: tl.constexpr, IS_FP4: tl.constexpr, CLEAN: tl.constexpr, KEY_ROWS: tl.constexpr,
-           PAIR: tl.constexpr, FP4_MMA: tl.constexpr, KV_DESC: tl.constexpr, HEAD_MMA: tl.constexpr):
+           PAIR: tl.constexpr, FP4_MMA: tl.constexpr, KV_DESC: tl.constexpr, HEAD_MMA: tl.constexpr,
+           FP8_MX: tl.constexpr):
     """Scores of cache blocks blk0 .. blk0 + n_live - 1 of request b (n_live <= SLOTS)."""
     # values of block n start at n*stride_kv bytes; scales (4 B each) after BLOCK_KV*DB value bytes
     DB: tl.constexpr = D // 2 if IS_FP4 else D  # bytes per token row
@@ -189,10 +194,10 @@ def _chunk(q_ptr, kv_ptr, kvf_ptr, bt_ptr, out_ptr, b, blk0, n_live, q, w, t_ok,
             if IS_FP4:
                 v = fp4_key_tile_scores(kt, ks, q, w, BLOCK_T, H, D)
             else:
-                v = key_tile_scores(kt, ks, q, w, BLOCK_T, H, HEAD_MMA)
+                v = key_tile_scores(kt, ks, q, w, BLOCK_T, H, HEAD_MMA, FP8_MX)
             _store_scores(out_ptr, out_row, v, p, c, t_ok, end, num_cols, max_context_len, CLEAN)
             if PAIR:
-                v2 = key_tile_scores(kt, ks, q2, w2, BLOCK_T, H, HEAD_MMA)
+                v2 = key_tile_scores(kt, ks, q2, w2, BLOCK_T, H, HEAD_MMA, FP8_MX)
                 _store_scores(out_ptr, out_row2, v2, p, c, t_ok2, end2, num_cols, max_context_len, CLEAN)
     else:
         for it in range(0, n_live):
@@ -204,7 +209,7 @@ def _chunk(q_ptr, kv_ptr, kvf_ptr, bt_ptr, out_ptr, b, blk0, n_live, q, w, t_ok,
                 tok_off = phys * stride_kv + i * DB
                 sf_idx = (phys * stride_kv + BLOCK_KV * DB) // 4 + i
                 v = index_scores(q, w, kv_ptr, tok_off, i < BLOCK_KV, kvf_ptr, sf_idx, BLOCK_T, H, D,
-                                 IS_FP4, KEY_ROWS, FP4_MMA, HEAD_MMA)
+                                 IS_FP4, KEY_ROWS, FP4_MMA, HEAD_MMA, FP8_MX)
                 _store_scores(out_ptr, out_row, v, p, c, t_ok, end, num_cols, max_context_len, CLEAN)
 
 
@@ -221,6 +226,7 @@ def _paged_mqa_logits_kernel(
     OUT_MODE: tl.constexpr,  # 0: float32, 1: bfloat16
     KV_DESC: tl.constexpr,  # kv_ptr is a TMA descriptor of the cache as D-byte rows (``tma_cache``)
     HEAD_MMA: tl.constexpr,  # 0, or the head sum as an MMA (``key_tile_scores``; 2: inline PTX)
+    FP8_MX: tl.constexpr,  # FP8 q.k dots as unit-scale block-scaled MMAs (``fp8_dot``)
 ):
     pid_r = tl.program_id(0)  # (request, group of query tokens)
     pid_n = tl.program_id(1)  # part of the request's live cache blocks
@@ -250,12 +256,13 @@ def _paged_mqa_logits_kernel(
                    end, out_row, q2 if PAIR else q, w2 if PAIR else w, t_ok2 if PAIR else t_ok,
                    end2 if PAIR else end, out_row2 if PAIR else out_row, max_context_len, stride_kv, stride_bt,
                    col_start, num_cols, H, D, BLOCK_T, BLOCK_KV, SUB_N, SLOTS, IS_FP4, CLEAN, KEY_ROWS, PAIR,
-                   FP4_MMA, KV_DESC, HEAD_MMA)
+                   FP4_MMA, KV_DESC, HEAD_MMA, FP8_MX)
     else:  # the launcher made every part at most N_ITERS blocks
         _chunk(q_ptr, kv_ptr, kvf_ptr, bt_ptr, out_ptr, b, lo, hi - lo, q, w, t_ok, end, out_row,
                q2 if PAIR else q, w2 if PAIR else w, t_ok2 if PAIR else t_ok, end2 if PAIR else end,
                out_row2 if PAIR else out_row, max_context_len, stride_kv, stride_bt, col_start, num_cols,
-               H, D, BLOCK_T, BLOCK_KV, SUB_N, SLOTS, IS_FP4, CLEAN, KEY_ROWS, PAIR, FP4_MMA, KV_DESC, HEAD_MMA)
+               H, D, BLOCK_T, BLOCK_KV, SUB_N, SLOTS, IS_FP4, CLEAN, KEY_ROWS, PAIR, FP4_MMA, KV_DESC, HEAD_MMA,
+               FP8_MX)
     if CLEAN:
         # the window's blocks past every row's end get -inf, cut across the same programs
         stop = tl.minimum(col_start + num_cols, max_context_len)
@@ -342,7 +349,7 @@ def launch(q, q_sf, kv_cache, weights, context_lens, block_table, max_context_le
                   IS_FP4=is_fp4, CTX_2D=context_lens.dim() == 2, CLEAN=clean, KEY_ROWS=key_rows(cfg, bt, h),
                   PAIR=pair, FP4_MMA=uses_fp4_mma(cfg, is_fp4), OUT_MODE=out_mode,
                   KV_DESC=kv_desc is not None, HEAD_MMA=head_mma(cfg, is_fp4) if key_rows(cfg, bt, h) else 0,
-                  num_warps=cfg["num_warps"], num_stages=stages(cfg, pair))
+                  FP8_MX=fp8_mx(cfg, is_fp4), num_warps=cfg["num_warps"], num_stages=stages(cfg, pair))
     budget = {} if interpreting() else launch_budget(_paged_mqa_logits_kernel, args, kwargs, cfg.get("maxnreg"),
                                                      q.device)
     _paged_mqa_logits_kernel[grid](*args, **kwargs, **budget)
@@ -440,7 +447,7 @@ def _signature(is_fp4: bool, out_mode: int, kv_box=None):
         "stride_w": "i32", "stride_out": "i64", "col_start": "i32", "num_cols": "i32", "want_parts": "i32",
     }
     for name in ("H", "D", "BLOCK_T", "BLOCK_KV", "SUB_N", "N_ITERS", "SLOTS", "MIN_PART", "MULTI", "IS_FP4", "CTX_2D",
-                 "CLEAN", "KEY_ROWS", "PAIR", "FP4_MMA", "OUT_MODE", "KV_DESC", "HEAD_MMA"):
+                 "CLEAN", "KEY_ROWS", "PAIR", "FP4_MMA", "OUT_MODE", "KV_DESC", "HEAD_MMA", "FP8_MX"):
         sig[name] = "constexpr"
     return sig
 
@@ -487,8 +494,9 @@ def compile_reports(targets=("sm_120", "sm_121"), heads=(8, 64), dims=(128,), bl
                                              KEY_ROWS=key_rows(cfg, bt, h), PAIR=pair,
                                              FP4_MMA=uses_fp4_mma(cfg, is_fp4), OUT_MODE=out_mode,
                                              KV_DESC=kv_desc,
-                                             HEAD_MMA=head_mma(cfg, is_fp4) if key_rows(cfg, bt, h) else 0)
-                                name = (f"{'fp4' if is_fp4 else 'fp8'} H{h} D{d} bkv{bkv} T{bt}"
+                                             HEAD_MMA=head_mma(cfg, is_fp4) if key_rows(cfg, bt, h) else 0,
+                                             FP8_MX=fp8_mx(cfg, is_fp4))
+                                name = (f"{'fp4' if is_fp4 else 'fp8'}{' mx' if fp8_mx(cfg, is_fp4) else ''} H{h} D{d} bkv{bkv} T{bt}"
                                         f"{'x2' if pair else ''} out{out_mode}"
                                         f"{' clean' if clean else ''}{' ctx2d' if ctx2d else ' ctx1d'}"
                                         f"{' multi-chunk' if multi else ''}")

@@ -23,6 +23,7 @@ import torch
 
 from sm12x.kernels.common import checks
 from sm12x.kernels.common.compile_check import interpreting, reports_in_subprocess
+from sm12x.kernels.sparse_mla import decode_mxfp8
 from sm12x.kernels.sparse_mla.decode_kernels import _sparse_mla_combine_kernel, _sparse_mla_split_kernel
 from sm12x.kernels.sparse_mla.decode_plan import (COMBINE_CONFIG, CONFIGS, D_V, DECODE_FORMATS, WIDE_PRODUCT,
                                                   _combine_grid, plan)
@@ -140,7 +141,9 @@ def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, ext
     xtopk = extra_indices.shape[-1] if has_extra else 0
     fmt = "model1" if d_qk == 512 else "v32"
     ragged = topk_length is not None or (has_extra and extra_topk_length is not None)
-    pl = plan(b, s_q, h_q, topk, xtopk, q.device, num_splits, fmt=fmt, ragged=ragged)
+    # SM12X_ATTENTION_PRECISION=fast: MODEL1 caches through block-scaled MXFP8 MMAs (decode_mxfp8)
+    fast = decode_mxfp8.serves(d_qk, q.device)
+    pl = None if fast else plan(b, s_q, h_q, topk, xtopk, q.device, num_splits, fmt=fmt, ragged=ragged)
     if not _rows_aligned(q):
         q = q.clone(memory_format=torch.contiguous_format)
     if out is None:
@@ -154,8 +157,12 @@ def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, ext
     checks.require(lse.shape == (b, s_q, h_q) and lse.dtype == torch.float32
                    and lse.is_contiguous(), op, "lse", f"{lse.dtype} {list(lse.shape)}",
                    f"contiguous fp32 [{b}, {s_q}, {h_q}]")
-    launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices,
-           extra_topk_length, softmax_scale, pl, out, lse)
+    if fast:
+        decode_mxfp8.launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices,
+                            extra_topk_length, softmax_scale, out, lse, num_splits)
+    else:
+        launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices,
+               extra_topk_length, softmax_scale, pl, out, lse)
     return out, lse.transpose(1, 2)
 
 
@@ -291,14 +298,16 @@ def compile_reports(targets=("sm_120", "sm_121"), full=False):
                         for pdl in (False, True):
                             jobs.append(("combine", target, None, COMBINE_CONFIG,
                                          (block_h, dealt, has_max, skip, pdl)))
+    # the fast precision's MXFP8 kernel (SM12X_ATTENTION_PRECISION=fast) serves these calls too
+    fast = decode_mxfp8.compile_reports(targets)
     if len(jobs) > 2 and (os.cpu_count() or 1) > 1:
         import concurrent.futures
         import multiprocessing
 
         with concurrent.futures.ProcessPoolExecutor(
                 min(os.cpu_count(), 8), mp_context=multiprocessing.get_context("fork")) as pool:
-            return list(pool.map(_compile_job, jobs))
-    return [_compile_job(job) for job in jobs]
+            return list(pool.map(_compile_job, jobs)) + fast
+    return [_compile_job(job) for job in jobs] + fast
 
 
 def _pdl_variants(direct, full):

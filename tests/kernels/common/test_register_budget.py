@@ -70,7 +70,8 @@ from sm12x.kernels.indexer import mqa_logits as m
 from sm12x.kernels.common.compile_check import compile_kernel
 cfg = m.CONFIGS["sm_120"]["fp8"]
 const = dict(H=64, D=128, BLOCK_Q=m._block_q(64, cfg["rows"]), BLOCK_N=cfg["BLOCK_N"], N_ITERS=cfg["N_ITERS"],
-             IS_FP4=False, CLEAN=True, COMPRESSED=False, KEY_ROWS=True, FP4_MMA=False, OUT_MODE=0, HEAD_MMA=0)
+             IS_FP4=False, CLEAN=True, COMPRESSED=False, KEY_ROWS=True, FP4_MMA=False, OUT_MODE=0, HEAD_MMA=0,
+             FP8_MX=cfg["fp8_mx"])
 out = []
 for ladder in (False, True):
     r = compile_kernel(m._mqa_logits_kernel, m._signature(False, 0), const, target="sm_120",

@@ -117,6 +117,56 @@ def test_scaled_mma_matches_fp32_promotion(device, monkeypatch):
     assert_gemm_close(outs[0], ref_fp8_gemm_nt(a, sa, b, sb))
 
 
+def _without_unit_mx(monkeypatch):
+    """The sm_120 tiles with unit_mx off: the same launch with tl.dot products."""
+    import dataclasses
+
+    from sm12x.kernels.gemm import block_scaled, fp8_gemm as mod
+
+    plain = {arch: {cls: dataclasses.replace(t, unit_mx=False) for cls, t in tiles.items()}
+             for arch, tiles in block_scaled.TILES.items()}
+    monkeypatch.setattr(block_scaled, "TILES", plain)
+    monkeypatch.setattr(mod, "pick_tile", lambda m, arch=None: block_scaled.pick_tile(m, tiles=plain, arch=arch))
+    mod._plan.cache_clear()
+
+
+def test_unit_mx_configs():
+    """float32-scale calls take unit-scale block-scaled products on the sm_120 tiles, not on sm_90."""
+    from sm12x.kernels.common.fp8_dot import native_block_scaled
+    from sm12x.kernels.gemm import block_scaled
+
+    assert all(t.unit_mx for t in block_scaled.TILES["sm_120"].values())
+    assert not any(t.unit_mx for t in block_scaled.TILES["sm_90"].values())
+    assert all(t.unit_mx == native_block_scaled("sm_121") for t in block_scaled.TILES["sm_121"].values())
+
+
+@pytest.mark.cpu_only
+@pytest.mark.parametrize("m", [3, 80, 130])
+def test_unit_mx_identical_to_plain_dot(m, device, monkeypatch):
+    """float32 scales (promoted per 128 K) on the sm_120 tiles: the unit-scale tl.dot_scaled
+    products give the same d, bit for bit, as tl.dot (swap-AB, 64-row and 128-row tiles; split-K at
+    m=3)."""
+    from sm12x.kernels.gemm import fp8_gemm as mod
+
+    monkeypatch.setenv("SM12X_KERNEL_CONFIGS", "sm_120")
+    mod._plan.cache_clear()
+    n, k = 128, 512
+    a, sa, b, sb = _inputs(m, n, k, device, seed=m)
+    sfa = mn_major_tma_aligned(sa)
+    assert plan(m, n, k, read_scales("t", "sfa", sfa, m, k), read_scales("t", "sfb", sb, n, k),
+                torch.device(device))[6]
+    d_mx = torch.empty(m, n, dtype=torch.float32, device=device)
+    fp8_gemm(a, sfa, b, sb, d_mx)
+    _without_unit_mx(monkeypatch)
+    assert not plan(m, n, k, read_scales("t", "sfa", sfa, m, k), read_scales("t", "sfb", sb, n, k),
+                    torch.device(device))[6]
+    d = torch.empty(m, n, dtype=torch.float32, device=device)
+    fp8_gemm(a, sfa, b, sb, d)
+    mod._plan.cache_clear()
+    assert torch.equal(d_mx, d)
+    assert_gemm_close(d_mx, ref_fp8_gemm_nt(a, sa, b, sb))
+
+
 @pytest.mark.cpu_only
 def test_bad_inputs_are_rejected_by_name(device):
     m, n, k = 4, 128, 256

@@ -1,0 +1,122 @@
+#!/usr/bin/env python
+"""Errors and times of the sparse MLA decode's two precisions (``SM12X_ATTENTION_PRECISION``):
+``exact`` (bf16 MMAs on the dequantised cache) and ``fast`` (block-scaled MXFP8 MMAs on the FP8
+cache bytes, ``sm12x.kernels.sparse_mla.decode_mxfp8``), each against the float32 reference on
+the same inputs, as FlashMLA's tests measure: cosine difference 1 - 2<a,b>/(|a|^2+|b|^2) and the
+largest absolute difference of ``out``, and the largest absolute difference of ``lse``.
+
+Cases: FlashMLA's production decode set (``bench_sparse_mla_decode.PRODUCTION``: MODEL1 CONFIG1-4
+and V3.2) at every batch size, plus random V4-shaped inputs whose logits are 4x and 16x
+FlashMLA's test data (peaked softmax). The issue's bound for making ``fast``
+the default: cosine difference <= 1e-4 on every production case; the last line says whether it
+holds (exit status 1 where it does not).
+
+Off SM12x the sm_120 configurations run (``SM12X_KERNEL_CONFIGS=sm_120``, set here unless given):
+Hopper emulates ``tl.dot_scaled`` with the same math (bf16 MMAs of the exact products), so the
+errors carry over and the times do not.
+
+  python scripts/bench_sparse_mla_precision.py [--quick] [--device cuda|cpu] [--no-time]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+BOUND = 1e-4
+
+
+def cos_diff(a, b) -> float:
+    a, b = a.double().flatten(), b.double().flatten()
+    denom = float((a * a).sum() + (b * b).sum())
+    return 0.0 if denom == 0 else 1 - 2 * float((a * b).sum()) / denom
+
+
+def errors(got, ref):
+    import torch
+
+    out, lse = got
+    fin = torch.isfinite(ref[1])
+    return (cos_diff(out.float(), ref[0].float()), float((out.float() - ref[0].float()).abs().max()),
+            float((lse[fin] - ref[1][fin]).abs().max()) if fin.any() else 0.0)
+
+
+def cases(device: str, quick: bool):
+    """(label, production?, cache format, make_case keyword arguments, logit scale)."""
+    from bench_sparse_mla_decode import PRODUCTION
+
+    if device != "cuda":  # interpreter: tiny shapes of the same kinds
+        yield ("tiny CONFIG1-like b2", True, "model1", dict(b=2, s_q=2, h_q=16, topk=64, page=64,
+                                                               extra_topk=64, extra_page=64), 1.0)
+        yield ("tiny CONFIG3-like b2", True, "model1", dict(b=2, s_q=1, h_q=16, topk=32, page=64,
+                                                               extra_topk=64, extra_page=2,
+                                                               extra_topk_length=True), 1.0)
+        yield ("tiny V3.2-like b1", True, "v32", dict(b=1, s_q=2, h_q=16, topk=64, page=64), 1.0)
+        yield ("tiny peaked x4", False, "model1", dict(b=1, s_q=1, h_q=16, topk=64, page=64), 4.0)
+        return
+    for name, fmt, h_q, topk, page, xtopk, xpage, xlen, batches in PRODUCTION:
+        for b in (batches[:2] if quick else batches):
+            yield (f"{name} b{b}", True, fmt, dict(b=b, s_q=2, h_q=h_q, topk=topk, page=page, extra_topk=xtopk,
+                                                    extra_page=xpage, extra_topk_length=xlen), 1.0)
+    for scale in (4.0, 16.0):
+        yield (f"V4-shaped peaked x{scale:g} (h64 128+512, b8)", False, "model1",
+               dict(b=8, s_q=2, h_q=64, topk=128, page=256, extra_topk=512, extra_page=64), scale)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--quick", action="store_true", help="two batch sizes per production config")
+    p.add_argument("--no-time", action="store_true")
+    args = p.parse_args()
+    if args.device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    os.environ.setdefault("SM12X_KERNEL_CONFIGS", "sm_120")
+
+    import torch
+    import triton
+
+    from sm12x.kernels.common.timing import time_us
+    from sm12x.kernels.sparse_mla.decode import sparse_mla_decode
+    from sm12x.kernels.sparse_mla.reference import make_case, ref_sparse_mla_decode
+
+    gpu = torch.cuda.get_device_name() if args.device == "cuda" else "CPU (Triton interpreter)"
+    print(f"{datetime.date.today()}  {gpu}  torch {torch.__version__}  triton {triton.__version__}  "
+          f"configs {os.environ['SM12X_KERNEL_CONFIGS']}")
+    print("| case | exact cos diff | exact max abs | exact lse max abs | fast cos diff | fast max abs "
+          "| fast lse max abs | exact us | fast us |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    worst = 0.0
+    for label, production, fmt, spec, scale in cases(args.device, args.quick):
+        case = make_case(fmt=fmt, device=args.device, **spec)
+        if scale != 1.0:
+            case["q"] = (case["q"].float() * scale).to(torch.bfloat16)
+            case["softmax_scale"] *= scale
+        ref = ref_sparse_mla_decode(**case)
+        row, times = [], []
+        for precision in ("exact", "fast"):
+            os.environ["SM12X_ATTENTION_PRECISION"] = precision
+            got = sparse_mla_decode(**case)
+            row.append(errors(got, ref))
+            times.append(None if args.no_time else time_us(lambda: sparse_mla_decode(**case), args.device))
+        if production:
+            worst = max(worst, row[1][0])
+        cells = [f"{v:.3g}" for e in row for v in e] + [f"{t:.1f}" if t is not None else "-" for t in times]
+        print(f"| {label} | " + " | ".join(cells) + " |")
+        del case, ref
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+    os.environ.pop("SM12X_ATTENTION_PRECISION", None)
+    ok = worst <= BOUND
+    print(f"\nfast: worst cosine difference on the production cases {worst:.3g} "
+          f"({'meets' if ok else 'exceeds'} the bound {BOUND:g} for making it the default)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

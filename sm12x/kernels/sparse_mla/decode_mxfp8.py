@@ -1,0 +1,521 @@
+"""Sparse MLA decode on the FP8 caches through block-scaled MXFP8 MMAs (the ``fast`` attention
+precision, ``SM12X_ATTENTION_PRECISION=fast``; SM12x only).
+
+Contract: as :func:`sm12x.kernels.sparse_mla.decode.sparse_mla_decode`: q bf16 [b, s_q, h_q,
+512 | 576], caches [num_blocks, page, 1, 584 | 656] (V4 "MODEL1" | V3.2 / GLM), indices int32
+[b, s_q, topk] (-1 invalid), optional topk_length, extra cache / indices / lengths and attn_sink;
+-> out bf16 [b, s_q, h_q, 512] and lse (natural log) [b, s_q, h_q].
+
+The math of one MODEL1 candidate tile (BLOCK_N tokens, BLOCK_H heads), no dequantisation of the
+cache (V3.2 / GLM: ``_tile_v32``, whose float32 scales per 128 values are applied to each group's
+logits after its unit-scale MMAs and folded into W, so they need not be powers of two):
+
+- QK, no-RoPE part (448 dims = 7 chunks of 64): per chunk one ``tl.dot_scaled(e4m3, e4m3)`` of Q's
+  e4m3 codes with one UE8M0 scale per 32 values against K's e4m3 bytes with the cache's UE8M0
+  byte as it is (one byte per 64 values serves both k=32 steps). Q is quantised once per program
+  (``mx_quantize``: per 32 values, the scale 2**(floor(log2 amax) - 7), so the largest code lies in
+  [128, 256) and never saturates); with ``Q_TERMS=2`` Q is the sum of two such e4m3 terms (the
+  second codes the first's residual), two MMAs per chunk, error near bf16's.
+- QK, RoPE part (64 dims, bf16 in the cache): a bf16 MMA into the same logits.
+- Online base-2 softmax as in the exact kernel.
+- PV, no-RoPE part: V's scale varies per token (the MMA's K), so it cannot go into the MMA's
+  scale operand; per chunk c, W = P * 2**(e[token, c] - 127) in float32 (exact), quantised to e4m3
+  per (head, 32 tokens) (``P_TERMS`` terms as for Q), then ``tl.dot_scaled`` against V's e4m3
+  bytes with unit scales into that chunk's float32 accumulator.
+- PV, RoPE part: P in bf16 times the bf16 RoPE values (as the exact kernel).
+
+Errors against the float32 reference (``scripts/bench_sparse_mla_precision.py`` measures them
+beside the exact path's on the production cases): one e4m3 term keeps 4 significant bits per
+value (relative error <= 2**-4), two terms about 8 (<= 2**-8, bf16's); values more than 2**16
+below their group's largest are flushed to 0 by the single-term form.
+
+Work split: grid (head blocks, splits, b * s_q); a row (query token, head block) is cut into
+``splits`` parts of whole tiles; a part of a split row goes to the workspace that the exact
+decode's combine kernel merges (its non-dealt form). The plan depends on shapes only
+(CUDA-graph capturable).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from sm12x.kernels.common import configs
+from sm12x.kernels.common.compile_check import interpreting, reports_in_subprocess
+from sm12x.kernels.common.fp8_dot import native_block_scaled
+from sm12x.kernels.sparse_mla.decode_kernels import (_dot, _sparse_mla_combine_kernel, _to_bf16,
+                                                     _write_final)
+from sm12x.kernels.sparse_mla.decode_plan import COMBINE_CONFIG, D_V, _combine_grid
+from sm12x.kernels.sparse_mla.precision import attention_precision
+
+OP = "sparse_mla_decode"
+LOG2E = 1.4426950408889634
+
+# Configurations by head block (a call takes the smallest that covers h_q, else the largest).
+# BLOCK_N 32: the PV product's K is the token axis, and a block-scaled MMA step is 32 deep.
+# Q_TERMS / P_TERMS: e4m3 terms per value (2: error near bf16's). Only BLOCK_H 16 with 8 warps
+# compiles without spills on sm_120 (255 registers, 32 KB of shared memory, Triton 3.9): with 4
+# warps it spills 128 B (32 B with one Q term), BLOCK_H 32 spills 136 B (8 B with one term each),
+# BLOCK_H 64 8 KB. Larger head counts take several head blocks (each gathers its own rows).
+_H16 = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 8, "num_stages": 1, "Q_TERMS": 2, "P_TERMS": 2}
+CONFIGS = {"sm_120": (_H16,)}
+
+
+def serves(d_qk: int, device) -> bool:
+    """Whether this path serves a decode call: fast precision, an FP8 cache format (d_qk 512 or
+    576), and an arch key whose Triton lowers ``tl.dot_scaled`` to the hardware MMA (sm_120;
+    sm_121 from Triton 3.8). ``SM12X_KERNEL_CONFIGS=sm_120`` runs it elsewhere (tests on other
+    GPUs, the interpreter)."""
+    return (d_qk in (512, 576) and attention_precision() == "fast"
+            and native_block_scaled(configs.arch_key(device)))
+
+
+def pick_config(h_q: int) -> dict:
+    options = CONFIGS["sm_120"]
+    return next((c for c in options if c["BLOCK_H"] >= h_q), options[-1])
+
+
+# ----------------------------------------------------------------------------------------------
+# kernel
+
+
+@triton.jit
+def mx_quantize(x):
+    """float32 x [R, K] (K a multiple of 32) -> (e4m3 codes [R, K], UE8M0 bytes uint8 [R, K // 32])
+    with x ~= code * 2**(byte - 127) per 32 values. The scale is 2**(floor(log2 amax) - 7): the
+    group's largest code lies in [128, 256), inside e4m3's range, and power-of-two scaling is
+    exact, so the only error is the e4m3 rounding (relative <= 2**-4 for normal codes)."""
+    R: tl.constexpr = x.shape[0]
+    K: tl.constexpr = x.shape[1]
+    g = tl.reshape(x, (R, K // 32, 32))
+    amax = tl.max(tl.abs(g), axis=2)
+    biased = (amax.to(tl.int32, bitcast=True) >> 23) & 0xFF  # floor(log2 amax) + 127
+    byte = tl.minimum(tl.maximum(biased - 7, 0), 254)
+    inv = ((254 - byte) << 23).to(tl.float32, bitcast=True)  # 2**(127 - byte)
+    codes = tl.reshape(g * inv[:, :, None], (R, K)).to(tl.float8e4nv)
+    return codes, byte.to(tl.uint8)
+
+
+@triton.jit
+def mx_dequantize(codes, byte):
+    """The float32 values of ``mx_quantize``'s output."""
+    R: tl.constexpr = codes.shape[0]
+    K: tl.constexpr = codes.shape[1]
+    scale = (byte.to(tl.int32) << 23).to(tl.float32, bitcast=True)
+    g = tl.reshape(codes.to(tl.float32), (R, K // 32, 32)) * scale[:, :, None]
+    return tl.reshape(g, (R, K))
+
+
+@triton.jit
+def _mx_terms(x, TERMS: tl.constexpr):
+    """x ~= hi + lo (TERMS 2; lo is hi's residual in its own scales) or hi (TERMS 1; lo repeats
+    hi and is never used)."""
+    hi, s_hi = mx_quantize(x)
+    if TERMS == 2:
+        lo, s_lo = mx_quantize(x - mx_dequantize(hi, s_hi))
+    else:
+        lo = hi
+        s_lo = s_hi
+    return hi, s_hi, lo, s_lo
+
+
+@triton.jit
+def _mx_dot(a, sa, a2, sa2, b, sb, acc, TERMS: tl.constexpr):
+    """acc + (a [+ a2]) @ b with block scales (b [K, N] e4m3, sb [N, K // 32])."""
+    acc = tl.dot_scaled(a, sa, "e4m3", b, sb, "e4m3", acc)
+    if TERMS == 2:
+        acc = tl.dot_scaled(a2, sa2, "e4m3", b, sb, "e4m3", acc)
+    return acc
+
+
+@triton.jit
+def _q_chunk(q_row, hmask, C: tl.constexpr, TERMS: tl.constexpr):
+    """No-RoPE dims [64C, 64C + 64) of the head block's q -> _mx_terms of them."""
+    x = tl.load(q_row + C * 64 + tl.arange(0, 64)[None, :], mask=hmask[:, None], other=0.0)
+    return _mx_terms(x.to(tl.float32), TERMS)
+
+
+@triton.jit
+def _k_bytes(row, valid, C: tl.constexpr):
+    """e4m3 bytes [BLOCK_N, 64] of chunk C of the gathered rows (invalid rows: 0)."""
+    k = tl.load(row[:, None] + C * 64 + tl.arange(0, 64)[None, :], mask=valid[:, None], other=0)
+    return k.to(tl.float8e4nv, bitcast=True)
+
+
+@triton.jit
+def _k_chunk(row, sc_row, valid, C: tl.constexpr):
+    """Chunk C of gathered MODEL1 rows: (e4m3 bytes [BLOCK_N, 64], its UE8M0 byte as int32
+    [BLOCK_N]; invalid rows: 0 and 127)."""
+    e = tl.load(sc_row + C, mask=valid, other=127).to(tl.int32) & 0xFF
+    return _k_bytes(row, valid, C), e
+
+
+@triton.jit
+def _qk_chunk(s, qc, kc, ec, TERMS: tl.constexpr):
+    """s += q_c . k_c^T for one 64-dim chunk: the cache byte serves both k=32 steps."""
+    sk = tl.broadcast_to(ec.to(tl.uint8)[:, None], (kc.shape[0], 2))
+    return _mx_dot(qc[0], qc[1], qc[2], qc[3], tl.trans(kc), sk, s, TERMS)
+
+
+@triton.jit
+def _pv_chunk(acc, p, kc, ec, TERMS: tl.constexpr):
+    """acc [BLOCK_H, 64] + P . V_c: W = P * 2**(e - 127) (exact in float32), block-scaled along
+    the tokens, against V's e4m3 bytes with unit scales."""
+    w = p * (ec << 23).to(tl.float32, bitcast=True)[None, :]
+    t = _mx_terms(w, TERMS)
+    ones = tl.full((kc.shape[1], kc.shape[0] // 32), 127, tl.uint8)
+    return _mx_dot(t[0], t[1], t[2], t[3], kc, ones, acc, TERMS)
+
+
+@triton.jit
+def _tile(a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i, q0, q1, q2, q3, q4, q5, q6, q_rope,
+          cache_ptr, stride0, ntok, idx, in_len, qk_scale, PAGE: tl.constexpr,
+          Q_TERMS: tl.constexpr, P_TERMS: tl.constexpr, INTERPRET: tl.constexpr):
+    """One tile of candidates (cache indices ``idx``) -> the updated accumulators and softmax
+    state (a0..a6: no-RoPE output chunks, a7: the RoPE dims)."""
+    valid = in_len & (idx >= 0) & (idx < ntok)
+    safe = tl.where(valid, idx, 0)
+    page_base = (safe // PAGE).to(tl.int64) * stride0
+    off = (safe % PAGE).to(tl.int64)
+    row = tl.multiple_of(cache_ptr + (page_base + off * 576), 16)
+    sc_row = tl.multiple_of(cache_ptr + (page_base + PAGE * 576 + off * 8), 8)
+    rope_row = tl.multiple_of((row + 448).to(tl.pointer_type(tl.bfloat16)), 16)
+    k_rope = tl.load(rope_row[:, None] + tl.arange(0, 64)[None, :], mask=valid[:, None], other=0.0)
+    k0, e0 = _k_chunk(row, sc_row, valid, 0)
+    k1, e1 = _k_chunk(row, sc_row, valid, 1)
+    k2, e2 = _k_chunk(row, sc_row, valid, 2)
+    k3, e3 = _k_chunk(row, sc_row, valid, 3)
+    k4, e4 = _k_chunk(row, sc_row, valid, 4)
+    k5, e5 = _k_chunk(row, sc_row, valid, 5)
+    k6, e6 = _k_chunk(row, sc_row, valid, 6)
+
+    s = _dot(q_rope, tl.trans(k_rope), tl.zeros((q_rope.shape[0], idx.shape[0]), dtype=tl.float32),
+             INTERPRET)
+    s = _qk_chunk(s, q0, k0, e0, Q_TERMS)
+    s = _qk_chunk(s, q1, k1, e1, Q_TERMS)
+    s = _qk_chunk(s, q2, k2, e2, Q_TERMS)
+    s = _qk_chunk(s, q3, k3, e3, Q_TERMS)
+    s = _qk_chunk(s, q4, k4, e4, Q_TERMS)
+    s = _qk_chunk(s, q5, k5, e5, Q_TERMS)
+    s = _qk_chunk(s, q6, k6, e6, Q_TERMS)
+
+    s = tl.where(valid[None, :], s * qk_scale, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # avoids (-inf) - (-inf) on empty tiles
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(s - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    a = alpha[:, None]
+    a0 = _pv_chunk(a0 * a, p, k0, e0, P_TERMS)
+    a1 = _pv_chunk(a1 * a, p, k1, e1, P_TERMS)
+    a2 = _pv_chunk(a2 * a, p, k2, e2, P_TERMS)
+    a3 = _pv_chunk(a3 * a, p, k3, e3, P_TERMS)
+    a4 = _pv_chunk(a4 * a, p, k4, e4, P_TERMS)
+    a5 = _pv_chunk(a5 * a, p, k5, e5, P_TERMS)
+    a6 = _pv_chunk(a6 * a, p, k6, e6, P_TERMS)
+    a7 = _dot(_to_bf16(p, INTERPRET), k_rope, a7 * a, INTERPRET)
+    return a0, a1, a2, a3, a4, a5, a6, a7, m_new, l_i
+
+
+@triton.jit
+def _tile_v32(a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i, q0, q1, q2, q3, q4, q5, q6, q7, q_rope,
+              cache_ptr, stride0, ntok, idx, in_len, qk_scale, PAGE: tl.constexpr,
+              Q_TERMS: tl.constexpr, P_TERMS: tl.constexpr, INTERPRET: tl.constexpr):
+    """``_tile`` for the V3.2 / GLM cache (656 B per token: 512 e4m3, 4 float32 scales per 128,
+    64 bf16 RoPE; V is the 512 no-RoPE dims, a0..a7 its 64-dim chunks). The float32 scales are
+    any value (no power-of-two assumption): each 128-wide group's two chunk MMAs run with unit
+    K scales into a fresh tile that the group's scale multiplies per token; on the PV side the
+    group's scale goes into W (quantised once per group, used for both its chunks)."""
+    valid = in_len & (idx >= 0) & (idx < ntok)
+    safe = tl.where(valid, idx, 0)
+    page_base = (safe // PAGE).to(tl.int64) * stride0
+    off = (safe % PAGE).to(tl.int64)
+    row = tl.multiple_of(cache_ptr + (page_base + off * 656), 16)
+    sc_row = tl.multiple_of((row + 512).to(tl.pointer_type(tl.float32)), 16)
+    rope_row = tl.multiple_of((row + 528).to(tl.pointer_type(tl.bfloat16)), 16)
+    k_rope = tl.load(rope_row[:, None] + tl.arange(0, 64)[None, :], mask=valid[:, None], other=0.0)
+    ks0 = tl.load(sc_row + 0, mask=valid, other=0.0)
+    ks1 = tl.load(sc_row + 1, mask=valid, other=0.0)
+    ks2 = tl.load(sc_row + 2, mask=valid, other=0.0)
+    ks3 = tl.load(sc_row + 3, mask=valid, other=0.0)
+    unit = tl.full((idx.shape[0],), 127, tl.int32)
+    k0 = _k_bytes(row, valid, 0)
+    k1 = _k_bytes(row, valid, 1)
+    k2 = _k_bytes(row, valid, 2)
+    k3 = _k_bytes(row, valid, 3)
+    k4 = _k_bytes(row, valid, 4)
+    k5 = _k_bytes(row, valid, 5)
+    k6 = _k_bytes(row, valid, 6)
+    k7 = _k_bytes(row, valid, 7)
+
+    zero = tl.zeros((q_rope.shape[0], idx.shape[0]), dtype=tl.float32)
+    s = _dot(q_rope, tl.trans(k_rope), zero, INTERPRET)
+    s += _qk_chunk(_qk_chunk(zero, q0, k0, unit, Q_TERMS), q1, k1, unit, Q_TERMS) * ks0[None, :]
+    s += _qk_chunk(_qk_chunk(zero, q2, k2, unit, Q_TERMS), q3, k3, unit, Q_TERMS) * ks1[None, :]
+    s += _qk_chunk(_qk_chunk(zero, q4, k4, unit, Q_TERMS), q5, k5, unit, Q_TERMS) * ks2[None, :]
+    s += _qk_chunk(_qk_chunk(zero, q6, k6, unit, Q_TERMS), q7, k7, unit, Q_TERMS) * ks3[None, :]
+
+    s = tl.where(valid[None, :], s * qk_scale, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(s - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    a = alpha[:, None]
+    ones = tl.full((64, idx.shape[0] // 32), 127, tl.uint8)
+    w = _mx_terms(p * ks0[None, :], P_TERMS)
+    a0 = _mx_dot(w[0], w[1], w[2], w[3], k0, ones, a0 * a, P_TERMS)
+    a1 = _mx_dot(w[0], w[1], w[2], w[3], k1, ones, a1 * a, P_TERMS)
+    w = _mx_terms(p * ks1[None, :], P_TERMS)
+    a2 = _mx_dot(w[0], w[1], w[2], w[3], k2, ones, a2 * a, P_TERMS)
+    a3 = _mx_dot(w[0], w[1], w[2], w[3], k3, ones, a3 * a, P_TERMS)
+    w = _mx_terms(p * ks2[None, :], P_TERMS)
+    a4 = _mx_dot(w[0], w[1], w[2], w[3], k4, ones, a4 * a, P_TERMS)
+    a5 = _mx_dot(w[0], w[1], w[2], w[3], k5, ones, a5 * a, P_TERMS)
+    w = _mx_terms(p * ks3[None, :], P_TERMS)
+    a6 = _mx_dot(w[0], w[1], w[2], w[3], k6, ones, a6 * a, P_TERMS)
+    a7 = _mx_dot(w[0], w[1], w[2], w[3], k7, ones, a7 * a, P_TERMS)
+    return a0, a1, a2, a3, a4, a5, a6, a7, m_new, l_i
+
+
+@triton.jit
+def _cat2(x, y):
+    """[R, n, 64] twice -> [R, 2n, 64] (x's chunks first)."""
+    j = tl.join(x, y)  # [R, n, 64, 2]
+    j = tl.permute(j, (0, 3, 1, 2))  # [R, 2, n, 64]
+    return tl.reshape(j, (x.shape[0], 2 * x.shape[1], x.shape[2]))
+
+
+@triton.jit
+def _concat(a0, a1, a2, a3, a4, a5, a6, a7):
+    """Eight [R, 64] chunks -> [R, 512]."""
+    R: tl.constexpr = a0.shape[0]
+    c01 = _cat2(tl.reshape(a0, (R, 1, 64)), tl.reshape(a1, (R, 1, 64)))
+    c23 = _cat2(tl.reshape(a2, (R, 1, 64)), tl.reshape(a3, (R, 1, 64)))
+    c45 = _cat2(tl.reshape(a4, (R, 1, 64)), tl.reshape(a5, (R, 1, 64)))
+    c67 = _cat2(tl.reshape(a6, (R, 1, 64)), tl.reshape(a7, (R, 1, 64)))
+    return tl.reshape(_cat2(_cat2(c01, c23), _cat2(c45, c67)), (R, 512))
+
+
+@triton.jit
+def _scan(a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i, q0, q1, q2, q3, q4, q5, q6, q7, q_rope,
+          cache_ptr, stride0, ntok, idx_row, length, t_lo, t_hi, qk_scale, PAGE: tl.constexpr,
+          BLOCK_N: tl.constexpr, Q_TERMS: tl.constexpr, P_TERMS: tl.constexpr,
+          IS_MODEL1: tl.constexpr, INTERPRET: tl.constexpr):
+    """Tiles [t_lo, t_hi) of one candidate list; each tile's indices are loaded one step ahead."""
+    ar = tl.arange(0, BLOCK_N)
+    pos = t_lo * BLOCK_N + ar
+    idx = tl.load(idx_row + pos, mask=pos < tl.where(t_lo < t_hi, length, 0), other=-1)
+    for t in range(t_lo, t_hi):
+        pos = t * BLOCK_N + ar
+        cur = idx
+        nxt = pos + BLOCK_N
+        idx = tl.load(idx_row + nxt, mask=nxt < tl.where(t + 1 < t_hi, length, 0), other=-1)
+        if IS_MODEL1:
+            a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i = _tile(
+                a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i, q0, q1, q2, q3, q4, q5, q6, q_rope,
+                cache_ptr, stride0, ntok, cur, pos < length, qk_scale, PAGE, Q_TERMS, P_TERMS,
+                INTERPRET)
+        else:
+            a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i = _tile_v32(
+                a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i, q0, q1, q2, q3, q4, q5, q6, q7, q_rope,
+                cache_ptr, stride0, ntok, cur, pos < length, qk_scale, PAGE, Q_TERMS, P_TERMS,
+                INTERPRET)
+    return a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i
+
+
+@triton.jit(do_not_specialize=["stride_qb", "stride_qs", "stride_qh", "cache_ntok", "stride_ib",
+                               "stride_is", "xcache_ntok", "stride_xb", "stride_xs", "stride_ob",
+                               "stride_os", "stride_oh", "S_Q", "H", "TOPK", "XTOPK",
+                               "HEAD_BLOCKS", "TILES", "SPLITS", "TILES_PER_SPLIT"])
+def _mxfp8_decode_kernel(
+        q_ptr, stride_qb, stride_qs, stride_qh,
+        cache_ptr, cache_stride0, cache_ntok, idx_ptr, stride_ib, stride_is, len_ptr,
+        xcache_ptr, xcache_stride0, xcache_ntok, xidx_ptr, stride_xb, stride_xs, xlen_ptr,
+        ows_ptr, lsews_ptr, out_ptr, lse_ptr, sink_ptr, stride_ob, stride_os, stride_oh,
+        S_Q, H, TOPK, XTOPK, HEAD_BLOCKS, TILES, SPLITS, TILES_PER_SPLIT, qk_scale,
+        PAGE: tl.constexpr, XPAGE: tl.constexpr, HAS_LEN: tl.constexpr, HAS_EXTRA: tl.constexpr,
+        HAS_XLEN: tl.constexpr, HAS_SINK: tl.constexpr, BLOCK_H: tl.constexpr,
+        BLOCK_N: tl.constexpr, Q_TERMS: tl.constexpr, P_TERMS: tl.constexpr,
+        IS_MODEL1: tl.constexpr, INTERPRET: tl.constexpr):
+    """Program (hb, part, query): heads [hb * BLOCK_H, ...) of query token ``query`` over tiles
+    [part * TILES_PER_SPLIT, ...) of its candidates (main list, then extra list). SPLITS 1: the
+    row is written out; else its part goes to workspace slot (query * HEAD_BLOCKS + hb) * SPLITS
+    + part for the combine kernel."""
+    hb = tl.program_id(0)
+    part = tl.program_id(1)
+    query = tl.program_id(2)
+    b = query // S_Q
+    s_idx = query % S_Q
+    heads = hb * BLOCK_H + tl.arange(0, BLOCK_H)
+    hmask = heads < H
+    q_row = tl.multiple_of(q_ptr + b.to(tl.int64) * stride_qb + s_idx * stride_qs + heads * stride_qh,
+                           16)[:, None]
+    q0 = _q_chunk(q_row, hmask, 0, Q_TERMS)
+    q1 = _q_chunk(q_row, hmask, 1, Q_TERMS)
+    q2 = _q_chunk(q_row, hmask, 2, Q_TERMS)
+    q3 = _q_chunk(q_row, hmask, 3, Q_TERMS)
+    q4 = _q_chunk(q_row, hmask, 4, Q_TERMS)
+    q5 = _q_chunk(q_row, hmask, 5, Q_TERMS)
+    q6 = _q_chunk(q_row, hmask, 6, Q_TERMS)
+    if IS_MODEL1:  # d_qk 512: the last 64 dims are RoPE
+        q7 = q6
+        q_rope = tl.load(q_row + 448 + tl.arange(0, 64)[None, :], mask=hmask[:, None], other=0.0)
+    else:  # d_qk 576: 512 no-RoPE dims, then 64 RoPE
+        q7 = _q_chunk(q_row, hmask, 7, Q_TERMS)
+        q_rope = tl.load(q_row + 512 + tl.arange(0, 64)[None, :], mask=hmask[:, None], other=0.0)
+
+    zero = tl.zeros((BLOCK_H, 64), dtype=tl.float32)
+    a0, a1, a2, a3, a4, a5, a6, a7 = zero, zero, zero, zero, zero, zero, zero, zero
+    m_i = tl.full((BLOCK_H,), float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros((BLOCK_H,), dtype=tl.float32)
+
+    lo = part * TILES_PER_SPLIT
+    hi = tl.minimum(lo + TILES_PER_SPLIT, TILES)
+    n_main = tl.cdiv(TOPK, BLOCK_N)
+    length = TOPK
+    if HAS_LEN:
+        length = tl.minimum(tl.load(len_ptr + b), TOPK)
+    idx_row = idx_ptr + b.to(tl.int64) * stride_ib + s_idx * stride_is
+    a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i = _scan(
+        a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i, q0, q1, q2, q3, q4, q5, q6, q7, q_rope,
+        cache_ptr, cache_stride0, cache_ntok, idx_row, length, lo,
+        tl.minimum(hi, tl.cdiv(length, BLOCK_N)), qk_scale, PAGE, BLOCK_N, Q_TERMS, P_TERMS,
+        IS_MODEL1, INTERPRET)
+    if HAS_EXTRA:
+        xlength = XTOPK
+        if HAS_XLEN:
+            xlength = tl.minimum(tl.load(xlen_ptr + b), XTOPK)
+        xidx_row = xidx_ptr + b.to(tl.int64) * stride_xb + s_idx * stride_xs
+        a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i = _scan(
+            a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i, q0, q1, q2, q3, q4, q5, q6, q7, q_rope,
+            xcache_ptr, xcache_stride0, xcache_ntok, xidx_row, xlength, tl.maximum(lo - n_main, 0),
+            tl.minimum(hi - n_main, tl.cdiv(xlength, BLOCK_N)), qk_scale, XPAGE, BLOCK_N, Q_TERMS,
+            P_TERMS, IS_MODEL1, INTERPRET)
+
+    has_any = l_i > 0.0
+    acc = _concat(a0, a1, a2, a3, a4, a5, a6, a7) / tl.where(has_any, l_i, 1.0)[:, None]
+    lse2 = tl.where(has_any, m_i + tl.log2(tl.where(has_any, l_i, 1.0)), float("-inf"))
+    if SPLITS == 1:
+        _write_final(out_ptr, lse_ptr, sink_ptr, acc, lse2, heads, hmask, query, H, stride_ob,
+                     stride_os, stride_oh, S_Q, 0, lse_ptr, m_i, HAS_SINK, False, INTERPRET)
+    else:
+        slot = (query * HEAD_BLOCKS + hb) * SPLITS + part
+        rows = tl.cast(slot, tl.int64) * BLOCK_H + tl.arange(0, BLOCK_H)
+        tl.store(ows_ptr + rows[:, None] * 512 + tl.arange(0, 512)[None, :], acc)
+        tl.store(lsews_ptr + rows, lse2)
+
+
+# ----------------------------------------------------------------------------------------------
+# launcher
+
+
+def splits_for(rows: int, tiles: int, sms: int) -> int:
+    """Parts per row: enough programs for every SM (at least 2 tiles a part), from shapes only."""
+    if rows >= sms or tiles < 4:
+        return 1
+    splits = min(triton.cdiv(sms, rows), tiles // 2)
+    per = triton.cdiv(tiles, splits)
+    return triton.cdiv(tiles, per)
+
+
+def launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices,
+           extra_topk_length, softmax_scale, out, lse, num_splits=None):
+    """Run on inputs checked by ``decode.validate`` (d_qk 512): out bf16 [b, s_q, h_q, 512] with
+    16-byte aligned rows, lse contiguous fp32 [b, s_q, h_q]."""
+    b, s_q, h_q, _ = q.shape
+    cfg = pick_config(h_q)
+    bh, bn = cfg["BLOCK_H"], cfg["BLOCK_N"]
+    has_extra = extra_k_cache is not None
+    topk = indices.shape[-1]
+    xtopk = extra_indices.shape[-1] if has_extra else 0
+    tiles = triton.cdiv(topk, bn) + triton.cdiv(xtopk, bn)
+    head_blocks = triton.cdiv(h_q, bh)
+    rows = b * s_q * head_blocks
+    if num_splits is None:
+        splits = splits_for(rows, tiles, configs.sm_count(q.device))
+    else:
+        splits = max(1, min(int(num_splits), tiles))
+        splits = triton.cdiv(tiles, triton.cdiv(tiles, splits))
+    per = triton.cdiv(tiles, splits)
+    if splits > 1:
+        ows = torch.empty((rows * splits, bh, D_V), dtype=torch.float32, device=q.device)
+        lsews = torch.empty((rows * splits, bh), dtype=torch.float32, device=q.device)
+    else:
+        ows = lsews = lse
+    cache = k_cache if k_cache.dtype == torch.uint8 else k_cache.view(torch.uint8)
+    xcache = (extra_k_cache if extra_k_cache.dtype == torch.uint8 else extra_k_cache.view(torch.uint8)
+              ) if has_extra else cache
+    xidx = extra_indices if has_extra else indices
+    topk_length = topk_length.contiguous() if topk_length is not None else None
+    extra_topk_length = extra_topk_length.contiguous() if extra_topk_length is not None else None
+    sink = attn_sink.contiguous() if attn_sink is not None else lse
+    ntok = lambda c: min(c.shape[0] * c.shape[1], 2**31 - 1)  # noqa: E731
+    interp = interpreting()
+    _mxfp8_decode_kernel[(head_blocks, splits, b * s_q)](
+        q, q.stride(0), q.stride(1), q.stride(2),
+        cache, cache.stride(0), ntok(cache), indices, indices.stride(0), indices.stride(1),
+        topk_length if topk_length is not None else indices,
+        xcache, xcache.stride(0), ntok(xcache), xidx, xidx.stride(0), xidx.stride(1),
+        extra_topk_length if extra_topk_length is not None else indices,
+        ows, lsews, out, lse, sink, out.stride(0), out.stride(1), out.stride(2),
+        s_q, h_q, topk, xtopk, head_blocks, tiles, splits, per, float(softmax_scale) * LOG2E,
+        PAGE=k_cache.shape[1], XPAGE=xcache.shape[1], HAS_LEN=topk_length is not None,
+        HAS_EXTRA=has_extra, HAS_XLEN=has_extra and extra_topk_length is not None,
+        HAS_SINK=attn_sink is not None, BLOCK_H=bh, BLOCK_N=bn, Q_TERMS=cfg["Q_TERMS"],
+        P_TERMS=cfg["P_TERMS"], IS_MODEL1=q.shape[-1] == 512, INTERPRET=interp, num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"])
+    if splits > 1:
+        _sparse_mla_combine_kernel[_combine_grid(h_q, b * s_q)](
+            ows, lsews, lsews, out, lse, sink, lse, out.stride(0), out.stride(1), out.stride(2),
+            s_q, h_q, b * s_q, head_blocks, 0, tiles, splits, rows * splits,
+            HAS_SINK=attn_sink is not None, HAS_MAX=False, DEALT=False, WIDE=False, BLOCK_H=bh,
+            BLOCK_HC=COMBINE_CONFIG["BLOCK_HC"], BLOCK_DC=COMBINE_CONFIG["BLOCK_DC"],
+            PARTS=COMBINE_CONFIG["PARTS"], SKIP_EMPTY=False, PDL=False, INTERPRET=interp,
+            num_warps=COMBINE_CONFIG["num_warps"])
+    return out, lse
+
+
+# ----------------------------------------------------------------------------------------------
+# compile check
+
+
+def _signature(cfg, page, xpage, inputs, is_model1=True):
+    sig = {n: "*u8" for n in ("cache_ptr", "xcache_ptr")}
+    sig.update({n: "*i32" for n in ("idx_ptr", "len_ptr", "xidx_ptr", "xlen_ptr")})
+    sig.update({"q_ptr": "*bf16", "ows_ptr": "*fp32", "lsews_ptr": "*fp32", "out_ptr": "*bf16",
+                "lse_ptr": "*fp32", "sink_ptr": "*fp32", "qk_scale": "fp32"})
+    for n in ("stride_qb", "stride_qs", "stride_qh", "cache_ntok", "stride_ib", "stride_is",
+              "xcache_ntok", "stride_xb", "stride_xs", "stride_ob", "stride_os", "stride_oh", "S_Q",
+              "H", "TOPK", "XTOPK", "HEAD_BLOCKS", "TILES", "SPLITS", "TILES_PER_SPLIT"):
+        sig[n] = "i32"
+    sig["cache_stride0"] = sig["xcache_stride0"] = "i64"
+    has_len, has_extra, has_xlen = inputs
+    const = dict(PAGE=page, XPAGE=xpage, HAS_LEN=has_len, HAS_EXTRA=has_extra,
+                 HAS_XLEN=has_xlen, HAS_SINK=True, BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"],
+                 Q_TERMS=cfg["Q_TERMS"], P_TERMS=cfg["P_TERMS"], IS_MODEL1=is_model1, INTERPRET=False)
+    for k in const:
+        sig[k] = "constexpr"
+    return {n: sig[n] for n in _mxfp8_decode_kernel.arg_names}, const
+
+
+def compile_reports(targets=("sm_120", "sm_121")):
+    """Compile every configuration (V4's CSA page sizes, every optional input; whole rows and row
+    parts are one kernel) for the ``targets`` whose Triton lowers ``tl.dot_scaled`` natively."""
+    from sm12x.kernels.common.compile_check import compile_kernel
+
+    if interpreting():
+        return reports_in_subprocess(__name__, targets=tuple(targets))
+    reports = []
+    for target in targets:
+        if not native_block_scaled(target):
+            continue
+        for cfg, fmt in ((c, f) for c in CONFIGS["sm_120"] for f in ("model1", "v32")):
+            sig, const = _signature(cfg, 256 if fmt == "model1" else 64, 64, (True, True, True),
+                                    fmt == "model1")
+            name = (f"mxfp8 {fmt} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']} "
+                    f"q{cfg['Q_TERMS']}p{cfg['P_TERMS']} p{const['PAGE']}/64 L X XL")
+            reports.append(compile_kernel(_mxfp8_decode_kernel, sig, const, target=target,
+                                          num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+                                          config_name=name))
+    return reports
