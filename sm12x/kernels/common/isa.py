@@ -41,8 +41,19 @@ TF32 = "tf32"               # HMMA.1688 TF32
 HOPPER = "hopper-wgmma"      # sm_90 warpgroup MMA
 OTHER = "other"
 
-# In-register widening of 8- / 4-bit floats to 16-bit halves: the dequantise step.
-_WIDEN = re.compile(r"^(F2FP|F2F|I2F|HADD2|HMUL2|HFMA2)\..*(E4M3|E5M2|E2M1|E3M2|E2M3|UNPACK)")
+# In-register widening of 8- / 4-bit floats to 16 / 32 bits: the dequantise step. SASS names a
+# conversion's destination type first (``F2FP.F16.E4M3.UNPACK_B``: e4m3 -> f16); narrowing
+# (``F2FP.SATFINITE.E4M3.F32.PACK_AB``: f32 -> e4m3, quantising P or Q) is not widening.
+_NARROW_TYPES = {"E4M3", "E5M2", "E2M1", "E3M2", "E2M3", "UE8M0"}
+_WIDE_TYPES = {"F16", "BF16", "F32"}
+
+
+def _widens(opcode: str) -> bool:
+    base, *mods = opcode.split(".")
+    if base not in ("F2FP", "F2F", "I2F", "HADD2", "HMUL2", "HFMA2"):
+        return False
+    types = [m for m in mods if m in _NARROW_TYPES | _WIDE_TYPES]
+    return bool(types) and types[0] in _WIDE_TYPES and any(t in _NARROW_TYPES for t in types[1:])
 
 
 @dataclasses.dataclass
@@ -127,7 +138,7 @@ def _classify(opcode: str) -> str:
     base = opcode.split(".")[0]
     if base in MMA_OPCODES:
         return "mma"
-    if _WIDEN.match(opcode):
+    if _widens(opcode):
         return "cvt"
     if base in ("LDG", "LDGSTS", "LDS", "STS", "STG", "LDSM", "BAR", "UTMALDG", "SYNCS"):
         return base.lower()
