@@ -16,8 +16,8 @@ import sys
 
 # each stand-in is assembled from front-end modules that list what they provide in ``NAMES`` and
 # ``HELPER_NAMES``; a module not present in this build is left out
-SHIMS = {"deep_gemm": ("sm12x.frontends.deep_gemm.indexer", "sm12x.frontends.deep_gemm.gemm",
-                       "sm12x.frontends.deep_gemm.moe")}
+SHIMS = {"deep_gemm": ("sm12x.frontends.deep_gemm.indexer", "sm12x.frontends.deep_gemm.sparse_indexer",
+                       "sm12x.frontends.deep_gemm.gemm", "sm12x.frontends.deep_gemm.moe")}
 
 
 class _ShimLoader:
