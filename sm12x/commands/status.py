@@ -29,7 +29,7 @@ def status_data(apply: bool = False) -> dict:
     """The ``status --json`` document."""
     from sm12x import apply as applier
     from sm12x import hooks, platform, shims
-    from sm12x.commands import moe_paths
+    from sm12x.commands import model_paths, moe_paths
     from sm12x.patches import all_patches
 
     hooks.install_watcher()
@@ -48,6 +48,7 @@ def status_data(apply: bool = False) -> dict:
         "torch_build": platform.torch_build(),
         "patches": rows,
         "moe": moe_paths.moe_rows(platform.versions(), rows),
+        "models": model_paths.model_rows(platform.versions(), rows),
         "shims": {name: shims.shim_state(name) for name in shims.SHIMS},
         "skip": {"items": applier.skip_items(), "unmatched": applier.unmatched_skips()},
         # records for one compute capability only (GB10's gates): shown on that GPU even when skipped
@@ -178,6 +179,10 @@ def print_status(data: dict, stream=None, verbose: bool = False) -> None:
         via = f" [{m['via']}]" if m["via"] else ""
         print_(textwrap.fill(f"{m['framework']} {m['version']}: {m['experts']}: {m['serves']}{via}", 100,
                              initial_indent="MoE:        ", subsequent_indent=" " * 14))
+    for m in data.get("models") or ():
+        via = f" [{m['via']}]" if m["via"] else ""
+        print_(textwrap.fill(f"{m['framework']} {m['version']}: {m['part']}: {m['serves']}{via}", 100,
+                             initial_indent="models:     ", subsequent_indent=" " * 14))
     rows = [p for p in data["patches"] if verbose or p["state"] not in ("skipped",)]
     if rows:
         print_("")
