@@ -11,6 +11,7 @@ from sm12x.kernels.indexer.cache import quant_fp4_paged_cache, quant_fp4_per_tok
 from sm12x.kernels.indexer.reference import ref_paged_sparse_mqa_logits
 
 DEVICE = os.environ.get("SM12X_TEST_DEVICE", "cpu")
+pytestmark = pytest.mark.cpu_only  # inputs on the CPU; the GPU cases are marked gpu
 
 
 def make_case(rows, h, lens, topk_blocks, page=64, bs=8, pad_bytes=0, seed=0, device="cpu", pages_per_row=None):

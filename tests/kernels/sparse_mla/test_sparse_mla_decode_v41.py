@@ -11,6 +11,7 @@ from sm12x.kernels.sparse_mla.reference import make_case, ref_sparse_mla_decode
 from sm12x.kernels.common.tolerance import FLASHMLA_LSE, FLASHMLA_OUT, flashmla_close
 
 DEVICE = os.environ.get("SM12X_TEST_DEVICE", "cpu")
+pytestmark = pytest.mark.cpu_only  # inputs on the CPU; the GPU cases are marked gpu
 
 
 def check_case(case, **kw):
