@@ -164,7 +164,8 @@ def check_paged_sparse_mqa_logits(device, full):
             blocks[r, : pick.numel()] = pick.int()
         lens_d, table_d, blocks_d = lens.to(device), table.to(device), blocks.to(device)
         meta = api.get_paged_sparse_mqa_logits_metadata(lens_d, table_d, None, page, blocks_d, torch.int8, bs)
-        run = lambda: api.fp8_fp4_paged_sparse_mqa_logits((q[:, None], q_sf[:, None]), cache, w, meta, nb, bs)  # noqa: E731
+        qq = (q[:, None], q_sf[:, None])
+        run = lambda: api.fp8_fp4_paged_sparse_mqa_logits(qq, cache, w, meta, nb, bs)  # noqa: E731
         out = run().float().cpu()
         sample = list(range(0, rows, max(1, rows // 8)))
         ref = ref_paged_sparse_mqa_logits(q[sample].cpu(), q_sf[sample].cpu(), cache.cpu(), w[sample].cpu(),

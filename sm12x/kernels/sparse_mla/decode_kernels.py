@@ -20,11 +20,11 @@ FMT_V41_FP4_BLOCK_SPLIT = tl.constexpr(4)
 
 @triton.jit
 def _e2m1_value(c):
-    """4-bit e2m1 codes (int32; bit 3 the sign) -> float32 values."""
-    e = (c >> 1) & 3
-    m = (c & 1).to(tl.float32)
-    mag = tl.where(e == 0, m * 0.5, (1.0 + m * 0.5) * tl.exp2((e - 1).to(tl.float32)))
-    return tl.where((c & 8) != 0, -mag, mag)
+    """4-bit e2m1 codes (int32; bit 3 the sign) -> float32 values, through the e4m3 of the same
+    value (integer operations only: every e2m1 value is exact in e4m3)."""
+    mag = c & 7  # 0, 0.5, 1, 1.5, 2, 3, 4, 6 -> e4m3 0x00, 0x30, then 0x30 + 4 * mag from 1.0 on
+    bits = tl.where(mag >= 2, 0x30 + 4 * mag, mag * 0x30) | ((c & 8) << 4)
+    return bits.to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float32)
 
 
 @triton.jit
@@ -38,10 +38,10 @@ def _gather_tile(cache_ptr, stride0, ntok, idx, in_len, PAGE: tl.constexpr,
     V3.2: raw [BLOCK_N, 4, 128], fp32 scales [BLOCK_N, 4], RoPE bf16 [BLOCK_N, 64].
     KV_BF16 (sparse prefill, PAGE 1, rows of stride0 bytes): raw = k bf16 [BLOCK_N, 512], RoPE
     bf16 [BLOCK_N, 64] (dims 512..575; zeros when IS_MODEL1, i.e. d_qk 512), no scales.
-    V4.1 (``FMT`` 1 / 2; d_qk 512): raw fp8 bytes [BLOCK_N, 8, 64], UE8M0 bytes: a pair of
-    [BLOCK_N, 8] (each chunk's first and second 32 values).
+    V4.1 (``FMT`` 1 / 2; d_qk 512): raw fp8 bytes [BLOCK_N, 8, 64], UE8M0 scales int16
+    [BLOCK_N, 8] (each 64-value chunk's two bytes).
     V4.1 FP4 (``FMT`` 3 / 4): raw bytes [BLOCK_N, 8, 64] (value d of chunk c: byte 32 c + d // 2),
-    e4m3 scale bytes: four [BLOCK_N, 8] (each chunk's four groups of 16). Neither has a RoPE part (``rope`` is a placeholder)."""
+    e4m3 scales int32 [BLOCK_N, 8] (each chunk's four bytes). Neither has a RoPE part (``rope`` is a placeholder)."""
     valid = in_len & (idx >= 0) & (idx < ntok)
     safe = tl.where(valid, idx, 0)
     page_base = (safe // PAGE).to(tl.int64) * stride0  # int64: page * stride(0) can exceed 2^31
@@ -59,7 +59,7 @@ def _gather_tile(cache_ptr, stride0, ntok, idx, in_len, PAGE: tl.constexpr,
                            other=0.0)
     elif FMT == FMT_V41 or FMT == FMT_V41_BLOCK_SPLIT:
         # the tile has MODEL1's shape ([BLOCK_N, 8, 64]: the sm_120 configs are tuned on it) with
-        # two UE8M0 scales per 64-value chunk, selected by half
+        # two UE8M0 scales per 64-value chunk
         if FMT == FMT_V41:
             row = tl.multiple_of(cache_ptr + (page_base + off * 528), 16)
             sc_row = tl.multiple_of(row + 512, 16)
@@ -69,9 +69,9 @@ def _gather_tile(cache_ptr, stride0, ntok, idx, in_len, PAGE: tl.constexpr,
         c = tl.arange(0, 8)
         raw = tl.load(row[:, None, None] + (c * 64)[None, :, None] + tl.arange(0, 64)[None, None, :],
                       mask=valid[:, None, None], other=0)
-        lo = tl.load(sc_row[:, None] + (2 * c)[None, :], mask=valid[:, None], other=127)
-        hi = tl.load(sc_row[:, None] + (2 * c + 1)[None, :], mask=valid[:, None], other=127)
-        scale = (lo, hi)
+        # chunk c's two scale bytes as one 16-bit word (little-endian: byte k is group 2c + k)
+        scale = tl.load(sc_row.to(tl.pointer_type(tl.int16))[:, None] + c[None, :], mask=valid[:, None],
+                        other=0x7F7F)
         rope = valid
     elif FMT == FMT_V41_FP4 or FMT == FMT_V41_FP4_BLOCK_SPLIT:
         # [BLOCK_N, 8, 64] values: value d of chunk c sits in byte 32 c + d // 2 (the even one
@@ -86,11 +86,9 @@ def _gather_tile(cache_ptr, stride0, ntok, idx, in_len, PAGE: tl.constexpr,
         c = tl.arange(0, 8)
         raw = tl.load(row[:, None, None] + (c * 32)[None, :, None] + (tl.arange(0, 64) // 2)[None, None, :],
                       mask=valid[:, None, None], other=0)
-        m = valid[:, None]
-        scale = (tl.load(sc_row[:, None] + (4 * c)[None, :], mask=m, other=0),
-                 tl.load(sc_row[:, None] + (4 * c + 1)[None, :], mask=m, other=0),
-                 tl.load(sc_row[:, None] + (4 * c + 2)[None, :], mask=m, other=0),
-                 tl.load(sc_row[:, None] + (4 * c + 3)[None, :], mask=m, other=0))
+        # chunk c's four scale bytes as one 32-bit word (byte k is group 4c + k)
+        scale = tl.load(sc_row.to(tl.pointer_type(tl.int32))[:, None] + c[None, :], mask=valid[:, None],
+                        other=0)
         rope = valid
     elif IS_MODEL1:
         row = tl.multiple_of(cache_ptr + (page_base + off * 576), 16)
@@ -129,19 +127,16 @@ def _dequant_tile(raw, scale, rope, IS_MODEL1: tl.constexpr, KV_BF16: tl.constex
     if KV_BF16:
         return raw
     elif FMT == FMT_V41 or FMT == FMT_V41_BLOCK_SPLIT:
-        half = (tl.arange(0, 64) >= 32)[None, None, :]
-        sb = tl.where(half, scale[1][:, :, None], scale[0][:, :, None])
-        e = (sb.to(tl.int32) << 23).to(tl.float32, bitcast=True)   # UE8M0 -> 2^(e - 127)
+        shift = (8 * (tl.arange(0, 64) // 32))[None, None, :]
+        sb = (scale.to(tl.int32)[:, :, None] >> shift) & 0xFF
+        e = (sb << 23).to(tl.float32, bitcast=True)   # UE8M0 -> 2^(e - 127)
         v = raw.to(tl.float8e4nv, bitcast=True).to(tl.float32) * e
         return tl.reshape(v.to(tl.bfloat16), (BLOCK_N, 512))
     elif FMT == FMT_V41_FP4 or FMT == FMT_V41_FP4_BLOCK_SPLIT:
         d = tl.arange(0, 64)[None, None, :]
-        b = raw.to(tl.int32) & 0xFF
-        v = _e2m1_value(tl.where(d % 2 == 1, b >> 4, b & 15))
-        q = d // 16
-        sb = tl.where(q < 2, tl.where(q == 0, scale[0][:, :, None], scale[1][:, :, None]),
-                      tl.where(q == 2, scale[2][:, :, None], scale[3][:, :, None]))
-        s = sb.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        v = _e2m1_value((raw.to(tl.int32) >> (4 * (d % 2))) & 15)  # odd values: the high nibble
+        sb = (scale[:, :, None] >> (8 * (d // 16))) & 0xFF
+        s = sb.to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float32)
         return tl.reshape((v * s).to(tl.bfloat16), (BLOCK_N, 512))
     elif IS_MODEL1:
         e = (scale.to(tl.int32) << 23).to(tl.float32, bitcast=True)   # UE8M0 -> 2^(e - 127)
