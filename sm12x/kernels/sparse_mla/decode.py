@@ -338,9 +338,10 @@ def compile_reports(targets=("sm_120", "sm_121"), full=False):
                                              (direct, dealt, pages, inputs, pdl, (0, 0))))
                 if fmt == "model1":
                     # the V4.1 caches (d_qk 512, model1's configs): 528 main with a 528 or 288
-                    # extra, interleaved and block-split
-                    for fmts in (_V41_VARIANTS if full else _V41_VARIANTS[:2]):
-                        for direct, dealt in ((False, True), (True, True)):
+                    # extra, interleaved and block-split (by default the heaviest load step, 528 +
+                    # 288, in the dealt form; ``full``: every pair, direct too)
+                    for fmts in (_V41_VARIANTS if full else _V41_VARIANTS[:1]):
+                        for direct, dealt in (((False, True), (True, True)) if full else ((False, True),)):
                             for pdl in _pdl_variants(direct, full):
                                 jobs.append(("split", target, fmt, cfg,
                                              (direct, dealt, _PAGE_VARIANTS[0], _INPUT_VARIANTS[0],
