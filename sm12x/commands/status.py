@@ -30,7 +30,7 @@ def status_data(apply: bool = False) -> dict:
     """The ``status --json`` document."""
     from sm12x import apply as applier
     from sm12x import hooks, platform, shims
-    from sm12x.commands import moe_paths
+    from sm12x.commands import model_paths, moe_paths
     from sm12x.kernels.sparse_mla import precision
     from sm12x.patches import all_patches
 
@@ -53,6 +53,7 @@ def status_data(apply: bool = False) -> dict:
         # per op of the manifest, the upstream calls that reach it (records and layers, with state)
         "ops": applier.op_routes(rows),
         "attention": precision.serving(arch.capability, platform.versions().get("triton")),
+        "models": model_paths.model_rows(platform.versions(), rows),
         "shims": {name: shims.shim_state(name) for name in shims.SHIMS},
         "skip": {"items": applier.skip_items(), "unmatched": applier.unmatched_skips()},
         # records for one compute capability only (GB10's gates): shown on that GPU even when skipped
@@ -238,6 +239,10 @@ def print_status(data: dict, stream=None, verbose: bool = False) -> None:
                                  subsequent_indent=" " * 14))
     if data.get("attention"):
         print_(textwrap.fill(data["attention"], 100, initial_indent="attention:  ", subsequent_indent=" " * 12))
+    for m in data.get("models") or ():
+        via = f" [{m['via']}]" if m["via"] else ""
+        print_(textwrap.fill(f"{m['framework']} {m['version']}: {m['part']}: {m['serves']}{via}", 100,
+                             initial_indent="models:     ", subsequent_indent=" " * 14))
     rows = [p for p in data["patches"] if verbose or p["state"] not in ("skipped",)]
     if rows:
         print_("")

@@ -90,6 +90,7 @@ _FLASH_MLA_WRAPPERS = "sm12x.frontends.flash_mla.wrappers"
 _DG_INDEXER = "sm12x.frontends.deep_gemm.indexer"
 _DG_GEMM = "sm12x.frontends.deep_gemm.gemm"
 _DG_MOE = "sm12x.frontends.deep_gemm.moe"
+_DG_SPARSE = "sm12x.frontends.deep_gemm.sparse_indexer"
 _VLLM = "sm12x.frontends.vllm"
 _SGLANG = "sm12x.frontends.sglang"
 _GEMM_FORMS = ("fp8_gemm_nt", "fp8_gemm_nn", "fp8_gemm_tn", "fp8_gemm_tt",
@@ -187,6 +188,19 @@ OPS = (
             Api("sglang.dsa.topk_backend.topk_transform", f"{_SGLANG}.indexer:dsa_topk_transform",
                 (f"{_SGLANG}.wrappers:make_dsa_topk_transform",)),
         )),
+    # DeepSeek-V4.1's candidate-only paged logits (SGLang 0.5.23's V4.1 indexer)
+    OpSpec(
+        name="paged_sparse_mqa_logits", family="indexer",
+        kernel="sm12x.kernels.indexer.paged_sparse_mqa_logits:paged_sparse_mqa_logits",
+        reference="sm12x.kernels.indexer.reference:ref_paged_sparse_mqa_logits",
+        selftest="sm12x.kernels.indexer.cases:check_paged_sparse_mqa_logits",
+        compile="sm12x.kernels.indexer.paged_sparse_mqa_logits", benchmark="scripts/bench_v41_indexer.py",
+        backs=_deep_gemm(("fp8_fp4_paged_sparse_mqa_logits",), _DG_SPARSE, "sm12x.frontends.deep_gemm.sparse_wrappers")
+        + _deep_gemm(("get_paged_sparse_mqa_logits_metadata",), _DG_SPARSE,
+                     "sm12x.frontends.deep_gemm.sparse_wrappers", helper=True)
+        + (Api("sglang.v41_indexer.make_candidate_indexer",
+               "sm12x.frontends.deep_gemm.sparse_wrappers:make_candidate_indexer",
+               ("sm12x.frontends.deep_gemm.sparse_wrappers:make_candidate_indexer",), helper=True),)),
     OpSpec(
         name="fp8_gemm_nt", family="gemm",
         kernel="sm12x.kernels.gemm.fp8_gemm:fp8_gemm",

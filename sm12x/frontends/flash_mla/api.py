@@ -140,9 +140,12 @@ def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v,
     drops the result): a bf16 [b, s_q, h_q, 512] tensor, unit stride on the last dimension and
     16-byte aligned rows, written in place and returned.
     sgl-flash-mla (SGLang 0.5.23): ``is_fp8_kvcache=None`` means "sparse when ``indices`` are
-    given"; ``use_legacy`` picks its kernel set and is accepted either way (this kernel reads the
-    V3.2 and V4 caches, its legacy side; a V4.1 cache is rejected by its size); ``kv_format``, a
-    hint of the cache's format, must name the format of ``k_cache`` (``KV_FORMATS``)."""
+    given"; ``use_legacy`` picks its kernel set and is accepted either way for the V3.2 and V4
+    caches; for a DeepSeek-V4.1 cache (528 bytes per token, with a 528 or 288-byte extra cache) it
+    is the caller's declaration of the arrangement (SGLang passes ``not interleaved``): True
+    block-split, False interleaved; without it (None, or a front end that has no such argument) a
+    V4.1 cache is refused by name, never guessed. ``kv_format``, a hint of the cache's format,
+    must name the format of ``k_cache`` (``KV_FORMATS``)."""
     if indices is None:
         raise checks.unsupported(OP, "indices", None, "an int32 tensor (sm12x implements the sparse "
                                  "FP8 decode path only; send dense calls to FlashMLA)")
@@ -164,6 +167,13 @@ def sparse_fp8_decode(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_s
     this adds what only FlashMLA's API has: unknown keywords, ``kv_format``, ``causal`` and the
     scheduler metadata's configuration."""
     _reject_future_kwargs(OP, future_kwargs)
+    v41_format = None
+    if getattr(k_cache, "dim", lambda: 0)() == 4 and k_cache.shape[-1] in (528, 288):
+        if use_legacy is None:
+            raise checks.bad(OP, "use_legacy", None, f"True (block-split) or False (interleaved) with a "
+                             f"{k_cache.shape[-1]}-byte DeepSeek-V4.1 k_cache: the arrangement is "
+                             f"declared, never guessed from the size")
+        v41_format = "v41_block_split" if use_legacy else "v41"
     if kv_format is not None:
         if kv_format not in KV_FORMATS:
             raise checks.unsupported(OP, "kv_format", kv_format,
@@ -175,7 +185,7 @@ def sparse_fp8_decode(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_s
         raise checks.bad(OP, "causal", causal, "False when indices are given (sparse decode)")
     out, lse = sparse_mla_decode(q, k_cache, indices, topk_length, attn_sink, extra_k_cache,
                                  extra_indices_in_kvcache, extra_topk_length, softmax_scale,
-                                 head_dim_v, out=out, op=OP)
+                                 head_dim_v, out=out, op=OP, kv_format=v41_format)
     # after the launch, whose validation gives these shapes meaning; the metadata object is not
     # read by the kernel, so a mismatch found here changed nothing but is the caller's error
     if isinstance(tile_scheduler_metadata, SchedMeta):

@@ -130,3 +130,51 @@ def check_indexer_topk(device, full):
                    ok=mismatched == 0, max_abs=float(mismatched), max_rel=0.0,
                    detail=f"{mismatched} rows differ from top-k of the logits" if mismatched else "",
                    us=us, throughput="")
+
+
+def check_paged_sparse_mqa_logits(device, full):
+    """DeepSeek-V4.1's candidate-only logits: each row's published blocks (the newest included)
+    of an FP4 pool, through the DeepGEMM-compatible schedule and logits functions."""
+    import torch
+
+    from sm12x.frontends.deep_gemm import sparse_indexer as api
+    from sm12x.kernels.common.tolerance import deepgemm_diff
+    from sm12x.kernels.indexer.cache import quant_fp4_paged_cache, quant_fp4_per_token
+    from sm12x.kernels.indexer.reference import ref_paged_sparse_mqa_logits
+
+    # (rows, heads, context, published blocks): V4.1 decode on a GPU, a tiny case on the CPU
+    shapes = [(4, 32, 300, 12)] if device != "cuda" else [(64, 32, 65536, 512)]
+    if full and device == "cuda":
+        shapes.append((256, 32, 262144, 512))
+    page, bs = 64, 8
+    for rows, h, ctx, nb in shapes:
+        g = torch.Generator().manual_seed(rows)
+        pages = -(-ctx // page)
+        cache = quant_fp4_paged_cache(torch.randn(rows * pages, page, 128, generator=g)).to(device)
+        q, q_sf = (t.to(device) for t in quant_fp4_per_token(torch.randn(rows, h, 128, generator=g)))
+        w = torch.randn(rows, h, generator=g).to(device)
+        lens = torch.randint(ctx // 2, ctx + 1, (rows,), generator=g).int()
+        table = torch.randperm(rows * pages, generator=g).view(rows, pages).int()
+        blocks = torch.full((rows, nb), 2**31 - 1, dtype=torch.int32)
+        for r in range(rows):
+            n = -(-int(lens[r]) // bs)
+            pick = torch.arange(n) if n <= nb else torch.cat(
+                [torch.randperm(n - 1, generator=g)[: nb - 1], torch.tensor([n - 1])]).sort().values
+            blocks[r, : pick.numel()] = pick.int()
+        lens_d, table_d, blocks_d = lens.to(device), table.to(device), blocks.to(device)
+        meta = api.get_paged_sparse_mqa_logits_metadata(lens_d, table_d, None, page, blocks_d, torch.int8, bs)
+        qq = (q[:, None], q_sf[:, None])
+        run = lambda: api.fp8_fp4_paged_sparse_mqa_logits(qq, cache, w, meta, nb, bs)  # noqa: E731
+        out = run().float().cpu()
+        sample = list(range(0, rows, max(1, rows // 8)))
+        ref = ref_paged_sparse_mqa_logits(q[sample].cpu(), q_sf[sample].cpu(), cache.cpu(), w[sample].cpu(),
+                                          lens[sample], table[sample], blocks[sample], bs)
+        got = out[sample]
+        same_mask = bool(((got == float("-inf")) == (ref == float("-inf"))).all())
+        diff = deepgemm_diff(got, ref)
+        us = time_us(run, device)
+        yield dict(op="paged_sparse_mqa_logits", case=f"fp4 rows={rows} H={h} ctx<={ctx} blocks={nb}x{bs}",
+                   ok=same_mask and diff < 1e-3,
+                   max_abs=float((got - ref).nan_to_num(0, 0, 0).abs().max()), max_rel=diff,
+                   detail="" if same_mask else "-inf mask differs", us=us,
+                   throughput=f"{rows * nb * bs * 68 / us / 1e3:.0f} GB/s")

@@ -128,3 +128,29 @@ def ref_topk_sort_keys(x: torch.Tensor, col_start: int = 0, base=None) -> torch.
         idx = idx - base.long()[:, None]
     key = (b << 32) | (0x7FFFFFFF - idx)
     return torch.where(torch.isneginf(x), torch.full_like(key, -(1 << 63)), key)
+
+
+def ref_paged_sparse_mqa_logits(q, q_sf, kv_cache, weights, seq_lens, page_table, blocks, block_size=8):
+    """DeepSeek-V4.1's candidate-only logits from the logical inputs (not the schedule): q int8
+    [rows, H, D/2] + int32 q_sf [rows, H] (FP4), the fused FP4 pool kv_cache [pages, page_size, 1,
+    D/2+4], weights [rows, H], seq_lens int32 [rows], page_table int32 [rows, pages], blocks int32
+    [rows, topk_blocks] (ascending logical block ids; the first min(topk_blocks, ceil(len / bs)) are
+    read). Returns fp32 [rows, topk_blocks * bs]: column j scores position blocks[r, j // bs] * bs +
+    j % bs; -inf at and past the row's valid length (the kept blocks back to back, the newest partial)."""
+    rows, topk_blocks = blocks.shape
+    qf = dequant_fp4(q, q_sf)  # [rows, H, D]
+    d = qf.shape[-1]
+    cache = dequant_paged_cache(kv_cache, d, True)  # [pages, page_size, d]
+    page_size = cache.shape[1]
+    out = torch.full((rows, topk_blocks * block_size), NEG_INF, device=qf.device)
+    for r in range(rows):
+        n = int(seq_lens[r])
+        if n <= 0:
+            continue
+        kept = min(topk_blocks, -(-n // block_size))
+        valid = block_size * (kept - 1) + (n - 1) % block_size + 1
+        j = torch.arange(valid, device=qf.device)
+        pos = blocks[r, j // block_size].long() * block_size + j % block_size
+        k = cache[page_table[r, pos // page_size].long(), pos % page_size]  # [valid, d]
+        out[r, :valid] = _scores(qf[r:r + 1], k, weights[r:r + 1])[0]
+    return out

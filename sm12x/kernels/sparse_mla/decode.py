@@ -30,6 +30,9 @@ from sm12x.kernels.sparse_mla.decode_plan import (COMBINE_CONFIG, CONFIGS, D_V, 
 
 OP = "sparse_mla_decode"
 LOG2E = 1.4426950408889634
+# the V4.1 caches' declared formats (``kv_cache.V41_FORMATS``) -> the kernel's KV_FMT / XKV_FMT
+V41_CODES = {"v41": 1, "v41_block_split": 2, "v41_fp4": 3, "v41_fp4_block_split": 4}
+V41_BYTES = {"v41": 528, "v41_block_split": 528, "v41_fp4": 288, "v41_fp4_block_split": 288}
 
 
 
@@ -37,14 +40,50 @@ LOG2E = 1.4426950408889634
 # Launcher
 
 
+def cache_formats(op, d_qk, k_cache, extra_k_cache, kv_format, extra_kv_format):
+    """The declared formats of the main and extra caches -> (KV_FMT, XKV_FMT) kernel codes.
+    ``kv_format`` None: V4 (584 B) or V3.2 (656 B) by d_qk; "v41" / "v41_block_split": a 528-byte
+    V4.1 main cache, interleaved or block-split. The extra cache then takes the same arrangement,
+    528 or 288 bytes by its size (FlashMLA's rule), unless ``extra_kv_format`` names its format.
+    A 528 / 288-byte cache without a declared format is refused: its two arrangements have the
+    same size, so the size alone would misread one of them."""
+    if kv_format is None:
+        for name, cache in (("k_cache", k_cache), ("extra_k_cache", extra_k_cache)):
+            bpt = cache.shape[-1] if cache is not None and cache.dim() == 4 else None
+            if bpt in (528, 288):
+                raise checks.bad(op, "kv_format", None, f"'v41' or 'v41_block_split' for a {bpt}-byte "
+                                 f"DeepSeek-V4.1 {name} (the arrangement is declared, never guessed)")
+        checks.require(extra_kv_format is None, op, "extra_kv_format", repr(extra_kv_format),
+                       "None unless kv_format names a V4.1 main cache")
+        return 0, 0
+    checks.require(kv_format in ("v41", "v41_block_split"), op, "kv_format", repr(kv_format),
+                   "None (V4 / V3.2 caches), 'v41' or 'v41_block_split' (the main cache is FP8; "
+                   "the FP4 format is for extra_k_cache only)")
+    checks.require(d_qk == 512, op, "kv_format", f"{kv_format!r} with d_qk {d_qk}", "d_qk 512")
+    if extra_k_cache is None:
+        checks.require(extra_kv_format is None, op, "extra_kv_format", repr(extra_kv_format),
+                       "None without extra_k_cache")
+        return V41_CODES[kv_format], 0
+    if extra_kv_format is None:
+        fp4 = extra_k_cache.dim() == 4 and extra_k_cache.shape[-1] == 288
+        extra_kv_format = ("v41_fp4" if fp4 else "v41") + ("" if kv_format == "v41" else "_block_split")
+    checks.require(extra_kv_format in V41_CODES, op, "extra_kv_format", repr(extra_kv_format),
+                   f"one of {sorted(V41_CODES)}")
+    return V41_CODES[kv_format], V41_CODES[extra_kv_format]
+
+
+_BYTES = {0: None, 1: 528, 2: 528, 3: 288, 4: 288}
+
+
 # This runs on every decode call: message texts are lambdas, formatted only on failure.
-def _check_cache(op, cache, name, d_qk, q):
-    bpt = 584 if d_qk == 512 else 656
+def _check_cache(op, cache, name, d_qk, q, fmt=0):
+    bpt = _BYTES[fmt] or (584 if d_qk == 512 else 656)
     checks.require_dtype(cache, (torch.uint8, torch.int8, torch.float8_e4m3fn), op, name)
     sh, st = cache.shape, cache.stride()
     checks.require(len(sh) == 4 and sh[2] == 1 and sh[3] == bpt, op, name,
                    lambda: f"shape {list(sh)}",
-                   lambda: f"[num_blocks, page_block_size, 1, {bpt}] for d_qk {d_qk}")
+                   lambda: f"[num_blocks, page_block_size, 1, {bpt}] for d_qk {d_qk}"
+                           + (f" and its declared format" if fmt else ""))
     checks.require(st[1] == bpt and st[3] == 1, op, name, lambda: f"strides {tuple(st)}",
                    lambda: f"stride(1) == {bpt} (bytes_per_token), stride(3) == 1")
     checks.require(sh[0] <= 1 or st[0] >= sh[1] * bpt, op, name, lambda: f"stride(0) {st[0]}",
@@ -76,8 +115,9 @@ def _check_length(op, t, name, b, q):
 
 
 def validate(op, q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices,
-             extra_topk_length, d_v):
-    """Raise ValueError naming ``op`` and the argument for anything the kernel does not handle."""
+             extra_topk_length, d_v, kv_format=None, extra_kv_format=None):
+    """Raise ValueError naming ``op`` and the argument for anything the kernel does not handle;
+    returns the caches' kernel format codes (``cache_formats``)."""
     checks.require_dtype(q, (torch.bfloat16,), op, "q")
     checks.require(q.dim() == 4 and q.shape[-1] in (512, 576), op, "q",
                    lambda: f"shape {list(q.shape)}",
@@ -88,7 +128,8 @@ def validate(op, q, k_cache, indices, topk_length, attn_sink, extra_k_cache, ext
     b, s_q, h_q, d_qk = q.shape
     checks.require(b > 0 and s_q > 0 and h_q > 0, op, "q", lambda: f"shape {list(q.shape)}",
                    "non-empty b, s_q, h_q")
-    _check_cache(op, k_cache, "k_cache", d_qk, q)
+    fmt, xfmt = cache_formats(op, d_qk, k_cache, extra_k_cache, kv_format, extra_kv_format)
+    _check_cache(op, k_cache, "k_cache", d_qk, q, fmt)
     if indices is None:
         raise checks.bad(op, "indices", None, "an int32 tensor [b, s_q, topk] (sparse decode)")
     _check_indices(op, indices, "indices", b, s_q, q)
@@ -101,12 +142,13 @@ def validate(op, q, k_cache, indices, topk_length, attn_sink, extra_k_cache, ext
         name = "extra_indices_in_kvcache" if extra_k_cache is not None else "extra_k_cache"
         raise checks.bad(op, name, None, "extra_k_cache and extra_indices_in_kvcache together")
     if extra_k_cache is not None:
-        _check_cache(op, extra_k_cache, "extra_k_cache", d_qk, q)
+        _check_cache(op, extra_k_cache, "extra_k_cache", d_qk, q, xfmt)
         _check_indices(op, extra_indices, "extra_indices_in_kvcache", b, s_q, q)
         _check_length(op, extra_topk_length, "extra_topk_length", b, q)
     elif extra_topk_length is not None:
         raise checks.bad(op, "extra_topk_length", "a tensor without extra_k_cache",
                          "None unless extra_k_cache is given")
+    return fmt, xfmt
 
 
 def _rows_aligned(t):
@@ -124,15 +166,20 @@ def _ntok(cache):
 
 def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, extra_k_cache=None,
                       extra_indices=None, extra_topk_length=None, softmax_scale=None, d_v=D_V,
-                      num_splits=None, out=None, lse=None, op=OP, validate_inputs=True):
+                      num_splits=None, out=None, lse=None, op=OP, validate_inputs=True,
+                      kv_format=None, extra_kv_format=None):
     """FlashMLA sparse decode. q bf16 [b, s_q, h_q, 512 | 576]; caches uint8/int8/fp8 views
-    [num_blocks, page, 1, 584 | 656]; indices int32 [b, s_q, topk] (-1 = invalid);
+    [num_blocks, page, 1, 584 | 656], or with ``kv_format`` "v41" / "v41_block_split" the
+    DeepSeek-V4.1 caches (528; the extra cache 528 or 288, ``cache_formats``; layouts in
+    ``kv_cache``); indices int32 [b, s_q, topk] (-1 = invalid);
     topk_length / extra_topk_length int32 [b]; attn_sink fp32 [h_q].
     -> (out bf16 [b, s_q, h_q, 512], lse fp32 [b, h_q, s_q], a transposed view of [b, s_q, h_q]).
     ``num_splits`` cuts every row into that many parts (default: ``plan`` from shapes and SMs)."""
     if validate_inputs:
-        validate(op, q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices,
-                 extra_topk_length, d_v)
+        fmts = validate(op, q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices,
+                        extra_topk_length, d_v, kv_format, extra_kv_format)
+    else:
+        fmts = cache_formats(op, q.shape[-1], k_cache, extra_k_cache, kv_format, extra_kv_format)
     b, s_q, h_q, d_qk = q.shape
     if softmax_scale is None:
         softmax_scale = d_qk ** -0.5
@@ -141,8 +188,9 @@ def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, ext
     xtopk = extra_indices.shape[-1] if has_extra else 0
     fmt = "model1" if d_qk == 512 else "v32"
     ragged = topk_length is not None or (has_extra and extra_topk_length is not None)
-    # SM12X_ATTENTION_PRECISION=fast: MODEL1 caches through block-scaled MXFP8 MMAs (decode_mxfp8)
-    fast = decode_mxfp8.serves(d_qk, q.device)
+    # SM12X_ATTENTION_PRECISION=fast: MODEL1 caches through block-scaled MXFP8 MMAs (decode_mxfp8);
+    # the DeepSeek-V4.1 cache formats take the exact path
+    fast = fmts == (0, 0) and decode_mxfp8.serves(d_qk, q.device)
     pl = None if fast else plan(b, s_q, h_q, topk, xtopk, q.device, num_splits, fmt=fmt, ragged=ragged)
     if not _rows_aligned(q):
         q = q.clone(memory_format=torch.contiguous_format)
@@ -162,16 +210,18 @@ def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, ext
                             extra_topk_length, softmax_scale, out, lse, num_splits)
     else:
         launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices,
-               extra_topk_length, softmax_scale, pl, out, lse)
+               extra_topk_length, softmax_scale, pl, out, lse, kv_fmts=fmts)
     return out, lse.transpose(1, 2)
 
 
 def launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices,
-           extra_topk_length, softmax_scale, pl, out, lse, max_logits=None, kv_bf16=False):
+           extra_topk_length, softmax_scale, pl, out, lse, max_logits=None, kv_bf16=False,
+           kv_fmts=(0, 0)):
     """Run plan ``pl`` on checked inputs: q [b, s_q, h_q, d_qk] with 16-byte aligned rows, out
     [b, s_q, h_q, 512], lse contiguous [b, s_q, h_q]. ``kv_bf16``: ``k_cache`` is bf16 rows
     [s_kv, 1, d_qk] (sparse prefill) instead of an FP8 cache; ``max_logits`` (shaped like lse)
-    receives each row's largest scaled logit."""
+    receives each row's largest scaled logit. ``kv_fmts``: the caches' (KV_FMT, XKV_FMT) codes
+    (``cache_formats``)."""
     b, s_q, h_q, d_qk = q.shape
     cfg, head_blocks, tiles, programs = pl.cfg, pl.head_blocks, pl.tiles, pl.programs
     direct = pl.direct
@@ -212,7 +262,7 @@ def launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_ind
         HAS_XLEN=has_extra and extra_topk_length is not None, HAS_SINK=attn_sink is not None,
         HAS_MAX=has_max, DIRECT=direct, DEALT=pl.dealt, WIDE=wide,
         BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"], PREFETCH=cfg.get("PREFETCH", 1),
-        PDL=pl.pdl, INTERPRET=interpreting(),
+        PDL=pl.pdl, INTERPRET=interpreting(), KV_FMT=kv_fmts[0], XKV_FMT=kv_fmts[1],
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if not direct:
         bhc, bdc = COMBINE_CONFIG["BLOCK_HC"], COMBINE_CONFIG["BLOCK_DC"]
@@ -232,10 +282,12 @@ def launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_ind
 _PAGE_VARIANTS = ((256, 64), (64, 2))  # (main, extra) page sizes of V4's CSA and HCA layers
 # (HAS_LEN, HAS_EXTRA, HAS_XLEN): all inputs, main list only, extra list without its lengths
 _INPUT_VARIANTS = ((True, True, True), (False, False, False), (False, True, False))
+# (KV_FMT, XKV_FMT) of the V4.1 caches: 528 + 288 interleaved, block-split; 528 + 528 both ways
+_V41_VARIANTS = ((1, 3), (2, 4), (1, 1), (2, 2))
 
 
 def _split_signature(cfg, is_model1, page, xpage, direct, dealt=False,
-                     inputs=_INPUT_VARIANTS[0], prefill=False, pdl=False):
+                     inputs=_INPUT_VARIANTS[0], prefill=False, pdl=False, fmts=(0, 0)):
     sig = {n: "*u8" for n in ("cache_ptr", "xcache_ptr")}
     sig.update({n: "*i32" for n in ("idx_ptr", "len_ptr", "xidx_ptr", "xlen_ptr")})
     sig.update({"q_ptr": "*bf16", "ows_ptr": "*fp32", "lsews_ptr": "*fp32", "mws_ptr": "*fp32",
@@ -252,7 +304,8 @@ def _split_signature(cfg, is_model1, page, xpage, direct, dealt=False,
                  HAS_EXTRA=has_extra, HAS_XLEN=has_xlen, HAS_SINK=True, HAS_MAX=prefill,
                  DIRECT=direct,
                  DEALT=dealt, WIDE=False, BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"],
-                 PREFETCH=cfg.get("PREFETCH", 1), PDL=pdl, INTERPRET=False)
+                 PREFETCH=cfg.get("PREFETCH", 1), PDL=pdl, INTERPRET=False, KV_FMT=fmts[0],
+                 XKV_FMT=fmts[1])
     for k in const:
         sig[k] = "constexpr"
     names = _sparse_mla_split_kernel.arg_names
@@ -290,7 +343,17 @@ def compile_reports(targets=("sm_120", "sm_121"), full=False):
                         for direct, dealt in ((False, False), (False, True), (True, True)):
                             for pdl in _pdl_variants(direct, full):
                                 jobs.append(("split", target, fmt, cfg,
-                                             (direct, dealt, pages, inputs, pdl)))
+                                             (direct, dealt, pages, inputs, pdl, (0, 0))))
+                if fmt == "model1":
+                    # the V4.1 caches (d_qk 512, model1's configs): 528 main with a 528 or 288
+                    # extra, interleaved and block-split (by default the heaviest load step, 528 +
+                    # 288, in the dealt form; ``full``: every pair, direct too)
+                    for fmts in (_V41_VARIANTS if full else _V41_VARIANTS[:1]):
+                        for direct, dealt in (((False, True), (True, True)) if full else ((False, True),)):
+                            for pdl in _pdl_variants(direct, full):
+                                jobs.append(("split", target, fmt, cfg,
+                                             (direct, dealt, _PAGE_VARIANTS[0], _INPUT_VARIANTS[0],
+                                              pdl, fmts)))
         for block_h in sorted({c["BLOCK_H"] for opts in CONFIGS[key].values() for c in opts}):
             for dealt in (False, True):
                 for has_max in (False, True):  # decode / sparse prefill
@@ -326,11 +389,14 @@ def _compile_job(job):
                                           (has_len, False, False), prefill=True, pdl=pdl)
             shape = f"prefill {fmt} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']}{' L' if has_len else ''}"
         else:
-            direct, dealt, (page, xpage), inputs, pdl = variant
+            direct, dealt, (page, xpage), inputs, pdl, fmts = variant
             sig, const = _split_signature(cfg, fmt == "model1", page, xpage, direct, dealt, inputs,
-                                          pdl=pdl)
+                                          pdl=pdl, fmts=fmts)
             flags = "".join(f for f, on in zip(("L", "X", "XL"), inputs) if on)
-            shape = f"{fmt} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']} p{page}/{xpage} {flags or '-'}"
+            kind_name = {(0, 0): fmt}.get(fmts, f"v41 {_BYTES[fmts[0]]}/{_BYTES[fmts[1]]}"
+                                                 f"{' block-split' if fmts[0] == 2 else ''}")
+            shape = (f"{kind_name} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']} p{page}/{xpage} "
+                     f"{flags or '-'}")
         name = f"{shape}{' direct' if direct else ''}{' dealt' if dealt else ''}{' pdl' if pdl else ''}"
         return compile_kernel(_sparse_mla_split_kernel, sig, const, target=target,
                               num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],

@@ -10,9 +10,26 @@ import triton.language as tl
 
 from sm12x.kernels.common.rounding import round_bf16
 
+# KV_FMT / XKV_FMT: the declared format of a cache (``kv_cache.V41_FORMATS``), 0 for the formats
+# told apart by d_qk (V4 584 B, V3.2 656 B) and the sparse prefill's bf16 rows
+FMT_V41 = tl.constexpr(1)               # 528 B, interleaved (FlashMLA 2026.09.30 and later)
+FMT_V41_BLOCK_SPLIT = tl.constexpr(2)   # 528 B, B data rows then B scale rows per page
+FMT_V41_FP4 = tl.constexpr(3)           # 288 B, interleaved
+FMT_V41_FP4_BLOCK_SPLIT = tl.constexpr(4)
+
+
+@triton.jit
+def _e2m1_value(c):
+    """4-bit e2m1 codes (int32; bit 3 the sign) -> float32 values, through the e4m3 of the same
+    value (integer operations only: every e2m1 value is exact in e4m3)."""
+    mag = c & 7  # 0, 0.5, 1, 1.5, 2, 3, 4, 6 -> e4m3 0x00, 0x30, then 0x30 + 4 * mag from 1.0 on
+    bits = tl.where(mag >= 2, 0x30 + 4 * mag, mag * 0x30) | ((c & 8) << 4)
+    return bits.to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float32)
+
+
 @triton.jit
 def _gather_tile(cache_ptr, stride0, ntok, idx, in_len, PAGE: tl.constexpr,
-                 IS_MODEL1: tl.constexpr, KV_BF16: tl.constexpr):
+                 IS_MODEL1: tl.constexpr, KV_BF16: tl.constexpr, FMT: tl.constexpr = 0):
     """Issue the loads of one tile of candidates (cache indices ``idx``, ``in_len``: within the
     list's length) -> (raw, scale, rope, valid).
     MODEL1: raw fp8 bytes [BLOCK_N, 8, 64] (chunk 7 is the RoPE slot, not loaded), UE8M0 bytes
@@ -20,7 +37,11 @@ def _gather_tile(cache_ptr, stride0, ntok, idx, in_len, PAGE: tl.constexpr,
     a 2-D load broadcast into k measured slower and spilled).
     V3.2: raw [BLOCK_N, 4, 128], fp32 scales [BLOCK_N, 4], RoPE bf16 [BLOCK_N, 64].
     KV_BF16 (sparse prefill, PAGE 1, rows of stride0 bytes): raw = k bf16 [BLOCK_N, 512], RoPE
-    bf16 [BLOCK_N, 64] (dims 512..575; zeros when IS_MODEL1, i.e. d_qk 512), no scales."""
+    bf16 [BLOCK_N, 64] (dims 512..575; zeros when IS_MODEL1, i.e. d_qk 512), no scales.
+    V4.1 (``FMT`` 1 / 2; d_qk 512): raw fp8 bytes [BLOCK_N, 8, 64], UE8M0 scales int16
+    [BLOCK_N, 8] (each 64-value chunk's two bytes).
+    V4.1 FP4 (``FMT`` 3 / 4): raw bytes [BLOCK_N, 8, 64] (value d of chunk c: byte 32 c + d // 2),
+    e4m3 scales int32 [BLOCK_N, 8] (each chunk's four bytes). Neither has a RoPE part (``rope`` is a placeholder)."""
     valid = in_len & (idx >= 0) & (idx < ntok)
     safe = tl.where(valid, idx, 0)
     page_base = (safe // PAGE).to(tl.int64) * stride0  # int64: page * stride(0) can exceed 2^31
@@ -36,6 +57,39 @@ def _gather_tile(cache_ptr, stride0, ntok, idx, in_len, PAGE: tl.constexpr,
         else:
             rope = tl.load(row[:, None] + 512 + tl.arange(0, 64)[None, :], mask=valid[:, None],
                            other=0.0)
+    elif FMT == FMT_V41 or FMT == FMT_V41_BLOCK_SPLIT:
+        # the tile has MODEL1's shape ([BLOCK_N, 8, 64]: the sm_120 configs are tuned on it) with
+        # two UE8M0 scales per 64-value chunk
+        if FMT == FMT_V41:
+            row = tl.multiple_of(cache_ptr + (page_base + off * 528), 16)
+            sc_row = tl.multiple_of(row + 512, 16)
+        else:
+            row = tl.multiple_of(cache_ptr + (page_base + off * 512), 16)
+            sc_row = tl.multiple_of(cache_ptr + (page_base + PAGE * 512 + off * 16), 16)
+        c = tl.arange(0, 8)
+        raw = tl.load(row[:, None, None] + (c * 64)[None, :, None] + tl.arange(0, 64)[None, None, :],
+                      mask=valid[:, None, None], other=0)
+        # chunk c's two scale bytes as one 16-bit word (little-endian: byte k is group 2c + k)
+        scale = tl.load(sc_row.to(tl.pointer_type(tl.int16))[:, None] + c[None, :], mask=valid[:, None],
+                        other=0x7F7F)
+        rope = valid
+    elif FMT == FMT_V41_FP4 or FMT == FMT_V41_FP4_BLOCK_SPLIT:
+        # [BLOCK_N, 8, 64] values: value d of chunk c sits in byte 32 c + d // 2 (the even one
+        # in the low nibble), each byte loaded twice (from L1) rather than split with join /
+        # reshape (which takes the tile through shared memory); four e4m3 scales per chunk
+        if FMT == FMT_V41_FP4:
+            row = tl.multiple_of(cache_ptr + (page_base + off * 288), 16)
+            sc_row = tl.multiple_of(row + 256, 16)
+        else:
+            row = tl.multiple_of(cache_ptr + (page_base + off * 256), 16)
+            sc_row = tl.multiple_of(cache_ptr + (page_base + PAGE * 256 + off * 32), 16)
+        c = tl.arange(0, 8)
+        raw = tl.load(row[:, None, None] + (c * 32)[None, :, None] + (tl.arange(0, 64) // 2)[None, None, :],
+                      mask=valid[:, None, None], other=0)
+        # chunk c's four scale bytes as one 32-bit word (byte k is group 4c + k)
+        scale = tl.load(sc_row.to(tl.pointer_type(tl.int32))[:, None] + c[None, :], mask=valid[:, None],
+                        other=0)
+        rope = valid
     elif IS_MODEL1:
         row = tl.multiple_of(cache_ptr + (page_base + off * 576), 16)
         c = tl.arange(0, 8)
@@ -66,11 +120,24 @@ def _gather_tile(cache_ptr, stride0, ntok, idx, in_len, PAGE: tl.constexpr,
 
 @triton.jit
 def _dequant_tile(raw, scale, rope, IS_MODEL1: tl.constexpr, KV_BF16: tl.constexpr,
-                  BLOCK_N: tl.constexpr):
-    """Gathered bytes -> k bf16 [BLOCK_N, 512] (exact: the scales are powers of two). For MODEL1
-    the RoPE part is the last 64 dims of k; V3.2 keeps it apart (``rope``, used as is)."""
+                  BLOCK_N: tl.constexpr, FMT: tl.constexpr = 0):
+    """Gathered bytes -> k bf16 [BLOCK_N, 512] (exact: the scales are powers of two; an e2m1
+    value times an e4m3 scale has at most 5 significant bits). For MODEL1 the RoPE part is the
+    last 64 dims of k; V3.2 keeps it apart (``rope``, used as is)."""
     if KV_BF16:
         return raw
+    elif FMT == FMT_V41 or FMT == FMT_V41_BLOCK_SPLIT:
+        shift = (8 * (tl.arange(0, 64) // 32))[None, None, :]
+        sb = (scale.to(tl.int32)[:, :, None] >> shift) & 0xFF
+        e = (sb << 23).to(tl.float32, bitcast=True)   # UE8M0 -> 2^(e - 127)
+        v = raw.to(tl.float8e4nv, bitcast=True).to(tl.float32) * e
+        return tl.reshape(v.to(tl.bfloat16), (BLOCK_N, 512))
+    elif FMT == FMT_V41_FP4 or FMT == FMT_V41_FP4_BLOCK_SPLIT:
+        d = tl.arange(0, 64)[None, None, :]
+        v = _e2m1_value((raw.to(tl.int32) >> (4 * (d % 2))) & 15)  # odd values: the high nibble
+        sb = (scale[:, :, None] >> (8 * (d // 16))) & 0xFF
+        s = sb.to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        return tl.reshape((v * s).to(tl.bfloat16), (BLOCK_N, 512))
     elif IS_MODEL1:
         e = (scale.to(tl.int32) << 23).to(tl.float32, bitcast=True)   # UE8M0 -> 2^(e - 127)
         nope = raw.to(tl.float8e4nv, bitcast=True).to(tl.float32) * e[:, :, None]
@@ -127,7 +194,8 @@ def _attend_tile(acc, m_i, l_i, q, q_rope, k, rope, valid, qk_scale, one,
 @triton.jit
 def _scan_list(acc, m_i, l_i, q, q_rope, cache_ptr, stride0, ntok, idx_row, length, t_lo, t_hi,
                qk_scale, one, PAGE: tl.constexpr, IS_MODEL1: tl.constexpr, KV_BF16: tl.constexpr,
-               BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr, INTERPRET: tl.constexpr):
+               BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr, INTERPRET: tl.constexpr,
+               FMT: tl.constexpr = 0):
     """Attend to tiles [t_lo, t_hi) of one candidate list (tile t = positions
     [t * BLOCK_N, (t + 1) * BLOCK_N), masked at ``length``) -> updated (acc, m_i, l_i).
     PREFETCH 1: each tile's indices are loaded one step ahead, so a step waits for one global
@@ -137,18 +205,18 @@ def _scan_list(acc, m_i, l_i, q, q_rope, cache_ptr, stride0, ntok, idx_row, leng
     idx = tl.load(idx_row + pos, mask=pos < tl.where(t_lo < t_hi, length, 0), other=-1)
     if PREFETCH == 2:
         raw, scale, rope, valid = _gather_tile(cache_ptr, stride0, ntok, idx, pos < length, PAGE,
-                                               IS_MODEL1, KV_BF16)
+                                               IS_MODEL1, KV_BF16, FMT)
         pos = pos + BLOCK_N
         idx = tl.load(idx_row + pos, mask=pos < tl.where(t_lo + 1 < t_hi, length, 0), other=-1)
     for t in range(t_lo, t_hi):
         if PREFETCH == 2:
-            k = _dequant_tile(raw, scale, rope, IS_MODEL1, KV_BF16, BLOCK_N)
+            k = _dequant_tile(raw, scale, rope, IS_MODEL1, KV_BF16, BLOCK_N, FMT)
             k_rope = rope
             k_valid = valid
             pos = (t + 1) * BLOCK_N + ar
             raw, scale, rope, valid = _gather_tile(cache_ptr, stride0, ntok, idx,
                                                    pos < tl.where(t + 1 < t_hi, length, 0), PAGE,
-                                                   IS_MODEL1, KV_BF16)
+                                                   IS_MODEL1, KV_BF16, FMT)
             pos = pos + BLOCK_N
             idx = tl.load(idx_row + pos, mask=pos < tl.where(t + 2 < t_hi, length, 0), other=-1)
         else:
@@ -161,8 +229,8 @@ def _scan_list(acc, m_i, l_i, q, q_rope, cache_ptr, stride0, ntok, idx_row, leng
             else:
                 cur = tl.load(idx_row + pos, mask=pos < length, other=-1)
             raw, scale, k_rope, k_valid = _gather_tile(cache_ptr, stride0, ntok, cur,
-                                                       pos < length, PAGE, IS_MODEL1, KV_BF16)
-            k = _dequant_tile(raw, scale, k_rope, IS_MODEL1, KV_BF16, BLOCK_N)
+                                                       pos < length, PAGE, IS_MODEL1, KV_BF16, FMT)
+            k = _dequant_tile(raw, scale, k_rope, IS_MODEL1, KV_BF16, BLOCK_N, FMT)
         acc, m_i, l_i = _attend_tile(acc, m_i, l_i, q, q_rope, k, k_rope, k_valid, qk_scale, one,
                                      IS_MODEL1, INTERPRET)
     return acc, m_i, l_i
@@ -204,7 +272,8 @@ def _attend_row(q_ptr, stride_qb, stride_qs, stride_qh,
                 PAGE: tl.constexpr, XPAGE: tl.constexpr, IS_MODEL1: tl.constexpr,
                 KV_BF16: tl.constexpr, HAS_LEN: tl.constexpr, HAS_EXTRA: tl.constexpr,
                 HAS_XLEN: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-                PREFETCH: tl.constexpr, INTERPRET: tl.constexpr):
+                PREFETCH: tl.constexpr, INTERPRET: tl.constexpr, KV_FMT: tl.constexpr = 0,
+                XKV_FMT: tl.constexpr = 0):
     """Heads ``heads`` of query token (b, s) over candidate tiles [lo, hi) (main list tiles,
     then extra list tiles) -> (normalised output fp32 [BLOCK_H, 512], log2-sum-exp and largest
     logit in base-2 units; -inf when no valid key)."""
@@ -230,7 +299,7 @@ def _attend_row(q_ptr, stride_qb, stride_qs, stride_qh,
     acc, m_i, l_i = _scan_list(acc, m_i, l_i, q, q_rope, cache_ptr, cache_stride0, cache_ntok,
                                idx_row, length, lo, tl.minimum(hi, tl.cdiv(length, BLOCK_N)),
                                qk_scale, one, PAGE, IS_MODEL1, KV_BF16, BLOCK_N, PREFETCH,
-                               INTERPRET)
+                               INTERPRET, KV_FMT)
     if HAS_EXTRA:
         xlength = XTOPK
         if HAS_XLEN:
@@ -239,7 +308,8 @@ def _attend_row(q_ptr, stride_qb, stride_qs, stride_qh,
         acc, m_i, l_i = _scan_list(acc, m_i, l_i, q, q_rope, xcache_ptr, xcache_stride0,
                                    xcache_ntok, xidx_row, xlength, tl.maximum(lo - n_main, 0),
                                    tl.minimum(hi - n_main, tl.cdiv(xlength, BLOCK_N)), qk_scale,
-                                   one, XPAGE, IS_MODEL1, KV_BF16, BLOCK_N, PREFETCH, INTERPRET)
+                                   one, XPAGE, IS_MODEL1, KV_BF16, BLOCK_N, PREFETCH, INTERPRET,
+                                   XKV_FMT)
 
     has_any = l_i > 0.0
     acc = acc / tl.where(has_any, l_i, 1.0)[:, None]
@@ -292,7 +362,8 @@ def _segment(q_ptr, stride_qb, stride_qs, stride_qh,
              KV_BF16: tl.constexpr, HAS_LEN: tl.constexpr, HAS_EXTRA: tl.constexpr,
              HAS_XLEN: tl.constexpr, HAS_SINK: tl.constexpr, HAS_MAX: tl.constexpr,
              DIRECT: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-             PREFETCH: tl.constexpr, INTERPRET: tl.constexpr):
+             PREFETCH: tl.constexpr, INTERPRET: tl.constexpr, KV_FMT: tl.constexpr = 0,
+             XKV_FMT: tl.constexpr = 0):
     """Tiles [t0, t1) of row (query, hb): written out when that is the whole row, else left in
     workspace ``slot`` for the combine kernel (with HAS_MAX, the part's largest logits too)."""
     heads = hb * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -302,7 +373,7 @@ def _segment(q_ptr, stride_qb, stride_qs, stride_qh,
         idx_ptr, stride_ib, stride_is, len_ptr, xcache_ptr, xcache_stride0, xcache_ntok,
         xidx_ptr, stride_xb, stride_xs, xlen_ptr, query // S_Q, query % S_Q, heads, hmask,
         S_Q, TOPK, XTOPK, t0, t1, qk_scale, PAGE, XPAGE, IS_MODEL1, KV_BF16, HAS_LEN,
-        HAS_EXTRA, HAS_XLEN, BLOCK_H, BLOCK_N, PREFETCH, INTERPRET)
+        HAS_EXTRA, HAS_XLEN, BLOCK_H, BLOCK_N, PREFETCH, INTERPRET, KV_FMT, XKV_FMT)
     if DIRECT:
         _write_final(out_ptr, lse_ptr, sink_ptr, acc, lse2, heads, hmask, query, H,
                      stride_ob, stride_os, stride_oh, S_Q, 0, max_ptr, m2, HAS_SINK, HAS_MAX,
@@ -332,7 +403,8 @@ def _sparse_mla_split_kernel(
         HAS_LEN: tl.constexpr, HAS_EXTRA: tl.constexpr, HAS_XLEN: tl.constexpr,
         HAS_SINK: tl.constexpr, HAS_MAX: tl.constexpr, DIRECT: tl.constexpr,
         DEALT: tl.constexpr, WIDE: tl.constexpr, BLOCK_H: tl.constexpr,
-        BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr, PDL: tl.constexpr, INTERPRET: tl.constexpr):
+        BLOCK_N: tl.constexpr, PREFETCH: tl.constexpr, PDL: tl.constexpr, INTERPRET: tl.constexpr,
+        KV_FMT: tl.constexpr = 0, XKV_FMT: tl.constexpr = 0):
     """A row is (query token, head block); a unit, one tile of a row (TILES per row).
     DEALT (grid (PROGRAMS,)): program p takes units [_first_unit(p), _first_unit(p + 1)) of the
     rows in ``_row_coords`` order, row segment by row segment; a part of a row goes to workspace
@@ -342,6 +414,7 @@ def _sparse_mla_split_kernel(
     IS_MODEL1: d_qk 512 (RoPE inside the 512 dims), else 576 (a separate RoPE dot). KV_BF16:
     the sparse prefill's bf16 rows instead of an FP8 cache. HAS_MAX: also write the largest
     logit of each row to ``max_ptr`` (a split row's parts leave theirs in ``mws_ptr``).
+    KV_FMT / XKV_FMT: the main / extra cache's declared V4.1 format (0: by IS_MODEL1).
     PDL: let the combine kernel (launched as a programmatic dependent) start now."""
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
@@ -364,7 +437,7 @@ def _sparse_mla_split_kernel(
                      stride_os, stride_oh, S_Q, H, TOPK, XTOPK, TILES, query, hb, t0, t1,
                      pid * 2 + (u != start).to(tl.int32), qk_scale, PAGE, XPAGE, IS_MODEL1,
                      KV_BF16, HAS_LEN, HAS_EXTRA, HAS_XLEN, HAS_SINK, HAS_MAX, DIRECT, BLOCK_H,
-                     BLOCK_N, PREFETCH, INTERPRET)
+                     BLOCK_N, PREFETCH, INTERPRET, KV_FMT, XKV_FMT)
             u += t1 - t0
     else:  # no integer division on the way to the first load
         # Inside a loop of one trip (S_Q >= 1), like the dealt case's: the compiler then
@@ -382,7 +455,7 @@ def _sparse_mla_split_kernel(
                      tl.minimum(t0 + TILES_PER_SPLIT, TILES),
                      (query * HEAD_BLOCKS + hb) * SPLITS + part, qk_scale, PAGE, XPAGE,
                      IS_MODEL1, KV_BF16, HAS_LEN, HAS_EXTRA, HAS_XLEN, HAS_SINK, HAS_MAX,
-                     DIRECT, BLOCK_H, BLOCK_N, PREFETCH, INTERPRET)
+                     DIRECT, BLOCK_H, BLOCK_N, PREFETCH, INTERPRET, KV_FMT, XKV_FMT)
 
 
 @triton.jit(do_not_specialize=["stride_ob", "stride_os", "stride_oh", "S_Q", "H", "QUERIES",

@@ -47,15 +47,19 @@ def _attend(q, rows, invalid, softmax_scale, d_v, attn_sink):
 
 
 def ref_sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, extra_k_cache=None,
-                          extra_indices=None, extra_topk_length=None, softmax_scale=None, d_v=512):
-    """q [b, s_q, h_q, d_qk] -> (out bf16 [b, s_q, h_q, d_v], lse fp32 [b, h_q, s_q])."""
+                          extra_indices=None, extra_topk_length=None, softmax_scale=None, d_v=512,
+                          kv_format=None, extra_kv_format=None):
+    """q [b, s_q, h_q, d_qk] -> (out bf16 [b, s_q, h_q, d_v], lse fp32 [b, h_q, s_q]). The V4.1
+    caches need their declared formats (``kv_cache.V41_FORMATS`` keys; the decode's ``kv_format``
+    names only the main cache's arrangement, so pass both here)."""
     if softmax_scale is None:
         softmax_scale = q.shape[-1] ** -0.5
-    rows, invalid = _gather(dequantize_cache(k_cache, torch.float32).flatten(0, 1), indices,
-                            topk_length)
+    rows, invalid = _gather(dequantize_cache(k_cache, torch.float32, kv_format).flatten(0, 1),
+                            indices, topk_length)
     if extra_k_cache is not None:
-        rows1, invalid1 = _gather(dequantize_cache(extra_k_cache, torch.float32).flatten(0, 1),
-                                  extra_indices, extra_topk_length)
+        rows1, invalid1 = _gather(
+            dequantize_cache(extra_k_cache, torch.float32, extra_kv_format).flatten(0, 1),
+            extra_indices, extra_topk_length)
         rows, invalid = torch.cat([rows, rows1], 2), torch.cat([invalid, invalid1], 2)
     out, lse, _ = _attend(q, rows, invalid, softmax_scale, d_v, attn_sink)
     return out.to(torch.bfloat16), lse.transpose(1, 2)
@@ -82,12 +86,17 @@ def _make_scope(fmt, b, s_q, topk, page, s_k, gen, device, invalid_frac, with_le
     """One cache + its indices: each request owns ceil(s_k / page) randomly placed pages."""
     from sm12x.kernels.sparse_mla import kv_cache as kvc
 
-    d = 512 if fmt == "model1" else 576
+    d = 576 if fmt == "v32" else 512
     pages_per_req = -(-s_k // page)
     nb = b * pages_per_req
     kv = (torch.randn(nb, page, d, generator=gen, device=device) / 10).clamp(-1, 1)
-    quant = kvc.quantize_model1_cache if fmt == "model1" else kvc.quantize_v32_cache
-    cache = quant(kv.to(torch.bfloat16))
+    if fmt in kvc.V41_FORMATS:
+        bpt, interleaved = kvc.V41_FORMATS[fmt]
+        quant = kvc.quantize_v41_cache if bpt == 528 else kvc.quantize_v41_fp4_cache
+        cache = quant(kv.to(torch.bfloat16), interleaved)
+    else:
+        quant = kvc.quantize_model1_cache if fmt == "model1" else kvc.quantize_v32_cache
+        cache = quant(kv.to(torch.bfloat16))
     block_table = torch.randperm(nb, generator=gen, device=device).view(b, pages_per_req)
     pos = torch.rand(b * s_q, s_k, generator=gen, device=device).argsort(-1)[:, :topk]
     pos = pos.view(b, s_q, topk)
@@ -107,6 +116,15 @@ def _make_scope(fmt, b, s_q, topk, page, s_k, gen, device, invalid_frac, with_le
     if fmt == "model1":
         raw[:, : page * 576].view(nb, page, 576).masked_fill_(unused.unsqueeze(-1), 0xFF)
         raw[:, page * 576: page * 584].view(nb, page, 8).masked_fill_(unused.unsqueeze(-1), 0xFF)
+    elif fmt in kvc.V41_FORMATS:
+        bpt, interleaved = kvc.V41_FORMATS[fmt]
+        data = 512 if bpt == 528 else 256
+        if interleaved:
+            raw[:, : page * bpt].view(nb, page, bpt).masked_fill_(unused.unsqueeze(-1), 0xFF)
+        else:
+            raw[:, : page * data].view(nb, page, data).masked_fill_(unused.unsqueeze(-1), 0xFF)
+            raw[:, page * data: page * bpt].view(nb, page, bpt - data).masked_fill_(
+                unused.unsqueeze(-1), 0xFF)
     else:
         raw[:, : page * 656].view(nb, page, 656).masked_fill_(unused.unsqueeze(-1), 0xFF)
     return cache, idx, length
@@ -114,19 +132,22 @@ def _make_scope(fmt, b, s_q, topk, page, s_k, gen, device, invalid_frac, with_le
 
 def make_case(fmt="model1", b=2, s_q=1, h_q=64, topk=128, page=256, extra_topk=None,
               extra_page=64, topk_length=False, extra_topk_length=False, sink=True, device="cpu",
-              seed=0, invalid_frac=0.05):
+              seed=0, invalid_frac=0.05, extra_fmt=None):
     """Random FlashMLA-style decode inputs (FlashMLA's test distribution: q ~ N(0,1) clamped to
     +-1, kv ~ N(0, 0.01) clamped, sink ~ N(0,1) with some +-inf, unused cache rows NaN).
+    ``fmt`` "model1", "v32" or a V4.1 format (``kv_cache.V41_FORMATS``; ``extra_fmt`` for the extra
+    cache, default ``fmt``; the case then carries ``kv_format`` / ``extra_kv_format``, which the
+    reference takes as they are and the decode as its declared arrangement).
     -> dict of keyword arguments for ``sparse_mla_decode`` / ``ref_sparse_mla_decode``."""
     gen = torch.Generator(device=device).manual_seed(seed)
-    d = 512 if fmt == "model1" else 576
+    d = 576 if fmt == "v32" else 512
     q = torch.randn(b, s_q, h_q, d, generator=gen, device=device).clamp(-1, 1).to(torch.bfloat16)
     case = dict(q=q, softmax_scale=d ** -0.55)
     cache, idx, length = _make_scope(fmt, b, s_q, topk, page, max(2 * topk, page), gen, device,
                                      invalid_frac, topk_length)
     case.update(k_cache=cache, indices=idx, topk_length=length)
     if extra_topk:
-        xcache, xidx, xlength = _make_scope(fmt, b, s_q, extra_topk, extra_page,
+        xcache, xidx, xlength = _make_scope(extra_fmt or fmt, b, s_q, extra_topk, extra_page,
                                             max(2 * extra_topk, extra_page), gen, device,
                                             invalid_frac, extra_topk_length)
         case.update(extra_k_cache=xcache, extra_indices=xidx, extra_topk_length=xlength)
@@ -134,6 +155,10 @@ def make_case(fmt="model1", b=2, s_q=1, h_q=64, topk=128, page=256, extra_topk=N
         s = torch.randn(h_q, generator=gen, device=device)
         r = torch.randn(h_q, generator=gen, device=device)
         case["attn_sink"] = s.masked_fill(r > 1.0, float("inf")).masked_fill(r < -1.0, float("-inf"))
+    if fmt not in ("model1", "v32"):
+        case["kv_format"] = fmt
+        if extra_topk:
+            case["extra_kv_format"] = extra_fmt or fmt
     return case
 
 

@@ -1,0 +1,68 @@
+"""Benchmark DeepSeek-V4.1's candidate-only indexer logits (sm12x's DeepGEMM-compatible
+``fp8_fp4_paged_sparse_mqa_logits``) against the dense paged FP4 logits over each row's whole
+context (sm12x's ``fp8_fp4_paged_mqa_logits``: what a consumer layer would score without the
+candidate blocks; DeepGEMM's own sparse kernel is SM100-only, so nothing else runs on SM12x).
+
+Decode rows of 32 index heads (head_dim 128, FP4 index-K pool of 64-slot pages), each with 512
+published blocks of 8 positions; contexts in compressed positions. Prints one markdown table: the
+time of each, the keys each reads per row, and the ratio. Needs a CUDA GPU.
+
+    python3 scripts/bench_v41_indexer.py [--rows 64] [--contexts 32768,131072,262144]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+
+import torch
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=64)
+    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--blocks", type=int, default=512, help="published blocks per row (8 positions each)")
+    ap.add_argument("--contexts", default="32768,131072,262144", help="compressed positions per row")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("bench_v41_indexer: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    from triton.testing import do_bench
+
+    from sm12x.frontends.deep_gemm import indexer, sparse_indexer
+    from sm12x.kernels.indexer.cache import quant_fp4_per_token
+
+    dev, page, bs = torch.device("cuda"), 64, 8
+    g = torch.Generator(device=dev).manual_seed(0)
+    print(f"# V4.1 candidate-only indexer logits — {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}")
+    print(f"GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}; rows {args.rows}, "
+          f"{args.heads} heads, {args.blocks} blocks of {bs}")
+    print()
+    print("| context | sparse (us) | keys / row | dense (us) | keys / row | dense / sparse |")
+    print("|---|---|---|---|---|---|")
+    for ctx in (int(c) for c in args.contexts.split(",")):
+        pages = -(-ctx // page)
+        npages = args.rows * pages
+        cache = torch.randint(0, 256, (npages, page, 1, 68), dtype=torch.uint8, device=dev, generator=g)
+        cache.view(npages, -1)[:, page * 64:] = 127  # ue8m0 scale bytes of 1.0
+        q, q_sf = quant_fp4_per_token(torch.randn(args.rows, args.heads, 128, device=dev, generator=g))
+        w = torch.randn(args.rows, args.heads, device=dev, generator=g)
+        lens = torch.full((args.rows,), ctx, dtype=torch.int32, device=dev)
+        table = torch.randperm(npages, device=dev, generator=g).view(args.rows, pages).int()
+        nblk = -(-ctx // bs)
+        blocks = torch.stack([torch.cat([torch.randperm(nblk - 1, device=dev, generator=g)[: args.blocks - 1],
+                                         torch.tensor([nblk - 1], device=dev)]).sort().values
+                              for _ in range(args.rows)]).int()
+        meta = sparse_indexer.get_paged_sparse_mqa_logits_metadata(lens, table, None, page, blocks, torch.int8, bs)
+        qq = (q[:, None], q_sf[:, None])
+        sparse = do_bench(lambda: sparse_indexer.fp8_fp4_paged_sparse_mqa_logits(qq, cache, w, meta, args.blocks, bs))
+        sched = indexer.get_paged_mqa_logits_metadata(lens[:, None], page, indexer.get_num_sms())
+        dense = do_bench(lambda: indexer.fp8_fp4_paged_mqa_logits(qq, cache, w, lens[:, None], table, sched, ctx))
+        print(f"| {ctx} | {sparse * 1e3:.1f} | {args.blocks * bs} | {dense * 1e3:.1f} | {ctx} | "
+              f"{dense / sparse:.1f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

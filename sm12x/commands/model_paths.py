@@ -1,0 +1,73 @@
+"""What serves DeepSeek-V4.1-Flash and GLM-5-next's attention and indexer on SM12x, per framework
+release: the model rows of ``sm12x status``.
+
+Each statement names the part, what runs it on SM12x and the sm12x records it takes (none: the
+framework's own SM120 path); where a record does not apply it says what runs instead. Facts read in
+vLLM 0.34.0 and SGLang 0.5.23 (the first releases with either model's code); the records' modules
+(:mod:`sm12x.patches.v41`, :mod:`sm12x.patches.deep_gemm`) give the sources.
+"""
+from __future__ import annotations
+
+# one statement per part, in MoePath's shape (its ``experts`` field names the part)
+from sm12x.commands.moe_paths import MoePath as ModelPath
+
+_VLLM_LOGITS = ("vllm.third_party.deep_gemm.fp8_fp4_mqa_logits", "vllm.third_party.deep_gemm.fp8_fp4_paged_mqa_logits")
+_SGL_V41 = ("sglang.v41.candidate_indexer_gate", "deep_gemm.get_paged_sparse_mqa_logits_metadata",
+            "deep_gemm.fp8_fp4_paged_sparse_mqa_logits")
+_KEPT = ("the logits matrix is kept ([rows, max_model_len] FP32 in decode: sm12x's fused top-k does "
+         "not cover V4.1's candidate blocks or GLM-5-next's pools yet)")
+
+PATHS = (
+    ModelPath("vllm", ">=0.34,<0.35", "DeepSeek-V4.1 attention",
+              "FlashInfer's SM120 sparse MLA (DeepseekV4FlashInferSM120Attention) on the V4 584-byte cache: "
+              "vLLM writes the V4.1 528 / 288-byte records on SM100 only (vLLM's own)"),
+    ModelPath("vllm", ">=0.34,<0.35", "DeepSeek-V4.1 indexer",
+              "vLLM's dense path (SparseAttnIndexer with candidate blocks) on sm12x's indexer logits; " + _KEPT,
+              _VLLM_LOGITS, otherwise="the vendored DeepGEMM's own SM120 logits; " + _KEPT),
+    ModelPath("vllm", ">=0.34,<0.35", "GLM-5-next indexer",
+              "vLLM's SparseAttnIndexerKpool on sm12x's indexer logits (its copies of fp8_fp4_(paged_)mqa_logits "
+              "are vLLM's wrappers over the vendored DeepGEMM); " + _KEPT,
+              _VLLM_LOGITS, otherwise="the vendored DeepGEMM's own SM120 logits; " + _KEPT),
+    ModelPath("sglang", ">=0.5.23,<0.5.24", "DeepSeek-V4.1 attention",
+              "SGLang's SM120 decode (FlashInfer, else Triton) on the V4 584-byte cache (SGLang asserts the "
+              "V4.1 layouts need SM100; SGLang's own)"),
+    ModelPath("sglang", ">=0.5.23,<0.5.24", "DeepSeek-V4.1 indexer",
+              "SGLang's sparse-table candidate indexer on sm12x's DeepGEMM paged sparse logits and schedule "
+              "(the source layers' dense logits on sm12x's FP4 indexer kernels)", _SGL_V41,
+              otherwise="nothing: SGLang raises RuntimeError at attention-backend init for V4.1 on SM120 "
+                        "('the candidate indexer needs DeepGEMM's paged sparse MQA logits')"),
+)
+
+_SERVING = ("applied", "would-apply")
+
+
+def _serves(row: dict) -> bool:
+    # sm12x's stand-in deep_gemm carries the DeepGEMM functions itself (its records then skip it)
+    return row.get("state") in _SERVING or "stand-in" in (row.get("reason") or "")
+
+
+def model_rows(versions: dict, patch_rows: list) -> list:
+    """The model paths of the installed releases: ``{"framework", "version", "part", "serves",
+    "via"}``; ``via`` names the records taken, or why one does not serve ("" for a path that takes
+    none)."""
+    from sm12x import platform
+
+    states = {r["name"]: r for r in patch_rows}
+    rows = []
+    for path in PATHS:
+        have = versions.get(path.framework)
+        if have is None or not platform.in_range(have, path.versions):
+            continue
+        blocked = [states.get(n, {"name": n, "state": "not registered"}) for n in path.records
+                   if not _serves(states.get(n, {}))]
+        if not path.records:
+            serves, via = path.serves, ""
+        elif not blocked:
+            serves, via = path.serves, "sm12x records: " + ", ".join(path.records)
+        else:
+            first = blocked[0]
+            serves = path.otherwise
+            via = f"{first['name']} {first['state']}" + (f" ({first['reason']})" if first.get("reason") else "")
+        rows.append({"framework": path.framework, "version": have, "part": path.experts,
+                     "serves": serves, "via": via})
+    return rows
