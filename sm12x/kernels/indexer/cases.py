@@ -134,10 +134,11 @@ def check_indexer_topk(device, full):
 
 def check_paged_sparse_mqa_logits(device, full):
     """DeepSeek-V4.1's candidate-only logits: each row's published blocks (the newest included)
-    of an FP4 pool, through the DeepGEMM-compatible schedule and logits functions."""
+    of an FP4 pool, through the kernel's schedule and logits functions (the DeepGEMM-compatible
+    front end, ``sm12x.frontends.deep_gemm.sparse_indexer``, only validates and forwards)."""
     import torch
 
-    from sm12x.frontends.deep_gemm import sparse_indexer as api
+    from sm12x.kernels.indexer import paged_sparse_mqa_logits as kernel
     from sm12x.kernels.common.tolerance import deepgemm_diff
     from sm12x.kernels.indexer.cache import quant_fp4_paged_cache, quant_fp4_per_token
     from sm12x.kernels.indexer.reference import ref_paged_sparse_mqa_logits
@@ -162,9 +163,8 @@ def check_paged_sparse_mqa_logits(device, full):
                 [torch.randperm(n - 1, generator=g)[: nb - 1], torch.tensor([n - 1])]).sort().values
             blocks[r, : pick.numel()] = pick.int()
         lens_d, table_d, blocks_d = lens.to(device), table.to(device), blocks.to(device)
-        meta = api.get_paged_sparse_mqa_logits_metadata(lens_d, table_d, None, page, blocks_d, torch.int8, bs)
-        qq = (q[:, None], q_sf[:, None])
-        run = lambda: api.fp8_fp4_paged_sparse_mqa_logits(qq, cache, w, meta, nb, bs)  # noqa: E731
+        meta = kernel.build_schedule(lens_d, table_d, blocks_d, page, bs)
+        run = lambda: kernel.paged_sparse_mqa_logits(q, q_sf, cache, w, meta, nb, bs)  # noqa: E731
         out = run().float().cpu()
         sample = list(range(0, rows, max(1, rows // 8)))
         ref = ref_paged_sparse_mqa_logits(q[sample].cpu(), q_sf[sample].cpu(), cache.cpu(), w[sample].cpu(),
