@@ -44,6 +44,7 @@ DECODE, PREFILL = ("sparse_mla_decode",), ("sparse_mla_prefill",)
 MQA, PAGED, TOPK = ("mqa_logits",), ("paged_mqa_logits",), ("indexer_topk",)
 GEMM, EINSUM, PRENORM = ("fp8_gemm_nt",), ("fp8_einsum",), ("tf32_hc_prenorm_gemm",)
 CONTIGUOUS, MASKED = ("m_grouped_fp8_fp4_gemm_nt_contiguous",), ("m_grouped_fp8_fp4_gemm_nt_masked",)
+SPARSE_LOGITS = ("paged_sparse_mqa_logits",)
 
 # the ops behind each replaced function, by the target's attribute name; a record of the
 # indexer_topk set runs the fused top-k whatever its target (TOPK), and a target named in none of
@@ -65,6 +66,7 @@ OPS_BY_ATTRIBUTE = {
     "fp8_einsum": EINSUM, "einsum": EINSUM, "tf32_hc_prenorm_gemm": PRENORM,
     "m_grouped_fp8_gemm_nt_contiguous": CONTIGUOUS, "m_grouped_fp8_fp4_gemm_nt_contiguous": CONTIGUOUS,
     "fp8_m_grouped_gemm_nt_masked": MASKED, "m_grouped_fp8_fp4_gemm_nt_masked": MASKED,
+    "get_paged_sparse_mqa_logits_metadata": SPARSE_LOGITS, "fp8_fp4_paged_sparse_mqa_logits": SPARSE_LOGITS,
 }
 
 
