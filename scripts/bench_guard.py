@@ -29,7 +29,7 @@ def per_call_overhead_ns():
         return x
 
     patch = Patch(name="bench.fp8_gemm_nt", target="bench:fp8_gemm_nt", make=None, why="", upstream="",
-                  library="*", versions="*", versions_note="bench")
+                  library="*", versions="*", versions_note="bench", retire_when="bench")
     guarded = guard.wrap(patch, bare, bare)
     guard._ROUTES[guard.GEMM] = (True, "")  # decided: what every call after the first sees
     guard._call_device = lambda args, kwargs: "cpu"

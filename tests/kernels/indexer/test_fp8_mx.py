@@ -51,7 +51,9 @@ def _same(a, b, exact):
     if exact:
         assert torch.equal(a[fin], b[fin])
     else:
-        assert calc_diff(a[fin], b[fin]) < 1e-9
+        # sm_90 emulates tl.dot_scaled (Triton's bf16 decomposition), so the two sums differ in
+        # rounding: calc_diff 8.1e-9 on an H100 (2026-12-06), DeepGEMM's own bound is 1e-3
+        assert calc_diff(a[fin], b[fin]) < 1e-7
 
 
 def test_sm12x_configs_take_it():
