@@ -429,3 +429,43 @@ def prenorm_cases(card) -> list:
 
 
 BUILDERS["prenorm"] = prenorm_cases
+
+
+def decode_fast_cases(card) -> list:
+    """The decode's fast precision (``SM12X_ATTENTION_PRECISION=fast``: block-scaled MXFP8 MMAs,
+    ``decode_mxfp8``) on the same production cases; SM12x targets only (sm_90 emulates it)."""
+    from sm12x.kernels.sparse_mla import decode_mxfp8 as mx
+
+    if not card.target.startswith("sm_12"):
+        return []
+    out = []
+    with as_card(card):
+        for name, fmt, h_q, topk, extra, batches in DECODE:
+            bpt = 584 if fmt == "model1" else 656
+            d_qk = 512 if fmt == "model1" else 576
+            cfg = mx.pick_config(h_q)
+            bh, bn = cfg["BLOCK_H"], cfg["BLOCK_N"]
+            tag = f"mxfp8 {fmt} H{bh} N{bn} w{cfg['num_warps']}"
+            rep = find("sparse_mla_decode", card.target, lambda k, c: c.startswith(tag), tag)
+            for b in batches:
+                tiles = -(-topk // bn) + -(-extra // bn)
+                head_blocks = -(-h_q // bh)
+                rows = b * 2 * head_blocks
+                splits = mx.splits_for(rows, tiles, card.sms)
+                per = -(-tiles // splits)
+                # every head block gathers its rows again: bytes per head block, from L2 after the first
+                dram = b * 2 * (topk + extra) * bpt + b * 2 * h_q * (d_qk + D_V) * 2
+                # QK: no-RoPE part as Q_TERMS block-scaled MMAs, RoPE in bf16; PV as P_TERMS MMAs
+                issued = 2.0 * bh * bn * ((d_qk - 64) * cfg["Q_TERMS"] + 64 + D_V * cfg["P_TERMS"]) * rows * tiles
+                launches = [Launch(rep, rows * splits, issued, dram, trips=per)]
+                if splits > 1:
+                    comb = find("sparse_mla_decode", card.target, lambda k, c: k == "_sparse_mla_combine_kernel",
+                                "combine")
+                    launches.append(Launch(comb, 1, 0.0, rows * splits * bh * D_V * 4 * 2))
+                flops = 2.0 * b * 2 * h_q * (topk + extra) * (d_qk + D_V)
+                out.append(Case("sparse_mla_decode (fast)", f"{name} b {b}", launches, flops, "mxf8", dram,
+                                ("sparse_mla_decode_fast", name, b)))
+    return out
+
+
+BUILDERS["decode_fast"] = decode_fast_cases
