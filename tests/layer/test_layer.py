@@ -104,6 +104,14 @@ def test_four_layers_production_within_budget():
 
 @pytest.mark.gpu
 def test_selftest_layer_gpu_json(tmp_path):
+    import gc
+
+    import torch
+
+    # the child needs the GPU's memory: the 4-layer test before it leaves this process's cache
+    # holding ~49 GiB on an 80 GB H100 (the child then ran out of memory there)
+    gc.collect()
+    torch.cuda.empty_cache()
     path = tmp_path / "layer.json"
     proc = run_py(f"from sm12x.cli import main; raise SystemExit(main(['selftest', '--layer', '--json', {str(path)!r}]))",
                   pythonpath=[REPO], env={"SM12X_ARCH": None, "SM12X_FORCE": "1"})
