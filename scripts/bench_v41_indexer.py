@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch
 
