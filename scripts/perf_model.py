@@ -160,10 +160,11 @@ def main():
     builders = [(n, plans.BUILDERS[n]) for n in names]
     import triton
 
-    rows = model(builders, card_list + ([cards.H200] if args.validate else []))
+    rows = model(builders, card_list + ([cards.H200] if args.validate and cards.H200 not in card_list else []))
     stamp = (f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, Triton {triton.__version__} "
              f"(the SASS read), model constants CPI / BARRIER in sm12x/perfmodel/engine.py")
-    text = [f"Modeled {stamp}.", "", sm12x_tables(rows, card_list)]
+    sm12x_cards = [c for c in card_list if c.target != "sm_90"]
+    text = [f"Modeled {stamp}.", "", sm12x_tables(rows, sm12x_cards) if sm12x_cards else ""]
     if args.validate:
         text += ["### Validation on the H200 (sm_90 builds, modeled against measured)", "",
                  validation_table(validation(rows))]
