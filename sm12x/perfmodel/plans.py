@@ -89,7 +89,7 @@ def _gemm_launches(op_name, m, n, k, card, groups=1, ue8m0=None):
     sm12x = card.target.startswith("sm_12")
     ue8m0 = sm12x if ue8m0 is None else ue8m0
     tile, block_k, scaled, splits, per, out_tiles = fp8_gemm._plan(
-        m, n, k, ue8m0, ue8m0, 128, 128, groups, card.target, card.sms)
+        m, n, k, ue8m0, ue8m0, 128, 128, groups, card.target, card.sms)[:6]
     sf = "ue8m0" if ue8m0 else "fp32"
     prefix = f"{m_class(m)} {tile.describe()} {sf}-sf bf16"
     tma = tile.tma and groups == 1

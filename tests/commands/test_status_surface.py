@@ -45,9 +45,10 @@ def test_the_release_range_is_checked_first(tmp_path):
         from sm12x import apply
         from sm12x.patches import Patch
         gate = Patch(name="t.gate", target="sglang.srt.utils.common:get_device_sm", make="x:y", why="t",
-                     upstream="t", library="sglang", versions=">=0.5.15,<0.5.20", arch="12.1")
+                     upstream="t", library="sglang", versions=">=0.5.15,<0.5.20", arch="12.1",
+                     retire_when="t")
         gone = Patch(name="t.gone", target="sglang.srt.no_such_module:f", make="x:y", why="t",
-                     upstream="t", library="sglang", versions=">=0.5.15,<0.5.20")
+                     upstream="t", library="sglang", versions=">=0.5.15,<0.5.20", retire_when="t")
         apply.all_patches = lambda: [gate, gone]
         rows = {r["name"]: r["reason"] for r in apply.apply_installed()}
         print(json.dumps([apply.eligibility(gate)[1], rows["t.gone"]]))
