@@ -33,6 +33,16 @@ def test_fp8_gemm_nt_default_recipe(ue8m0, device):
     _close(d, ref_fp8_gemm_nt(a, sa, b, sb))
 
 
+def test_fp8_gemm_nt_k128_packed_scales_without_recipe(device):
+    """K = 128 with packed UE8M0 scales and no recipe (as SGLang calls it): one int32 word fits both
+    a 128- and a 32-wide K granularity; DeepGEMM's FP8 default (128) is the right reading."""
+    m, n, k = 16, 256, 128
+    a, sfa, b, sfb, sa, sb = gemm_inputs(m, n, k, device, ue8m0=True)
+    d = torch.empty(m, n, dtype=torch.bfloat16, device=device)
+    dg.fp8_gemm_nt((a, sfa), (b, sfb), d)
+    _close(d, ref_fp8_gemm_nt(a, sa, b, sb))
+
+
 def test_fp8_gemm_nt_recipes_and_c(device):
     """recipe (1,128,128) with per-block sfb, recipe_a/recipe_b with per-row sfb, (1,1,128) with
     packed sfb; C as a separate tensor and as D itself."""

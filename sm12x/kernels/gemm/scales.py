@@ -33,7 +33,10 @@ SF_FP32 = 0  # float32, one value per (scale row, K-block)
 SF_UE8M0_PACKED = 1  # int32 words of 4 UE8M0 bytes along K
 SF_UE8M0_BYTES = 2  # uint8 UE8M0, one byte per (scale row, K-block)
 
-GRAN_KS = (32, 128)
+# tried in this order when the caller names no recipe: where both fit (K <= 128 with packed UE8M0
+# words, K <= 32 otherwise) 128 wins, DeepGEMM's own default for FP8 operands (reading 32 there
+# took padding bytes as three of the four exponents of a K = 128 word)
+GRAN_KS = (128, 32)
 TMA_ALIGN_ELEMS = 4  # DeepGEMM aligns an MN-major scale column to 16 bytes (4 x 4-byte elements)
 
 

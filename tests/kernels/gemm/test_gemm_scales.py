@@ -18,6 +18,11 @@ def test_read_granularities_from_shapes():
     assert (s.kind, s.gran_k) == (SF_UE8M0_PACKED, 128)
     s = read_scales("op", "sfb", torch.ones(300, 4, dtype=torch.int32), 300, 512)
     assert s.gran_k == 32
+    # K = 128: one packed word fits gran_k 128 and 32; DeepGEMM's FP8 default (128) is read
+    s = read_scales("op", "sfb", torch.ones(300, 1, dtype=torch.int32), 300, 128)
+    assert s.gran_k == 128
+    s = read_scales("op", "sfb", torch.ones(300, 1), 300, 32)
+    assert s.gran_k == 128
     s = read_scales("op", "sfb", torch.ones(2, 300, 4, dtype=torch.uint8), 300, 512, groups=2)
     assert (s.kind, s.stride_g) == (SF_UE8M0_BYTES, 1200)
 
