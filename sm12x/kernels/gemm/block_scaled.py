@@ -191,9 +191,9 @@ _SM12X_TMA = _triton_release() >= (3, 7)
 # activation's M padded to block_c; ``medium``: M <= 256, 64-row tiles so that more tiles fill the
 # SMs; ``large``: the rest.
 # num_stages S keeps S - 1 K steps of operands in shared memory.
-# sm_90: wgmma, 227 KB of shared memory. H200 sweep (2026-12-04, fp32 scales): 128x256x64 and
-# 128x256x128 tiles ran 2.3-3.1x slower than 128x128x128 at M = 4096, 128x128x64 1.4x slower (the
-# promotion tile doubles the accumulator's registers); 64-row swap-AB tiles 6% slower than 128.
+# sm_90: wgmma, 227 KB of shared memory. 128x128x128 for large M: with fp32 scales the promotion
+# tile doubles the accumulator's registers, and the wider or shallower tiles are slower; 128-row
+# swap-AB tiles for small M (measurements: docs/performance.md, "Tuning provenance").
 # sm_120 / sm_121: mma.sync and 101,376 B of shared memory: 3 K steps of 128x128x128 FP8 in flight
 # (98,304 B; 101,376 with the UE8M0 scale tiles, so the large tile keeps per-thread loads: TMA's
 # barriers would add 24 B); with UE8M0 scales the block-scaled MMA (scaled_mma). 8 warps for the

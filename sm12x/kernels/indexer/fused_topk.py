@@ -46,10 +46,9 @@ from sm12x.kernels.indexer.topk_select import row_topk_keys
 DEFAULT_WORKSPACE_BYTES = 256 << 20
 # Top-k above 512: windows of at least this many x topk columns, fewer rows per pass. Each window
 # after a row's first folds in with a merge that sorts up to 1024 candidates per row, even for rows
-# that see nothing in it. H200, prefill chunk of 16 requests x 512 new tokens after 0-29,000 keys,
-# top-2048 (8192 rows): 40.7 ms in 8192-column windows,
-# 27.9 in 16,384. Rows that see whole windows (S=4096 x 262,144) already got 16,384 columns; wider
-# ones cost them 17-43% (the select's wide-row path takes no floor shortcut).
+# that see nothing in it, so fewer, wider windows pay for a prefill chunk of several requests. Rows
+# that see whole windows already get 16,384 columns; wider ones cost them (the select's wide-row
+# path takes no floor shortcut). Measurements: docs/performance.md, "Tuning provenance".
 WIDE_TOPK_WINDOW = 8
 INT64_MIN = -(1 << 63)
 
@@ -75,8 +74,8 @@ def decode_keys(keys: torch.Tensor, topk: int, out: torch.Tensor | None = None,
                 shift: torch.Tensor | None = None) -> torch.Tensor:
     """int64 sort keys [R, n] (best first, unit column stride) -> int32 indices [R, topk] (into
     ``out`` when given), -1 for invisible / missing keys; ``shift`` (int32 [R]) is added to row
-    r's real indices. One launch: the torch form took six kernels and a copy, about 26 µs of a
-    250 µs decode call at B=256 (H200)."""
+    r's real indices. One launch where the torch form takes six kernels and a copy (its cost:
+    docs/performance.md, "Tuning provenance")."""
     rows, n = keys.shape
     if out is None:
         out = torch.empty((rows, topk), dtype=torch.int32, device=keys.device)

@@ -41,14 +41,14 @@ OP = "fp8_mqa_logits"
 
 # rows = BLOCK_Q * H queries-x-heads per program; keys per program = BLOCK_N * N_ITERS at most
 # (``configs.fit_iters`` shortens the chunk when the grid would leave SMs idle).
-# key_rows: keys on the MMA's M side, so the sum over heads stays inside each warp (measured on the
-# H200: 308 -> 168 us at S=2048, S_kv=8192, H=64, D=128; the same reduction pattern applies to
-# sm_120's mma.sync layout).
+# key_rows: keys on the MMA's M side, so the sum over heads stays inside each warp instead of
+# crossing warps (the same reduction pattern applies to sm_120's mma.sync layout).
 # head_mma: the weighted head sum as a bf16 MMA (``key_tile_scores``). sm_90 only: there the
-# CUDA-core epilogue is the limit (H200 prefill loop 467 -> 333 SASS instructions per tile). On
+# CUDA-core epilogue is the limit (the sm_90 prefill loop 467 -> 333 SASS instructions per tile). On
 # sm_120 it halves the loop too (514 -> 247) but adds a quarter to the MMA work, and SM12x parts
 # have far less MMA throughput per CUDA core; which wins there is not measurable here. The paged
-# kernels keep it off (H200: within +-3% either way).
+# kernels keep it off (it does not pay there).
+# Measurements behind these choices and the sm_90 configs: docs/performance.md, "Tuning provenance".
 CONFIGS = {
     "sm_120": {
         # 4 warps: with 8 the bf16-output variant spills 16 B. maxnreg: left to itself ptxas keeps
@@ -64,14 +64,13 @@ CONFIGS = {
                 "num_stages": 2, "maxnreg": 192},
     },
     "sm_90": {
-        # H200 sweeps (2026-12-02): 64 key tiles per program amortise the
-        # program's set-up (q tile, first loads): 789 -> 891 TFLOPS at S=8192, S_kv=65536.
-        # head_mma with BLOCK_N 64 and 4 queries (256 rows) per program; 128 tiles per program:
-        # +0.5-1.6% at S_kv 32K-64K
+        # Many key tiles per program amortise the program's set-up (q tile, first loads); 128
+        # still gain a little over 64 on long key ranges. head_mma with BLOCK_N 64 and 4 queries
+        # (256 rows) per program.
         "fp8": {"key_rows": True, "head_mma": True, "rows": 256, "BLOCK_N": 64, "N_ITERS": 128, "num_warps": 4,
                 "num_stages": 3},
-        # FP4 as one tl.dot_scaled per key tile (emulated on sm_90: e2m1 -> bf16 MMA): H200,
-        # S=4096, S_kv=16384: 70 TFLOPS with e4m3 group dots, 249 with this
+        # FP4 as one tl.dot_scaled per key tile (emulated on sm_90: e2m1 -> bf16 MMA), several
+        # times faster than e4m3 group dots
         "fp4": {"fp4_mma": True, "key_rows": True, "rows": 128, "BLOCK_N": 128, "N_ITERS": 64, "num_warps": 4,
                 "num_stages": 3},
     },

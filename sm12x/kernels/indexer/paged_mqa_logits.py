@@ -40,22 +40,22 @@ SPLIT_ALIGN = 256  # DeepGEMM rounds the logits row to a multiple of 256 before 
 
 # rows = BLOCK_T * H (query tokens x heads) per program. The grid has ``columns`` programs per
 # (request, token group): enough for PROGRAMS_PER_SM programs per SM, as this memory-bound kernel
-# keeps ~8 programs resident per SM and ragged requests need several waves to even out (H200, batch
-# 256, next_n 1, 8K context: 2766 -> 3433 GB/s from 32 to 8 blocks per program). Each program
+# keeps ~8 programs resident per SM and ragged requests need several waves to even out (short
+# parts of 8 blocks per program beat long ones of 32). Each program
 # takes an even part of its request's live blocks (at least MIN_PART: each program loads its q
 # tile) and walks it N_ITERS blocks at a time. The grid is not sized by max_context_len, which
 # vLLM sets to the model's limit: most programs would find no live block. A config's ``per_sm``, ``min_part`` and ``columns`` override these, for tuning and tests.
-# key_rows as in mqa_logits (H200, B=256, ctx <= 8192: next_n 1 111 -> 72 us, next_n 2 173 -> 104 us).
-# pair: with next_n > BLOCK_T, two token groups per program share each key tile (``pair_tokens``);
-# with the k-scale prefetch it took H200 next_n 2 from 2.41-2.55 to 2.63-2.96 TB/s.
+# key_rows as in mqa_logits.
+# pair: with next_n > BLOCK_T, two token groups per program share each key tile (``pair_tokens``),
+# so one load of a key tile serves both.
+# Measurements behind these choices and the configs: docs/performance.md, "Tuning provenance".
 CONFIGS = {
     "sm_120": {
         # pair_stages 3 (as sm_90): with 2 stages Triton keeps one key-tile buffer, so the next
         # tile's copy cannot overlap the current tile's MMA. The pair variant takes 136 registers,
         # 3 programs per SM either way, and 3 x 33 KB of shared memory still fits an SM12x SM's
-        # 100 KB. This config on the H200: next_n 2 +14-21%; not
-        # measured on an SM12x GPU. One-token programs keep 2 stages (a third costs them one of 4
-        # programs per SM there).
+        # 100 KB. Its gain was timed on the H200 only, not on an SM12x GPU. One-token programs
+        # keep 2 stages (a third costs them one of 4 programs per SM there).
         # fp8_mx: the q.k dots through tl.dot_scaled with unit scales, as in mqa_logits
         # (bit-identical, the full-rate block-scaled MMA).
         "fp8": {"key_rows": True, "pair": True, "rows": 64, "SUB_N": 64, "N_ITERS": 16, "num_warps": 4,
@@ -66,18 +66,15 @@ CONFIGS = {
                 "num_stages": 2},
     },
     "sm_90": {
-        # H200 sweeps (2026-12-02): up to 32 blocks per program, 3 stages.
-        # maxnreg 64 (dropped for the variants that spill with it, token pairs among them): 8
-        # instead of 7 one-token programs per SM, H200 next_n 1 +1-6%.
-        # tma: key tiles by TMA copies, 2 stages: H200 next_n 1 / 2 +0.5-2.4% / +2.3-5.8% over
-        # pointer loads with 3 stages; sm_120 keeps pointer loads (not
-        # measured there)
-        # pair_stages: token pairs take 3 stages (a second key tile in flight while one is computed):
-        # H200 next_n 2 +5-18%, where one token per program loses up to 11% with them (B=4 x 64K)
+        # Up to 32 blocks per program. maxnreg 64 (dropped for the variants that spill with it,
+        # token pairs among them): 8 instead of 7 one-token programs per SM.
+        # tma: key tiles by TMA copies, 2 stages: a little faster than pointer loads with 3 stages;
+        # sm_120 keeps pointer loads (not measured there)
+        # pair_stages: token pairs take 3 stages (a second key tile in flight while one is
+        # computed); one token per program loses with them, so it keeps 2
         "fp8": {"key_rows": True, "pair": True, "rows": 64, "SUB_N": 64, "N_ITERS": 32, "num_warps": 4,
                 "num_stages": 2, "pair_stages": 3, "maxnreg": 64, "tma": True},
-        # FP4 as tl.dot_scaled (emulated on sm_90): H200, B=256, 16K-64K context, next_n 1 / 2:
-        # 301-318 / 168-173 GB/s with e4m3 group dots, 590-642 / 454-478 with this
+        # FP4 as tl.dot_scaled (emulated on sm_90): far more bandwidth than e4m3 group dots
         "fp4": {"fp4_mma": True, "key_rows": True, "rows": 128, "SUB_N": 64, "N_ITERS": 32, "num_warps": 4,
                 "num_stages": 3},
     },

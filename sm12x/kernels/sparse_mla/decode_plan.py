@@ -30,36 +30,32 @@ _H16 = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 8, "num_stages": 1}
 _H32 = {"BLOCK_H": 32, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1}
 _H64 = {"BLOCK_H": 64, "BLOCK_N": 16, "num_warps": 8, "num_stages": 1}
 # PREFETCH 2 (the next tile's rows held in registers) at BLOCK_H 32 and 64 compiles without
-# spills on sm_120/sm_121 for MODEL1 (182-192 / 244-254 registers, 50,304 / 84,224 B) and ran
-# these configs 7-13% (BLOCK_H 64) and 22-24% (BLOCK_H 32) faster on the H200 (not
-# measured on an SM12x GPU). At BLOCK_H 16 (N16 or N32) it spills or
-# was slower. V3.2's extra RoPE dot: at BLOCK_H 32 only PREFETCH 2 compiles without spills (180
-# regs; 0 and 1 spill 80-170 B). The sparse prefill's bf16 rows keep PREFETCH 1: with 2 the sm_120
-# configs ran V4 prefill 4-21% slower on the H200 (4096 x h128: 5094 -> 5297 us).
+# spills on sm_120/sm_121 for MODEL1 (182-192 / 244-254 registers, 50,304 / 84,224 B) and makes
+# these configs faster (timed on the H200, not on an SM12x GPU). At BLOCK_H 16 (N16 or N32) it
+# spills or does not pay. V3.2's extra RoPE dot: at BLOCK_H 32 only PREFETCH 2 compiles without
+# spills (180 regs; 0 and 1 spill 80-170 B). The sparse prefill's bf16 rows keep PREFETCH 1: with 2
+# the sm_120 configs run V4 prefill slower.
+# Measurements behind the configs and the plan: docs/performance.md, "Tuning provenance".
 _H32_PF2 = {**_H32, "PREFETCH": 2}
 _H64_PF2 = {**_H64, "PREFETCH": 2}
-# sm_90 model1, measured on an H200 (CUDA-graph GPU time, 2026-12-02):
-# 64 tokens per tile everywhere. BLOCK_H 64 spills ~180 B (wgmma keeps the 64 x 512 fp32
-# accumulator in registers) and is still the fastest for h_q >= 64 once a call fills the GPU (b64
-# h64: 59.9 us vs 120.4 at BLOCK_H 32; b2 h64 takes BLOCK_H 16, see pick_config); prefetching whole
-# rows (PREFETCH 2) spills ~1 KB there, but pays at BLOCK_H 16 (b1 h16: 13.8 vs 14.0 us, b2 h64:
-# 14.3 vs 15.5 us).
+# sm_90 model1: 64 tokens per tile everywhere. BLOCK_H 64 spills ~180 B (wgmma keeps the 64 x 512
+# fp32 accumulator in registers) and is still the fastest for h_q >= 64 once a call fills the GPU
+# (b2 h64 takes BLOCK_H 16, see pick_config); prefetching whole rows (PREFETCH 2) spills ~1 KB
+# there, but pays at BLOCK_H 16.
 # These wide tiles exceed sm_120's 101,376 B of shared memory, so SM12x keeps the configs above.
 _H16_N64 = {"BLOCK_H": 16, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1, "PREFETCH": 2}
 _H32_N64 = {"BLOCK_H": 32, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}
-# PREFETCH 2 pays at BLOCK_H 32 too, spilling ~0.6 KB (triton 3.9): b64 / b256 h32 69.9 / 257.5 ->
-# 64.7 / 240.0 us. At BLOCK_H 64 it spills ~2 KB and takes 3.5x as long.
+# PREFETCH 2 pays at BLOCK_H 32 too, spilling ~0.6 KB (triton 3.9). At BLOCK_H 64 it spills ~2 KB
+# and is much slower.
 _H32_N64_PF2 = {**_H32_N64, "PREFETCH": 2}
 _H64_N64 = {"BLOCK_H": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 1}
 # sm_90 v32: h_q 128 takes BLOCK_H 64 x BLOCK_N 64, the tile the sparse prefill's 576-dim rows
 # use there (same kernel, same RoPE dot): two head blocks gather each row instead of four, in
-# 64-token tiles instead of 16. H200, V3.2 h_q 128 top-2048 s_q 2, b 2 / 64 / 128: 30.6 / 423 /
-# 828 us; BLOCK_H 32 x 16 (PREFETCH 2) 52 / 1274 / 2542; 64 x 32 33 / 505 / 997 (PREFETCH 1),
-# 34 / 602 / 1195 (PREFETCH 2). It spills ~460 B there (triton 3.9), like model1's 64 x 64.
+# 64-token tiles instead of 16; the fastest of the tiles tried. It spills ~460 B there (triton
+# 3.9), like model1's 64 x 64.
 # bf16_512 / bf16_576: the sparse prefill's bf16 rows (``sparse_mla_prefill``), d_qk 512 / 576.
-# sm_90, H200 (2026-12-03): s_q 4096, h_q 128, top-2048 at d_qk 576 takes
-# 12.8 ms with BLOCK_H 64 x BLOCK_N 64, 38.4 ms with the FP8 V3.2 config (BLOCK_N 16). sm_120
-# d_qk 576 keeps BLOCK_N 16: BLOCK_N 32 ran that case in 31.9 ms on the H200 but spills 8-16 B on
+# sm_90 takes BLOCK_H 64 x BLOCK_N 64 at d_qk 576, far faster than the FP8 V3.2 config (BLOCK_N
+# 16). sm_120 d_qk 576 keeps BLOCK_N 16: BLOCK_N 32 is faster on the H200 but spills 8-16 B on
 # sm_120 in the programs that leave row parts to the combine step.
 CONFIGS = {
     "sm_120": {"model1": (_H16, _H32_PF2, _H64_PF2), "v32": (_H16, _H32_PF2),
@@ -69,7 +65,7 @@ CONFIGS = {
 }
 DECODE_FORMATS = ("model1", "v32")
 # PARTS: parts merged per step of the combine loop; a dealt-out plan's split rows have two or
-# three parts, and there 2 beat 4 on the H200 (b74 h64: 11.8 vs 13.7 us)
+# three parts, and there merging 2 per step beats 4
 COMBINE_CONFIG = {"BLOCK_HC": 8, "BLOCK_DC": 128, "PARTS": 4, "DEALT_PARTS": 2, "num_warps": 4}
 # The fewest candidates per program that pay for its set-up (q, the write-out, the combine):
 # the head-block choice counts the programs a call can use in these (``pick_config``).
@@ -94,11 +90,10 @@ def pick_config(h_q, device, fmt="model1", queries=None, topk=0, extra_topk=0):
     """The launch configuration for ``h_q`` heads of cache format ``fmt`` ("model1" or "v32").
     Given ``queries`` (b * s_q) and the top-k sizes, a call whose head block cannot give half
     the SMs a program of PROGRAM_TOKENS candidates takes the smallest head block (more
-    programs, each one cheaper). On the H200 a program costs about the same at BLOCK_H 32 as at
-    64 (the gather and dequantisation dominate), so a middle step does not pay: b4 h64
-    top-128+512 took 20.3 us at BLOCK_H 32 (80 programs), 16.9 at 64 (80); b1 h64 128+1024 16.1
-    at BLOCK_H 16 (72), 17.3 at 64 (36). Counting 16-token tiles instead, the sm_120 configs
-    kept BLOCK_H 64 for one request of h_q 64: 20.5 us against 14.2 at BLOCK_H 16 (H200)."""
+    programs, each one cheaper). A program costs about the same at BLOCK_H 32 as at 64 (the
+    gather and dequantisation dominate), so a middle step does not pay. Counting 16-token tiles
+    instead, the sm_120 configs would keep BLOCK_H 64 for one request of h_q 64, which is slower
+    than BLOCK_H 16 (measurements: docs/performance.md, "Tuning provenance")."""
     forced = _env_config()
     if forced is not None:
         return forced
@@ -173,8 +168,9 @@ def _plan(b, s_q, h_q, topk, extra_topk, device, num_splits, cfg, ragged, dealt_
 def _combine_fits_beside(pl, queries, h_q, sms):
     """The combine's programs, launched early (PDL), wait on the SMs the split kernel leaves idle
     and later run there: worth it only where the split kernel is one wave and they fit there,
-    8 to an SM. On the H200 PDL saved 0.3-0.9 us per call where
-    they fit and cost 1.2-1.4 us where 512 of them crowded onto 36-52 idle SMs."""
+    8 to an SM. PDL saves a little per call where they fit and costs more where hundreds of
+    them crowd onto a few dozen idle SMs (measurements: docs/performance.md, "Tuning
+    provenance")."""
     groups, dims, tokens = _combine_grid(h_q, queries)
     return not pl.direct and groups * dims * tokens <= 8 * (sms - pl.programs)
 
@@ -244,9 +240,9 @@ def split_rows(rows, tiles, programs):
     return len(split), parts
 
 
-# The cost model, in units of one program's time for one tile. Measured on the H200
-# (2026-12-02): a BLOCK_H 64 x BLOCK_N 64 tile step takes ~6.5 us per SM; splitting batch 64 in
-# two adds ~17 us for 67 MB of partial outputs (written and read once): ~32 MB per tile step.
+# The cost model, in units of one program's time for one tile: BYTES_PER_STEP bytes of partial
+# outputs (written and read once) cost as much as one BLOCK_H 64 x BLOCK_N 64 tile step (derived
+# from timings: docs/performance.md, "Tuning provenance").
 COMBINE_STEPS = 0.5
 BYTES_PER_STEP = 32e6
 

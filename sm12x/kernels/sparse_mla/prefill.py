@@ -56,11 +56,10 @@ PIPELINED_CONFIGS = {
 # The pipelined path needs this many whole-row programs per SM: calls with fewer query tokens take
 # the split path, which cuts rows to fill the GPU.
 PIPELINED_MIN_WAVES = 2
-# Per arch: the d_qk whose calls take the pipelined path by default (``use_pipelined``). H200,
-# s_q 4096, side by side in one run (docs/performance.md): at d_qk 576 (V3.2, h_q 128, top-2048)
-# pipelined 10.2-11.0 ms against split 11.5-12.8 ms; with the sm_120 configs 26.0-29.1 against
-# 38.4-38.6 ms (a proxy: not measured on an SM12x GPU). At d_qk 512 (MODEL1 h_q 64 / 128) it
-# was 1-8% slower than the split path with the sm_90 configs.
+# Per arch: the d_qk whose calls take the pipelined path by default (``use_pipelined``). At d_qk 576
+# (V3.2) it beats the split path, with the sm_90 configs and with the sm_120 ones (those timed on
+# the H200 as a proxy, not on an SM12x GPU); at d_qk 512 (MODEL1) the split path is faster with the
+# sm_90 configs. Measurements: docs/performance.md, "Sparse MLA prefill" and "Tuning provenance".
 PIPELINED_PATH = {"sm_90": (576,), "sm_120": (576,), "sm_121": (576,)}
 
 
