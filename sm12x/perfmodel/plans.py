@@ -469,3 +469,37 @@ def decode_fast_cases(card) -> list:
 
 
 BUILDERS["decode_fast"] = decode_fast_cases
+
+
+# ----------------------------------------------------------------------------------------------
+# DeepSeek-V4.1's candidate-only paged logits (paged_sparse_mqa_logits): FP4 keys, 32 heads,
+# published blocks of 8 positions per row (scripts/bench_v41_indexer.py)
+
+SPARSE_ROWS = (64, 256, 1024)
+SPARSE_BLOCKS, SPARSE_BS, SPARSE_H = 512, 8, 32
+
+
+def sparse_logits_cases(card) -> list:
+    import torch
+
+    from sm12x.kernels.common import configs
+    from sm12x.kernels.indexer import paged_sparse_mqa_logits as psl
+
+    out = []
+    with as_card(card):
+        cfg = configs.pick(psl.CONFIGS, torch.device("cpu"))
+        tag = f"fp4 H{SPARSE_H} page64 bs{SPARSE_BS} bf16"
+        rep = find("paged_sparse_mqa_logits", card.target, lambda k, c: c == tag, tag)
+        width = SPARSE_BLOCKS * SPARSE_BS
+        for rows in SPARSE_ROWS:
+            ctas = rows * -(-width // (cfg["BLOCK_N"] * cfg["N_ITERS"]))
+            flops = 2.0 * rows * width * SPARSE_H * psl.D
+            # FP4 keys: 64 B of e2m1 + 4 B of scales per position, the bf16 logits written once
+            dram = rows * width * (psl.D // 2 + 4) + rows * width * 2
+            out.append(Case("paged_sparse_mqa_logits", f"decode {rows} rows x {SPARSE_BLOCKS} blocks of {SPARSE_BS}",
+                            [Launch(rep, ctas, flops, dram)], flops, "mxf4", dram,
+                            ("paged_sparse_mqa_logits", rows)))
+    return out
+
+
+BUILDERS["sparse_logits"] = sparse_logits_cases
