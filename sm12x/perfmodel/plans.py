@@ -336,7 +336,9 @@ def indexer_cases(card) -> list:
     with as_card(card):
         cfg = configs.pick(ml.CONFIGS, cpu)["fp8"]
         tag = f"fp8 H{IDX_H} D{IDX_D} out0"
-        rep = find("mqa_logits", card.target, lambda k, c: c.startswith(tag) and "clean" not in c, tag)
+        # the unit-scale block-scaled variant names itself "fp8 mx ..." (the configs that use it)
+        rep = find("mqa_logits", card.target,
+                   lambda k, c: c.replace(" mx", "").startswith(tag) and "clean" not in c, tag)
         bq = ml._block_q(IDX_H, cfg["rows"])
         for s, s_kv in MQA_PREFILL:
             eff = s * (s_kv - s) + s * (s + 1) // 2  # visible (row, key) pairs
@@ -358,7 +360,8 @@ def indexer_cases(card) -> list:
             cols, _, multi = pml.grid_columns(blocks, row_programs, cpu, pcfg)
             want = f"fp8 H{IDX_H} D{IDX_D} bkv64 T{bt}{'x2' if pair else ''} out0"
             rep = find("paged_mqa_logits", card.target,
-                       lambda k, c: c.startswith(want) and ("multi-chunk" in c) == multi and "clean" not in c, want)
+                       lambda k, c: c.replace(" mx", "").startswith(want) and ("multi-chunk" in c) == multi
+                       and "clean" not in c, want)
             ctas = row_programs * cols
             rows_per = (2 * bt if pair else bt) * IDX_H
             issued = 2.0 * rows_per * IDX_D * 64 * blocks * row_programs
