@@ -55,8 +55,10 @@ def fp8_bmm(a, sfa, b, sfb, d, c=None, *, gran_a=(None, None), gran_b=(None, Non
     _require_out(op, "d", d, (g, m, n), OUT_DTYPES, a.device)
     if c is not None:
         _require_out(op, "c", c, (g, m, n), C_DTYPES, a.device)
-    sa = read_scales(op, names[1], sfa, m, k, groups=g, gran_mn=gran_a[0], gran_k=gran_a[1])
-    sb = read_scales(op, names[3], sfb, n, k, groups=g, gran_mn=gran_b[0], gran_k=gran_b[1])
+    sa = read_scales(op, names[1], sfa, m, k, groups=g, gran_mn=gran_a[0], gran_k=gran_a[1],
+                     prefer_k=128)
+    sb = read_scales(op, names[3], sfb, n, k, groups=g, gran_mn=gran_b[0], gran_k=gran_b[1],
+                     prefer_k=128)
     require(sa.gran_mn == 1, op, names[1], f"granularity {sa.gran_mn} along M", "1 (per-token scales)")
     for name, s in ((names[1], sa), (names[3], sb)):
         require(s.data.device == a.device, op, name, f"device {s.data.device}", f"the device of {names[0]} ({a.device})")

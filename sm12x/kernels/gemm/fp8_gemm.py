@@ -178,8 +178,10 @@ def fp8_gemm(a, sfa, b, sfb, d, c=None, *, gran_a=(None, None), gran_b=(None, No
     require(k % 16 == 0 and k > 0, op, "a", f"K = {k}", "K a positive multiple of 16")
     require(b.device == a.device, op, "b", f"device {b.device}", f"the device of a ({a.device})")
     check_out(op, d, c, m, n, a.device)
-    sa = read_scales(op, "sfa", sfa, m, k, gran_mn=gran_a[0], gran_k=gran_a[1])
-    sb = read_scales(op, "sfb", sfb, n, k, gran_mn=gran_b[0], gran_k=gran_b[1])
+    sa = read_scales(op, "sfa", sfa, m, k, gran_mn=gran_a[0], gran_k=gran_a[1],
+                     prefer_k=128)
+    sb = read_scales(op, "sfb", sfb, n, k, gran_mn=gran_b[0], gran_k=gran_b[1],
+                     prefer_k=128)
     require(sa.gran_mn == 1, op, "sfa", f"granularity {sa.gran_mn} along M", "1 (per-token scales)")
     require(sa.data.device == a.device, op, "sfa", f"device {sa.data.device}", f"the device of a ({a.device})")
     require(sb.data.device == a.device, op, "sfb", f"device {sb.data.device}", f"the device of a ({a.device})")

@@ -33,10 +33,7 @@ SF_FP32 = 0  # float32, one value per (scale row, K-block)
 SF_UE8M0_PACKED = 1  # int32 words of 4 UE8M0 bytes along K
 SF_UE8M0_BYTES = 2  # uint8 UE8M0, one byte per (scale row, K-block)
 
-# tried in this order when the caller names no recipe: where both fit (K <= 128 with packed UE8M0
-# words, K <= 32 otherwise) 128 wins, DeepGEMM's own default for FP8 operands (reading 32 there
-# took padding bytes as three of the four exponents of a K = 128 word)
-GRAN_KS = (128, 32)
+GRAN_KS = (32, 128)
 TMA_ALIGN_ELEMS = 4  # DeepGEMM aligns an MN-major scale column to 16 bytes (4 x 4-byte elements)
 
 
@@ -81,9 +78,11 @@ class OperandScales:
         return self.data, self.stride_g, self.stride_mn, self.stride_k
 
 
-def _k_blocks(kind: int, cols: int, k: int, gran_k):
-    """The gran_k a scale tensor with ``cols`` K-columns has for a K of ``k`` (None: none fits)."""
-    for g in ((gran_k,) if gran_k else GRAN_KS):
+def _k_blocks(kind: int, cols: int, k: int, gran_k, prefer_k: int = 32):
+    """The gran_k a scale tensor with ``cols`` K-columns has for a K of ``k`` (None: none fits);
+    where both granularities fit (K <= 128 with packed UE8M0 words, K <= 32 otherwise), ``prefer_k``."""
+    order = (prefer_k,) + tuple(g for g in GRAN_KS if g != prefer_k)
+    for g in ((gran_k,) if gran_k else order):
         blocks = ceil_div(k, g)
         if cols == (ceil_div(blocks, 4) if kind == SF_UE8M0_PACKED else blocks):
             return g
@@ -91,12 +90,13 @@ def _k_blocks(kind: int, cols: int, k: int, gran_k):
 
 
 def read_scales(op: str, arg: str, sf, mn: int, k: int, *, groups: int | None = None,
-                gran_mn: int | None = None, gran_k: int | None = None) -> OperandScales:
+                gran_mn: int | None = None, gran_k: int | None = None, prefer_k: int = 32) -> OperandScales:
     """Read ``sf``, the scales of an operand with ``mn`` rows and ``k`` columns (``groups`` of
     them when given), as an :class:`OperandScales`. ``gran_mn`` / ``gran_k`` come from the
     caller's recipe; left None they are read from the shape (rows == mn -> 1, rows ==
-    ceil(mn/128) -> 128; K columns for gran_k 128, else 32). Every mismatch is a ValueError naming
-    ``op`` and ``arg``."""
+    ceil(mn/128) -> 128; K columns for gran_k 128, else 32; where both fit, ``prefer_k``: FP8
+    operands' callers pass 128, DeepGEMM's FP8 default, e2m1 weights keep 32). Every mismatch is a
+    ValueError naming ``op`` and ``arg``."""
     require(isinstance(sf, torch.Tensor), op, arg, type(sf).__name__, "a scale tensor")
     if sf.dtype == torch.float32:
         kind, data = SF_FP32, sf
@@ -124,7 +124,7 @@ def read_scales(op: str, arg: str, sf, mn: int, k: int, *, groups: int | None = 
                     + ("" if gran_mn == 128 else f" (or {ceil_div(mn, 128)} per 128-row block)"))
     require(gran_k is None or gran_k in GRAN_KS, op, arg, f"granularity {gran_k} along K",
             " or ".join(map(str, GRAN_KS)))
-    found = _k_blocks(kind, cols, k, gran_k)
+    found = _k_blocks(kind, cols, k, gran_k, prefer_k)
     if found is None:
         per = "int32 words of 4 K-blocks" if kind == SF_UE8M0_PACKED else "K-blocks"
         raise bad(op, arg, f"shape {list(sf.shape)}",

@@ -18,10 +18,13 @@ def test_read_granularities_from_shapes():
     assert (s.kind, s.gran_k) == (SF_UE8M0_PACKED, 128)
     s = read_scales("op", "sfb", torch.ones(300, 4, dtype=torch.int32), 300, 512)
     assert s.gran_k == 32
-    # K = 128: one packed word fits gran_k 128 and 32; DeepGEMM's FP8 default (128) is read
-    s = read_scales("op", "sfb", torch.ones(300, 1, dtype=torch.int32), 300, 128)
+    # K = 128: one packed word fits gran_k 128 and 32; the caller's preference decides (FP8
+    # operands: 128, DeepGEMM's FP8 default; e2m1 weights: 32)
+    s = read_scales("op", "sfb", torch.ones(300, 1, dtype=torch.int32), 300, 128, prefer_k=128)
     assert s.gran_k == 128
-    s = read_scales("op", "sfb", torch.ones(300, 1), 300, 32)
+    s = read_scales("op", "sfb", torch.ones(300, 1, dtype=torch.int32), 300, 128)
+    assert s.gran_k == 32
+    s = read_scales("op", "sfb", torch.ones(300, 1), 300, 32, prefer_k=128)
     assert s.gran_k == 128
     s = read_scales("op", "sfb", torch.ones(2, 300, 4, dtype=torch.uint8), 300, 512, groups=2)
     assert (s.kind, s.stride_g) == (SF_UE8M0_BYTES, 1200)
