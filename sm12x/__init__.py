@@ -4,7 +4,7 @@ Mounted on PYTHONPATH, our ``sitecustomize`` installs a lazy import watcher (``s
 swaps FlashMLA / DeepGEMM entry points for the Triton kernels in ``sm12x.kernels`` when those
 libraries are imported on an SM12x GPU. Importing this package is cheap (stdlib only).
 """
-__version__ = "0.1.0"
+from sm12x.version import __version__  # noqa: F401  (sm12x.__version__)
 
 
 def install():

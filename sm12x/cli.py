@@ -71,7 +71,7 @@ def cmd_bundle(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from sm12x import __version__
+    from sm12x.version import __version__
 
     parser = argparse.ArgumentParser(prog="sm12x", description=DESCRIPTION, formatter_class=RAW)
     parser.add_argument("--version", action="version", version=f"sm12x {__version__}")

@@ -154,7 +154,8 @@ def original_serves(patch) -> bool:
 def combination(index: int = 0) -> str:
     """This machine's key for device ``index``: GPU name, compute capability, driver, Triton,
     sm12x (NVML only; no CUDA call)."""
-    from sm12x import __version__, platform
+    from sm12x import platform
+    from sm12x.version import __version__
 
     identities = platform.gpu_identities()
     name, capability, driver = identities[index] if index < len(identities) else ("unknown GPU", "?", "?")
