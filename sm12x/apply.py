@@ -164,12 +164,9 @@ def eligibility(p: Patch):
         return False, SKIP_REASON
     # the release range first: a release outside it is the record's own answer, whatever the GPU
     # or the installed files say
-    if p.library != "*" and p.versions not in ("", "*"):
-        have = _versions().get(p.library)
-        if have is None:
-            return False, f"{p.library} version unknown (not installed as a distribution)"
-        if not platform.in_range(have, p.versions):
-            return False, f"{p.library} {have} {OUT_OF_RANGE} {p.versions}"
+    ok, why = in_library_range(p)
+    if not ok:
+        return False, why
     if p.arch == "sm12x":
         ok, why = platform.wants_sm12x_patches(platform.gpu_arch())
         if not ok:
