@@ -9,6 +9,7 @@ import triton
 import triton.language as tl
 
 from sm12x.kernels.common.rounding import round_bf16
+from sm12x.kernels.sparse_mla.online_softmax import online_softmax_step
 
 # KV_FMT / XKV_FMT: the declared format of a cache (``kv_cache.V41_FORMATS``), 0 for the formats
 # told apart by d_qk (V4 584 B, V3.2 656 B) and the sparse prefill's bf16 rows
@@ -181,12 +182,7 @@ def _attend_tile(acc, m_i, l_i, q, q_rope, k, rope, valid, qk_scale, one,
         s = _dot(q, tl.trans(k), tl.zeros((q.shape[0], k.shape[0]), dtype=tl.float32), INTERPRET)
         if not IS_MODEL1:
             s = _dot(q_rope, tl.trans(rope), s, INTERPRET)
-    s = tl.where(valid[None, :], s * qk_scale, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # avoids (-inf) - (-inf) on empty tiles
-    alpha = tl.exp2(m_i - m_safe)
-    p = tl.exp2(s - m_safe[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
+    p, alpha, m_new, l_i = online_softmax_step(s, valid, qk_scale, m_i, l_i)
     acc = _dot(_to_bf16(p, INTERPRET), k, acc * alpha[:, None], INTERPRET)
     return acc, m_new, l_i
 

@@ -46,6 +46,7 @@ from sm12x.kernels.common.fp8_dot import native_block_scaled
 from sm12x.kernels.sparse_mla.decode_kernels import (_dot, _sparse_mla_combine_kernel, _to_bf16,
                                                      _write_final)
 from sm12x.kernels.sparse_mla.decode_plan import COMBINE_CONFIG, D_V, _combine_grid
+from sm12x.kernels.sparse_mla.online_softmax import online_softmax_step
 from sm12x.kernels.sparse_mla.precision import attention_precision
 
 OP = "sparse_mla_decode"
@@ -199,12 +200,7 @@ def _tile(a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i, q0, q1, q2, q3, q4, q5, q6, 
     s = _qk_chunk(s, q5, k5, e5, Q_TERMS)
     s = _qk_chunk(s, q6, k6, e6, Q_TERMS)
 
-    s = tl.where(valid[None, :], s * qk_scale, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # avoids (-inf) - (-inf) on empty tiles
-    alpha = tl.exp2(m_i - m_safe)
-    p = tl.exp2(s - m_safe[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
+    p, alpha, m_new, l_i = online_softmax_step(s, valid, qk_scale, m_i, l_i)
     a = alpha[:, None]
     a0 = _pv_chunk(a0 * a, p, k0, e0, P_TERMS)
     a1 = _pv_chunk(a1 * a, p, k1, e1, P_TERMS)
@@ -255,12 +251,7 @@ def _tile_v32(a0, a1, a2, a3, a4, a5, a6, a7, m_i, l_i, q0, q1, q2, q3, q4, q5, 
     s += _qk_chunk(_qk_chunk(zero, q4, k4, unit, Q_TERMS), q5, k5, unit, Q_TERMS) * ks2[None, :]
     s += _qk_chunk(_qk_chunk(zero, q6, k6, unit, Q_TERMS), q7, k7, unit, Q_TERMS) * ks3[None, :]
 
-    s = tl.where(valid[None, :], s * qk_scale, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    alpha = tl.exp2(m_i - m_safe)
-    p = tl.exp2(s - m_safe[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
+    p, alpha, m_new, l_i = online_softmax_step(s, valid, qk_scale, m_i, l_i)
     a = alpha[:, None]
     ones = tl.full((64, idx.shape[0] // 32), 127, tl.uint8)
     w = _mx_terms(p * ks0[None, :], P_TERMS)

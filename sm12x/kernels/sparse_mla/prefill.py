@@ -35,6 +35,7 @@ from sm12x.kernels.common.compile_check import interpreting, reports_in_subproce
 from sm12x.kernels.sparse_mla.decode import LOG2E, _rows_aligned, launch
 from sm12x.kernels.sparse_mla.decode_kernels import _dot, _to_bf16
 from sm12x.kernels.sparse_mla.decode_plan import D_V, plan
+from sm12x.kernels.sparse_mla.online_softmax import online_softmax_step
 
 OP = "flash_mla_sparse_fwd"
 
@@ -135,12 +136,7 @@ def _sparse_prefill_kernel(q_ptr, stride_qs, stride_qh, kv_ptr, stride_kv, S_KV,
         if HAS_ROPE:
             k_rope = tl.load(row[:, None] + 512 + dr[None, :], mask=valid[:, None], other=0.0)
             qk = _dot(q_rope, tl.trans(k_rope), qk, INTERPRET)
-        qk = tl.where(valid[None, :], qk * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no (-inf) - (-inf) on empty tiles
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(qk - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
+        p, alpha, m_new, l_i = online_softmax_step(qk, valid, qk_scale, m_i, l_i)
         acc = _dot(_to_bf16(p, INTERPRET), k, acc * alpha[:, None], INTERPRET)
         m_i = m_new
 
