@@ -288,6 +288,10 @@ ALLOW: tuple = (
             "powers of two, or V3.2's float32 scales are folded in) for bf16 HMMA, so its error is "
             "bf16's; `SM12X_ATTENTION_PRECISION=fast` selects the block-scaled MXFP8 kernels where "
             "they exist."),
+    Allowed("_mxfp8_decode_kernel", "*", ("sm_120", "sm_121"), ("*",),
+            "The fast attention path: its bf16 HMMA is the RoPE part, which the cache stores in "
+            "bf16; the e4m3 widening is the residual of the second e4m3 term of Q and P (x minus "
+            "its first term), not a dequantised operand: every FP8 product is a block-scaled QMMA.SF."),
 )
 
 
