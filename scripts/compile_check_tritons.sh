@@ -9,6 +9,9 @@ cd "$(dirname "$0")/.."
 VENVS="${VENVS:-/tmp/sm12x-tritons}"
 [ $# -gt 0 ] || set -- 3.6.0 3.8.0
 rc=0
+# Triton 3.6 / 3.7 bundle CUDA 12.8's cuobjdump, which cannot print sm_121 SASS: the ISA report
+# reads it with this Python's (newer) one where there is one
+export SM12X_CUOBJDUMP="${SM12X_CUOBJDUMP:-$(python3 -c 'from triton import knobs; print(knobs.nvidia.cuobjdump.path)' 2>/dev/null)}"
 for v in "$@"; do
     env_dir="$VENVS/triton-$v"
     if [ ! -x "$env_dir/bin/python" ]; then

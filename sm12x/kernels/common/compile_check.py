@@ -57,15 +57,24 @@ def ctas_per_sm(target: str, num_warps: int, registers: int, shared_bytes: int) 
 
 
 def sass(cubin: bytes) -> str:
-    """The SASS listing of a cubin (``cuobjdump -sass``)."""
+    """The SASS listing of a cubin (``cuobjdump -sass``), or "" where no disassembler here knows
+    the target: Triton 3.6 / 3.7 bundle CUDA 12.8's cuobjdump, which reads sm_120 but not sm_121.
+    Tried in order: Triton's bundled cuobjdump, ``SM12X_CUOBJDUMP``, a cuobjdump on PATH."""
+    import shutil
+
     from triton import knobs
 
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
         f.write(cubin)
         path = f.name
     try:
-        return subprocess.run([knobs.nvidia.cuobjdump.path, "-sass", path],
-                              capture_output=True, text=True, check=True).stdout
+        for tool in (knobs.nvidia.cuobjdump.path, os.environ.get("SM12X_CUOBJDUMP"), shutil.which("cuobjdump")):
+            if not tool:
+                continue
+            res = subprocess.run([tool, "-sass", path], capture_output=True, text=True)
+            if res.returncode == 0 and res.stdout.strip():
+                return res.stdout
+        return ""
     finally:
         os.unlink(path)
 

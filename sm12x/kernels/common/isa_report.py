@@ -53,10 +53,13 @@ def judge(op: str, reports, allow=None) -> list:
     rows = []
     for r in reports:
         summary = isa.IsaSummary(**r.isa) if r.isa else None
-        if summary is None:  # a report built without its SASS (should not happen): say so
+        if summary is None or not summary.instructions:
+            # no disassembler here reads this target (CUDA 12.8's cuobjdump, bundled with Triton
+            # 3.6 / 3.7, does not know sm_121): said, not judged
             rows.append(IsaRow(op, r.kernel, r.config, r.target, r.triton, {}, 0.0, 0, r.registers,
-                               r.shared_bytes, r.spill_bytes, r.ctas_per_sm, "REDUCED",
-                               "no SASS was read for this configuration"))
+                               r.shared_bytes, r.spill_bytes, r.ctas_per_sm, "unread",
+                               f"no disassembler here reads {r.target} SASS (Triton {r.triton}'s cuobjdump; "
+                               "SM12X_CUOBJDUMP names a newer one)"))
             continue
         verdict, why = isa.verdict(r.kernel, r.config, r.target, summary, r.triton,
                                    isa.ALLOW if allow is None else allow)
