@@ -10,6 +10,7 @@ from __future__ import annotations
 
 # one statement per part, in MoePath's shape (its ``experts`` field names the part)
 from sm12x.commands.moe_paths import MoePath as ModelPath
+from sm12x.commands.moe_paths import path_rows
 
 _VLLM_LOGITS = ("vllm.third_party.deep_gemm.fp8_fp4_mqa_logits", "vllm.third_party.deep_gemm.fp8_fp4_paged_mqa_logits")
 _SGL_V41 = ("sglang.v41.candidate_indexer_gate", "deep_gemm.get_paged_sparse_mqa_logits_metadata",
@@ -38,7 +39,7 @@ PATHS = (
                         "('the candidate indexer needs DeepGEMM's paged sparse MQA logits')"),
 )
 
-_SERVING = ("applied", "would-apply")
+from sm12x.commands.moe_paths import _SERVING
 
 
 def _serves(row: dict) -> bool:
@@ -48,26 +49,5 @@ def _serves(row: dict) -> bool:
 
 def model_rows(versions: dict, patch_rows: list) -> list:
     """The model paths of the installed releases: ``{"framework", "version", "part", "serves",
-    "via"}``; ``via`` names the records taken, or why one does not serve ("" for a path that takes
-    none)."""
-    from sm12x import platform
-
-    states = {r["name"]: r for r in patch_rows}
-    rows = []
-    for path in PATHS:
-        have = versions.get(path.framework)
-        if have is None or not platform.in_range(have, path.versions):
-            continue
-        blocked = [states.get(n, {"name": n, "state": "not registered"}) for n in path.records
-                   if not _serves(states.get(n, {}))]
-        if not path.records:
-            serves, via = path.serves, ""
-        elif not blocked:
-            serves, via = path.serves, "sm12x records: " + ", ".join(path.records)
-        else:
-            first = blocked[0]
-            serves = path.otherwise
-            via = f"{first['name']} {first['state']}" + (f" ({first['reason']})" if first.get("reason") else "")
-        rows.append({"framework": path.framework, "version": have, "part": path.experts,
-                     "serves": serves, "via": via})
-    return rows
+    "via"}`` (``moe_paths.path_rows``)."""
+    return path_rows(PATHS, versions, patch_rows, "part", _serves)

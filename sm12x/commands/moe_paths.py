@@ -72,20 +72,25 @@ PATHS = (
 _SERVING = ("applied", "would-apply")
 
 
-def moe_rows(versions: dict, patch_rows: list) -> list:
-    """The MoE paths of the installed releases: ``{"framework", "version", "experts", "serves",
-    "via"}``; ``via`` names the records taken, or why one does not apply ("" for a path that takes
-    none)."""
+def _state_serves(row: dict) -> bool:
+    return row.get("state") in _SERVING
+
+
+def path_rows(paths, versions: dict, patch_rows: list, part_key: str = "experts",
+              serves_row=_state_serves) -> list:
+    """Rows of ``paths`` (MoePath-shaped statements) for the installed releases: ``{"framework",
+    "version", part_key, "serves", "via"}``; ``via`` names the records taken, or why one does not
+    serve ("" for a path that takes none). ``serves_row(patch row)``: whether a record serves."""
     from sm12x import platform
 
     states = {r["name"]: r for r in patch_rows}
     rows = []
-    for path in PATHS:
+    for path in paths:
         have = versions.get(path.framework)
         if have is None or not platform.in_range(have, path.versions):
             continue
         blocked = [states.get(n, {"name": n, "state": "not registered"}) for n in path.records
-                   if states.get(n, {}).get("state") not in _SERVING]
+                   if not serves_row(states.get(n, {}))]
         if not path.records:
             serves, via = path.serves, ""
         elif not blocked:
@@ -94,6 +99,11 @@ def moe_rows(versions: dict, patch_rows: list) -> list:
             first = blocked[0]
             serves = path.otherwise
             via = f"{first['name']} {first['state']}" + (f" ({first['reason']})" if first.get("reason") else "")
-        rows.append({"framework": path.framework, "version": have, "experts": path.experts,
+        rows.append({"framework": path.framework, "version": have, part_key: path.experts,
                      "serves": serves, "via": via})
     return rows
+
+
+def moe_rows(versions: dict, patch_rows: list) -> list:
+    """The MoE paths of the installed releases (``path_rows`` with the ``experts`` key)."""
+    return path_rows(PATHS, versions, patch_rows)
