@@ -80,7 +80,7 @@ if [ -n "$PREBUILT" ]; then
         echo "unpacked DeepGEMM's kernel cache into $DG_JIT_CACHE_DIR ($(ls "$DG_JIT_CACHE_DIR/cache" 2>/dev/null | wc -l) kernels)"
     fi
 else
-    [ -f "$SRC" ] || die "--src $SRC: no such archive (make it as docs/performance.md's layer section says)"
+    [ -f "$SRC" ] || die "--src $SRC: no such archive (scripts/pack_native_src.sh makes it)"
     rm -rf "$WORK"
     mkdir -p "$WORK"
     xz -d < "$SRC" | tar -x -C "$WORK"
@@ -105,9 +105,12 @@ else
                   grep -E -m 20 -B2 -A6 'error|Error' "$WORK/flashmla.log" | tail -60; }
     [ $rc = 1 ] || echo "FlashMLA built in $(elapsed $t0)"
     [ $rc = 0 ] || exit 1
+    dg_pkg=$(dirname "$(find "$S/deepgemm/build" -path '*/deep_gemm/_C*.so' | head -1)")
+    ls "$S"/flashmla/flash_mla/cuda*.so >/dev/null 2>&1 || die "FlashMLA's build made no flash_mla/cuda*.so"
+    [ "$dg_pkg" != . ] || die "DeepGEMM's build made no deep_gemm/_C*.so"
     rm -rf "$TARGET/flash_mla" "$TARGET/deep_gemm"
     cp -r "$S/flashmla/flash_mla" "$TARGET/"
-    cp -r "$S"/deepgemm/build/lib.*/deep_gemm "$TARGET/"
+    cp -r "$dg_pkg" "$TARGET/"
     cp "$S/VERSIONS" "$TARGET/$STAMP"
     if [ -n "$PACK" ]; then
         mkdir -p "$PACK"
