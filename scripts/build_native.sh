@@ -63,7 +63,13 @@ TARGET=$(cd "$TARGET" && pwd)
 
 command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || die "no nvcc (CUDA's compiler) on PATH or in /usr/local/cuda"
 command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
-echo "nvcc: $(nvcc --version | grep -o 'release [0-9.]*')"
+export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
+echo "nvcc: $(nvcc --version | grep -o 'release [0-9.]*') ($CUDA_HOME)"
+# CUDA 13 moved libcu++ (cuda/std/...) under include/cccl: host files that include CUTLASS, which
+# FlashMLA's setup.py compiles with the host compiler alone, find it there only when told
+if [ -d "$CUDA_HOME/include/cccl" ]; then
+    export CPLUS_INCLUDE_PATH=$CUDA_HOME/include/cccl${CPLUS_INCLUDE_PATH:+:$CPLUS_INCLUDE_PATH}
+fi
 python3 -c 'import torch; print(f"torch {torch.__version__} (CUDA {torch.version.cuda}); GPU:",
     torch.cuda.get_device_name() if torch.cuda.is_available() else "none")'
 

@@ -74,10 +74,12 @@ class NativeBackend(PatchedBackend):
 
     EXPERT_OPS = ("m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked")
 
-    def __init__(self, cfg, caches, attn_sink, dg, fmla, **kwargs):
+    def __init__(self, cfg, caches, attn_sink, dg, fmla, experts: tuple | None = None, **kwargs):
+        """``experts``: the routed experts' (w13, w2) already in FP8 (``fp8_experts``), so that a
+        timed step does not include the conversion; converted on first use otherwise."""
         kwargs["scale_format"] = "fp32"
         super().__init__(cfg, caches, attn_sink, dg=dg, fmla=fmla, **kwargs)
-        self._experts: dict = {}
+        self._experts: dict = {} if experts is None else dict(zip(("w13", "w2"), experts))
 
     def _num_sms(self, device) -> int:
         if device.type == "cuda":

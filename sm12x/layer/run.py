@@ -96,14 +96,16 @@ class LayerStack:
         self.weights = [make_weights(cfg, device, seed + i).t for i in range(layers)]
         self.trace: dict = {}
         if native:
-            from sm12x.layer.native import NativeBackend
+            from sm12x.layer.native import NativeBackend, fp8_experts
 
             if dg is None or fmla is None:
                 raise ValueError("sm12x layer: native=True needs the deep_gemm and flash_mla modules (dg, fmla)")
 
             def backend(caches, w, i):
-                return NativeBackend(cfg, caches, w["attn_sink"], dg, fmla, check_ops=check_ops, trace=self.trace,
-                                     layer=i)
+                # the experts' FP8 copies made here, not inside the first (timed) step
+                experts = (fp8_experts(w["experts_w13"]), fp8_experts(w["experts_w2"]))
+                return NativeBackend(cfg, caches, w["attn_sink"], dg, fmla, experts=experts, check_ops=check_ops,
+                                     trace=self.trace, layer=i)
         else:
             def backend(caches, w, i):
                 return PatchedBackend(cfg, caches, w["attn_sink"], dg=dg, fmla=fmla, check_ops=check_ops,
