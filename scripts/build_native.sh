@@ -24,10 +24,11 @@
 # --jobs      parallel compiler jobs (default 16, FlashMLA's MAX_JOBS)
 #
 # Time on a 16-core H100 machine, estimated from the translation units: FlashMLA's setup.py
-# compiles 28 (13 SM90 kernel instantiations, 10 SM100 ones that FLASH_MLA_DISABLE_SM100=1 reduces
-# to host code, 4 SM-independent, api.cpp); at 16 jobs the wall time is about that of its slowest
-# SM90 instantiations, 3-6 minutes. DeepGEMM compiles one host file (csrc/python_api.cpp) at the
-# same time, 1-2 minutes, and its kernels later, at run time (--warm). Nothing is downloaded.
+# compiles 24 (11 SM90 kernel files, 10 SM100 ones whose kernels FLASH_MLA_DISABLE_SM100=1 leaves
+# empty, 2 SM-independent, api.cpp); one SM90 sparse-prefill instantiation took 91 s on one core
+# with nvcc 13.0 (1.8 GB of memory), so 16 jobs take about 3-5 minutes. DeepGEMM compiles one host
+# file (csrc/python_api.cpp) meanwhile, and its kernels later, at run time (--warm). Nothing is
+# downloaded.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -87,10 +88,16 @@ if [ -n "$PREBUILT" ]; then
     fi
 else
     [ -f "$SRC" ] || die "--src $SRC: no such archive (scripts/pack_native_src.sh makes it)"
-    rm -rf "$WORK"
-    mkdir -p "$WORK"
-    xz -d < "$SRC" | tar -x -C "$WORK"
     S=$WORK/src
+    if [ -f "$S/VERSIONS" ] && [ "$(xz -d < "$SRC" | tar -x -O src/VERSIONS)" = "$(cat "$S/VERSIONS")" ]; then
+        # the same sources unpacked before: their build trees are kept, so a build cut short by a
+        # time limit goes on where it stopped (ninja skips the objects already compiled)
+        echo "reusing the sources and build trees in $WORK"
+    else
+        rm -rf "$WORK"
+        mkdir -p "$WORK"
+        xz -d < "$SRC" | tar -x -C "$WORK"
+    fi
     cat "$S/VERSIONS"
     # FlashMLA's setup.py runs `git submodule update` unconditionally: where git is missing, a
     # stand-in that fails (the trees are already in place) keeps it from stopping the build
