@@ -85,6 +85,8 @@ def _native_versions(deep_gemm, flash_mla) -> str:
             commits = [line.split()[0] + " " + line.split()[2][:12] for line in f
                        if line.split() and line.split()[0] in ("FlashMLA", "DeepGEMM") and len(line.split()) > 2]
         text += " (" + ", ".join(commits) + ")"
+    if os.environ.get("DG_JIT_USE_NVRTC", "0") == "1":
+        text += ", DeepGEMM's kernels compiled with NVRTC"
     return text
 
 
