@@ -54,7 +54,8 @@ def run_layer(device, depth=None, json_path=None, stream=None, header=None) -> i
     for op, err in report["op_errors"].items():
         print(f"  op {op:40} {'recall (min)' if op.endswith('recall') else 'rel err (max)'} {err:.2e}", file=stream)
     for k, v in report["decisions"].items():
-        print(f"  reference's own choice: {k} {v:.3f}", file=stream)
+        how = "worst row" if k.endswith("recall") else "pooled over the steps"
+        print(f"  reference's own choice: {k} {v:.3f} ({how}, worst layer; informative, not budgeted)", file=stream)
     if times and times.get("peak_gib") is not None:
         print(f"  peak GPU memory {times['peak_gib']:.2f} GiB", file=stream)
     for f in report["failures"]:

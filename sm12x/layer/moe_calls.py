@@ -10,12 +10,18 @@
 Activations are cast to FP8 per 1 x 128 (UE8M0); the MXFP4 weights keep their (1, 32) scales
 (packed UE8M0 int32 as DeepGEMM's ``transform_sf_into_required_layout`` makes them, or float32).
 SwiGLU (clamped at ``swiglu_limit``) times the routing weight runs in float32 between the two GEMMs.
+
+Experts given as FP8 (``Fp8Weight`` [E, N, K] with float32 128 x 128 block scales, what
+``sm12x.layer.native`` hands in on Hopper, where DeepGEMM has no FP4 grouped GEMM) go through
+``m_grouped_fp8_gemm_nt_contiguous`` / ``_masked`` in the SM90 call form: float32 scales, no recipe
+(DeepGEMM's default for float32 scales is (1, 128, 128)).
 """
 from __future__ import annotations
 
 import torch
 
 from sm12x.layer import blocks
+from sm12x.layer.weights import Fp8Weight
 
 # SGLang 0.5.23's DeepSeek-V4 MXFP4 experts name the granularities (its DeepGEMM MoE runner):
 # activations per 1 x 128, weights per 1 x 32
@@ -28,6 +34,22 @@ def _weight_scales(be, key, w):
         be._wsf[key] = w.sf if be.scale_format == "fp32" else \
             be.dg.transform_sf_into_required_layout(w.sf, n, 2 * k2, (1, 32), num_groups=e)
     return be._wsf[key]
+
+
+def _expert_weight(w, e: int) -> torch.Tensor:
+    """float32 [N, K] of expert ``e`` (MXFP4 or FP8 experts)."""
+    return Fp8Weight(w.q[e], w.sf[e]).dequant() if isinstance(w, Fp8Weight) else w.dequant(e)
+
+
+def _call_form(be, w13):
+    """(contiguous name, masked name, recipe kwargs) for the experts' weight format."""
+    if isinstance(w13, Fp8Weight):
+        if be.scale_format != "fp32":
+            raise ValueError("sm12x layer: FP8 routed experts are the SM90 call form (scale_format 'fp32'), "
+                             f"got scale_format {be.scale_format!r}")
+        return "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked", {}
+    return ("m_grouped_fp8_fp4_gemm_nt_contiguous", "m_grouped_fp8_fp4_gemm_nt_masked",
+            {"recipe_a": RECIPE_A, "recipe_b": RECIPE_B})
 
 
 def _a_scales(be, sf):
@@ -45,11 +67,15 @@ def routed_experts(be, step, h, ids, weights, w13, w2):
     order = torch.argsort(flat_e, stable=True)
     counts = torch.bincount(flat_e, minlength=cfg.experts)
     hq, hs = blocks.quant_fp8(h, 128)
-    sf13, sf2 = _weight_scales(be, "experts_w13", w13), _weight_scales(be, "experts_w2", w2)
+    contiguous, masked, recipe = _call_form(be, w13)
+    if isinstance(w13, Fp8Weight):
+        sf13, sf2 = w13.sf, w2.sf
+    else:
+        sf13, sf2 = _weight_scales(be, "experts_w13", w13), _weight_scales(be, "experts_w2", w2)
     out = torch.zeros(t_rows, cfg.hidden, dtype=torch.float32, device=h.device)
     if not step.decode:
-        name = "m_grouped_fp8_fp4_gemm_nt_contiguous"
-        align = dg.get_theoretical_mk_alignment_for_contiguous_layout(t_rows * k, cfg.experts)
+        name = contiguous
+        align = be.contiguous_alignment(t_rows * k)
         seg = (counts + align - 1) // align * align
         seg_start = torch.cumsum(seg, 0) - seg
         e_sorted = flat_e[order]
@@ -66,19 +92,20 @@ def routed_experts(be, step, h, ids, weights, w13, w2):
             aq[dest], asf[dest] = a_q, a_s
             d = torch.empty((m, n), dtype=torch.bfloat16, device=h.device)
             previous = dg.get_mk_alignment_for_contiguous_layout()
-            dg.set_mk_alignment_for_contiguous_layout(align)
+            if align != previous:
+                dg.set_mk_alignment_for_contiguous_layout(align)
             try:
-                dg.m_grouped_fp8_fp4_gemm_nt_contiguous((aq, _a_scales(be, asf)), (w.q, sf), d, layout,
-                                                        recipe_a=RECIPE_A, recipe_b=RECIPE_B)
+                getattr(dg, contiguous)((aq, _a_scales(be, asf)), (w.q, sf), d, layout, **recipe)
             finally:
-                dg.set_mk_alignment_for_contiguous_layout(previous)
+                if align != previous:
+                    dg.set_mk_alignment_for_contiguous_layout(previous)
             return d[dest]
         d1 = gemm(hq[tok], hs[tok], w13, sf13, 2 * cfg.moe_inter)
         y = blocks.swiglu(d1, cfg.swiglu_limit) * flat_w[order][:, None]
         yq, ys = blocks.quant_fp8(y, 128)
         d2 = gemm(yq, ys, w2, sf2, cfg.hidden)
     else:
-        name = "m_grouped_fp8_fp4_gemm_nt_masked"
+        name = masked
         m_max = max(16, -(-t_rows // 16) * 16)
         e_sorted = flat_e[order]
         rank = torch.arange(order.numel(), device=h.device) - (torch.cumsum(counts, 0) - counts)[e_sorted]
@@ -91,8 +118,7 @@ def routed_experts(be, step, h, ids, weights, w13, w2):
             asf = torch.ones((cfg.experts, m_max, a_s.shape[1]), dtype=torch.float32, device=h.device)
             aq[e_sorted, rank], asf[e_sorted, rank] = a_q, a_s
             d = torch.empty((cfg.experts, m_max, n), dtype=torch.bfloat16, device=h.device)
-            dg.m_grouped_fp8_fp4_gemm_nt_masked((aq, _a_scales(be, asf)), (w.q, sf), d, masked_m, expected_m,
-                                                recipe_a=RECIPE_A, recipe_b=RECIPE_B)
+            getattr(dg, masked)((aq, _a_scales(be, asf)), (w.q, sf), d, masked_m, expected_m, **recipe)
             return d[e_sorted, rank]
         d1 = gemm(hq[tok], hs[tok], w13, sf13, 2 * cfg.moe_inter)
         y = blocks.swiglu(d1, cfg.swiglu_limit) * flat_w[order][:, None]
@@ -105,7 +131,7 @@ def routed_experts(be, step, h, ids, weights, w13, w2):
         r1, r2 = torch.empty_like(d1, dtype=torch.float32), torch.empty_like(d2, dtype=torch.float32)
         for e in torch.unique(e_sorted).tolist():
             rows = e_sorted == e
-            r1[rows] = a1[rows] @ w13.dequant(e).T
-            r2[rows] = a2[rows] @ w2.dequant(e).T
+            r1[rows] = a1[rows] @ _expert_weight(w13, e).T
+            r2[rows] = a2[rows] @ _expert_weight(w2, e).T
         be._record(name, torch.cat((d1.flatten(), d2.flatten())).float(), torch.cat((r1.flatten(), r2.flatten())))
     return out

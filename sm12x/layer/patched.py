@@ -42,6 +42,9 @@ def sm12x_flash_mla():
 
 
 class PatchedBackend:
+    # the grouped GEMMs the routed experts go through (MXFP4 weights: DeepGEMM's FP8 x FP4 forms)
+    EXPERT_OPS = ("m_grouped_fp8_fp4_gemm_nt_contiguous", "m_grouped_fp8_fp4_gemm_nt_masked")
+
     def __init__(self, cfg, caches: PagedCaches, attn_sink: torch.Tensor, dg=None, fmla=None,
                  check_ops: bool = False, trace: dict | None = None, layer: int = 0,
                  scale_format: str = "packed"):
@@ -150,7 +153,7 @@ class PatchedBackend:
             k = torch.cat([x[0] for x in keys]).view(torch.float8_e4m3fn).contiguous()
             k_sf = torch.cat([x[1] for x in keys]).contiguous()
             ke = (ks + visible_entries(pos, cfg.compress_ratio)).to(torch.int32)
-            picked = mqa_topk_indices(qq, (k, k_sf), weights, ks, ke, cfg.index_topk)
+            picked = self._select_flat(qq, weights, k, k_sf, ks, ke)
             if self.check_ops:
                 kf = k.float() * k_sf[:, None]
                 self._record_topk(picked, qq, weights, kf, ks, ke)
@@ -159,8 +162,7 @@ class PatchedBackend:
             ctx = visible_entries(pos, cfg.compress_ratio).view(b, next_n).to(torch.int32).contiguous()
             table = c.index_table[torch.tensor(step.reqs, device=iq.device)].contiguous()
             max_len = table.shape[1] * c.block
-            picked = paged_mqa_topk_indices(qq.view(b, next_n, *qq.shape[1:]), c.index, weights, ctx, table,
-                                            max_len, cfg.index_topk)
+            picked = self._select_paged(qq.view(b, next_n, *qq.shape[1:]), weights, ctx, table, max_len)
             if self.check_ops:
                 # the keys each request sees, dequantised from the paged cache, flattened per request
                 deq = vals.contiguous().view(torch.float8_e4m3fn).float() * scales[..., None]
@@ -175,6 +177,16 @@ class PatchedBackend:
                 self._record_topk(picked, qq, weights, torch.cat(flat), ks, ks + ctx.reshape(-1))
         self.trace[("topk", self.layer, self.step_no)] = picked
         return picked
+
+    def _select_flat(self, qq, weights, k, k_sf, ks, ke):
+        """Prefill: each row's top-k of its keys ``k[ks:ke]`` (the fused top-k vLLM's and SGLang's
+        DeepSeek-V4 indexers are routed to) -> int32 [rows, topk], relative to ``ks``, -1 padded."""
+        return mqa_topk_indices(qq, (k, k_sf), weights, ks, ke, self.cfg.index_topk)
+
+    def _select_paged(self, qq, weights, ctx, table, max_len):
+        """Decode: each row's top-k of the first ``ctx`` entries of its request's paged indexer
+        cache -> int32 [B * next_n, topk], -1 padded."""
+        return paged_mqa_topk_indices(qq, self.caches.index, weights, ctx, table, max_len, self.cfg.index_topk)
 
     def _record_topk(self, picked, qq, weights, kf, ks, ke):
         """Recall of the kernel's sets against the float32 top-k of the same quantised inputs."""
@@ -251,6 +263,11 @@ class PatchedBackend:
         from sm12x.layer.moe_calls import routed_experts
 
         return routed_experts(self, step, h, ids, weights, w13, w2)
+
+    def contiguous_alignment(self, rows: int) -> int:
+        """M alignment of each expert's segment in the contiguous layout, asked for this step's
+        ``rows`` (token, expert) pairs over the experts, as the SM100 / SM120 callers ask."""
+        return self.dg.get_theoretical_mk_alignment_for_contiguous_layout(rows, self.cfg.experts)
 
 
 def _gather_model1(cache, slots):

@@ -12,8 +12,8 @@ plain torch path to time beside the patched one; softmax, norms and mHC stay flo
 
 Discrete choices are taken from the patched run when ``trace`` holds them (the indexer's top-k sets
 and the routed experts), so that a near-tie decided the other way does not swamp the comparison;
-how often the reference's own choice agrees is recorded in ``decisions`` (recall of the top-k sets,
-share of identical expert picks).
+how often the reference's own choice agrees is recorded in ``decisions`` (recall of the top-k sets
+per step; for the experts, per step, the (agreeing, total) counts of single picks and of whole sets).
 """
 from __future__ import annotations
 
@@ -167,8 +167,11 @@ class ReferenceBackend:
         forced = self.trace.get(("experts", self.layer, self.step_no))
         if forced is None:
             return ids
-        same = (torch.sort(forced, 1).values == torch.sort(ids, 1).values).all(1).float().mean()
-        self.decisions.setdefault("expert_choice_agreement", []).append(float(same))
+        # counts, pooled over the steps by the report: a share per step would make a one-token
+        # step (decode batch 1) read 0 or 1 and swamp a minimum over steps
+        in_both = (forced[:, :, None] == ids[:, None, :]).any(-1)                # [T, k]
+        self.decisions.setdefault("expert_pick_agreement", []).append((int(in_both.sum()), in_both.numel()))
+        self.decisions.setdefault("expert_set_agreement", []).append((int(in_both.all(1).sum()), ids.shape[0]))
         return forced
 
     def experts(self, step, h, ids, weights, w13, w2):
