@@ -71,6 +71,11 @@ echo "nvcc: $(nvcc --version | grep -o 'release [0-9.]*') ($CUDA_HOME)"
 if [ -d "$CUDA_HOME/include/cccl" ]; then
     export CPLUS_INCLUDE_PATH=$CUDA_HOME/include/cccl${CPLUS_INCLUDE_PATH:+:$CPLUS_INCLUDE_PATH}
 fi
+# The device image's Python links extensions with a static libstdc++: inside a torch process that
+# private copy's locale and stream state disagrees with the shared one torch loaded, and DeepGEMM's
+# first kernel compile (std::regex, ostringstream) then segfaults. Linking the shared libstdc++
+# first leaves nothing to take from the static archive.
+export LDFLAGS="-Wl,--no-as-needed -lstdc++${LDFLAGS:+ $LDFLAGS}"
 python3 -c 'import torch; print(f"torch {torch.__version__} (CUDA {torch.version.cuda}); GPU:",
     torch.cuda.get_device_name() if torch.cuda.is_available() else "none")'
 
@@ -121,6 +126,9 @@ else
     dg_pkg=$(dirname "$(find "$S/deepgemm/build" -path '*/deep_gemm/_C*.so' | head -1)")
     ls "$S"/flashmla/flash_mla/cuda*.so >/dev/null 2>&1 || die "FlashMLA's build made no flash_mla/cuda*.so"
     [ "$dg_pkg" != . ] || die "DeepGEMM's build made no deep_gemm/_C*.so"
+    for so in "$dg_pkg"/_C*.so "$S"/flashmla/flash_mla/cuda*.so; do
+        readelf -d "$so" | grep -q 'libstdc++\.so' || die "$so does not load the shared libstdc++ (a static copy crashes inside torch)"
+    done
     rm -rf "$TARGET/flash_mla" "$TARGET/deep_gemm"
     cp -r "$S/flashmla/flash_mla" "$TARGET/"
     cp -r "$dg_pkg" "$TARGET/"
