@@ -174,6 +174,56 @@ VLLM_PATCHES = (
                   ">=0.22.1,<0.35"),
 )
 
+_UPSTREAM_V41 = ("vllm 0.34.0 model_executor/layers/sparse_attn_indexer.py (prefill chunks and decode: "
+                 "_select_candidate_blocks / _apply_candidate_mask between the logits and the top-k); "
+                 "model_executor/kernels/attention/dsa/candidate_blocks.py; models/deepseek_v41/attention.py "
+                 "(candidate source and consumers)")
+_V41_WHY = ("DeepSeek-V4.1's {step} reads every {which} layer's logits ([rows, max_seqlen_k] float32 per prefill "
+            "chunk, [decode rows, max_model_len] per decode step, 4 MiB a row at 1M), so sm12x's indexer records "
+            "kept them real for every V4.1 indexer layer; for the placeholder logits it now records the step and "
+            "the fused candidate top-k does it (vLLM's kernel for real logits)")
+
+
+def _vllm_v41(step, make, which):
+    return Patch(name=f"vllm.sparse_attn_indexer.{step}", target=f"{_VLLM_INDEXER}:{step}", make=make,
+                 why=_V41_WHY.format(step=step.lstrip("_"), which=which), upstream=_UPSTREAM_V41, library="vllm",
+                 versions=">=0.34.0,<0.35", retire_when=_RETIRE_VLLM_DENSE,
+                 notes="only with the indexer's logits and top-k records applied (else every call gets real "
+                       "logits); real logits under DCP, for bf16 logits and for a decode whose [B, 1] lengths "
+                       "bound several rows of a request (vLLM's row_repeat)")
+
+
+VLLM_V41_PATCHES = (
+    _vllm_v41("_select_candidate_blocks", vllm_wrappers.make_select_candidate_blocks, "candidate source"),
+    _vllm_v41("_apply_candidate_mask", vllm_wrappers.make_apply_candidate_mask, "candidate consumer"),
+)
+
+_GLM5NEXT = "vllm.models.glm5next.nvidia.sparse_indexer"
+_GLM5NEXT_UPSTREAM = ("vllm 0.34.0 models/glm5next/nvidia/sparse_indexer.py (sparse_attn_indexer_kpool decode: "
+                      "fp8_fp4_paged_mqa_logits then get_indexer_topk, its own copies from vllm.utils.deep_gemm "
+                      "and layers/indexer_topk.py)")
+
+
+def _glm5next(name, make, why):
+    return Patch(name=f"vllm.glm5next.sparse_indexer.{name}", target=f"{_GLM5NEXT}:{name}", make=make, why=why,
+                 upstream=_GLM5NEXT_UPSTREAM, library="vllm", versions=">=0.34.0,<0.35",
+                 retire_when=_RETIRE_VLLM_DENSE,
+                 notes="prefill goes through vLLM's fused_mqa_topk seam (the vllm.fused_mqa_topk records rebind "
+                       "this module's copies); its dense prefill (an FP4 indexer cache, refused on SM12x by "
+                       "vLLM 0.34) keeps real logits")
+
+
+GLM5NEXT_PATCHES = (
+    _glm5next("fp8_fp4_paged_mqa_logits", vllm_wrappers.make_deferred_paged_mqa_logits,
+              "GLM-5-next's pool indexer decode materialises [decode rows, max_pool_len] float32 logits for its "
+              "top-k of topk // index_kpool pools (the module imports its own fp8_fp4_paged_mqa_logits, which "
+              "the sparse_attn_indexer records do not reach); they come back as a placeholder for the fused "
+              "paged top-k when the module's get_indexer_topk is sm12x's and DCP is off"),
+    _glm5next("get_indexer_topk", vllm_wrappers.make_get_indexer_topk,
+              "GLM-5-next's decode top-k selector (its own copy) runs the fused paged top-k for the placeholder "
+              "logits of its fp8_fp4_paged_mqa_logits record (vLLM's selector for real logits)"),
+)
+
 _SGLANG_UPSTREAM = ("sglang 0.5.21-0.5.23 srt/layers/attention/dsv4/indexer.py (forward_c4_indexer, "
                     "_get_nonpaged_indexer_plan; 0.5.20: _forward_nonpaged_indexer, not replaced)")
 _SGLANG_WHY = ("SGLang's DeepSeek-V4 non-paged prefill indexer (one request's extend, on by default) "
@@ -317,4 +367,4 @@ SGLANG_DSA_PAGED_PATCHES = tuple(
          "DeepGEMM call)"))
 )
 
-PATCHES = VLLM_PATCHES + SGLANG_PATCHES + SGLANG_DSA_PATCHES + SGLANG_DSA_PAGED_PATCHES
+PATCHES = VLLM_PATCHES + VLLM_V41_PATCHES + GLM5NEXT_PATCHES + SGLANG_PATCHES + SGLANG_DSA_PATCHES + SGLANG_DSA_PAGED_PATCHES
