@@ -103,3 +103,53 @@ def test_compiles_for_sm12x():
     reports = ct.compile_reports(("sm_120", "sm_121"))
     assert len(reports) == 8
     assert_within_sm12x_limits(reports)
+
+
+@pytest.mark.gpu
+def test_gpu_v41_prefill_chunk():
+    """A V4.1-shaped prefill chunk: 2,048 rows of one request over 65,536 compressed keys, 64 heads
+    x 128, top-1024, 18 candidate blocks of 64: the source's blocks and indices, then a consumer's
+    indices, exactly as vLLM's steps on the kernel's logits give them."""
+    s, s_kv, topk, bs, kb = 2048, 65536, 1024, 64, 18
+    inp = make_inputs(s, s_kv, 64, 128, False, "cuda", seed=21)
+    ke = torch.arange(s_kv - s + 1, s_kv + 1, dtype=torch.int32, device="cuda")
+    ks = torch.zeros_like(ke)
+    cand = torch.empty((s, kb), dtype=torch.int32, device="cuda")
+    src = ct.mqa_candidate_topk_indices(inp["q"], inp["kv"], inp["weights"], ks, ke, topk, width=s_kv, block_size=bs,
+                                        candidates=cand, write=True)
+    logits = api.fp8_fp4_mqa_logits(inp["q"], inp["kv"], inp["weights"], ks, ke)
+    assert torch.equal(cand.long(), ref_select_candidate_blocks(logits, ke, kb, bs))
+    assert torch.equal(src, ref_indexer_topk(logits, topk, ks, ke))
+    w2 = inp["weights"].flip(-1).contiguous()
+    con = ct.mqa_candidate_topk_indices(inp["q"], inp["kv"], w2, ks, ke, topk, width=s_kv, block_size=bs,
+                                        candidates=cand, write=False)
+    logits = api.fp8_fp4_mqa_logits(inp["q"], inp["kv"], w2, ks, ke)
+    assert torch.equal(con, ref_indexer_topk(ref_candidate_mask(logits, ke, cand, bs, fill=ct.MASKED), topk, ks, ke))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("b,next_n,avg_ctx", [(1, 1, 262144), (32, 2, 16384)])
+def test_gpu_v41_decode_model_length_window(b, next_n, avg_ctx):
+    """V4.1 decode as vLLM 0.34 calls it: max_model_len 262,144 (1M tokens / 4), top-1024, 18
+    candidate blocks of 64, one long request and a batch of short ones."""
+    from tests.kernels.indexer.test_paged_mqa_logits import _production
+
+    model_len, topk, bs, kb = 262144, 1024, 64, 18
+    qq, cache, w, cl, bt, _ = _production(b, next_n, avg_ctx, False)
+    cl.clamp_(max=model_len)
+    bt = torch.nn.functional.pad(bt, (0, model_len // 64 - bt.shape[1])) if bt.shape[1] < model_len // 64 \
+        else bt[:, : model_len // 64].contiguous()
+    rows = b * next_n
+    ends = paged_valid_ends(cl, next_n)
+    cand = torch.empty((rows, kb), dtype=torch.int32, device="cuda")
+    src = ct.paged_mqa_candidate_topk_indices(qq, cache, w, cl, bt, model_len, topk, block_size=bs, candidates=cand,
+                                              write=True)
+    logits = api.fp8_fp4_paged_mqa_logits(qq, cache, w, cl, bt, None, model_len, clean_logits=True)
+    assert torch.equal(cand.long(), ref_select_candidate_blocks(logits, ends, kb, bs))
+    assert torch.equal(src, ref_indexer_topk(logits, topk, None, ends))
+    w2 = w.flip(-1).contiguous()
+    con = ct.paged_mqa_candidate_topk_indices(qq, cache, w2, cl, bt, model_len, topk, block_size=bs, candidates=cand,
+                                              write=False)
+    logits = api.fp8_fp4_paged_mqa_logits(qq, cache, w2, cl, bt, None, model_len, clean_logits=True)
+    assert torch.equal(con, ref_indexer_topk(ref_candidate_mask(logits, ends, cand, bs, fill=ct.MASKED), topk, None,
+                                             ends))
