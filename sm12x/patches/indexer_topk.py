@@ -21,8 +21,16 @@ pair where the release's source shows it:
   compressed layout, ``max_seqlen_k``, upcast by ``as_fp32_logits``) and pass the logits to
   ``ops.top_k_per_row_prefill``; both names are globals of ``sparse_attn_indexer``, replaced as a
   pair (0.34.0 runs this dense path only for layers its fused seam does not take).
-- Both keep real logits where another reader needs them (DCP's merge, v4.1 candidate blocks from
-  0.30.0), read from the indexer call's own arguments.
+- Both keep real logits where another reader needs them (DCP's merge; v4.1 candidate blocks in
+  0.30.0-0.33.0), read from the indexer call's own arguments.
+- vLLM 0.34.0's DeepSeek-V4.1 layers (``candidate_blocks`` given): the indexer's
+  ``_select_candidate_blocks`` / ``_apply_candidate_mask`` (vLLM's candidate-block steps between
+  the logits and the top-k) record themselves on placeholder logits, and the top-k runs the fused
+  candidate top-k (:mod:`sm12x.kernels.indexer.candidate_topk`): the source layer publishes its
+  blocks into vLLM's buffer, consumers rank keys inside theirs, in prefill chunks and decode.
+- vLLM 0.34.0's GLM-5-next pool indexer (``vllm.models.glm5next.nvidia.sparse_indexer``): its
+  own copies of ``fp8_fp4_paged_mqa_logits`` and ``get_indexer_topk`` (decode) as the pair above;
+  its prefill goes through the ``fused_mqa_topk`` seam, whose copies the fused records rebind.
 - SGLang 0.5.20-0.5.23's DeepSeek-V4 indexer: the paged logits functions SM120 uses by default
   (TileLang, torch) and DeepGEMM's ``fp8_paged_mqa_logits`` when those are turned off (a
   placeholder only for ``run_paged_indexer``'s call): ``PAGED_LAYERS``, which the DeepGEMM-route
@@ -44,7 +52,9 @@ pair where the release's source shows it:
   positions unfused); real logits for init / local token marks and a FlashInfer tie-break.
 
 Not covered (see the front ends' docstrings): vLLM releases before 0.22.1; vLLM prefill and decode
-with DCP > 1 or v4.1 candidate blocks, BF16 logits or SM100 MX inputs (real logits, vLLM's top-k);
+with DCP > 1, BF16 logits or SM100 MX inputs, v4.1 candidate blocks before 0.34.0 and a 0.34.0 decode
+whose [B, 1] lengths bound next_n > 1 rows of a request (real logits, vLLM's top-k); GLM-5-next's dense
+prefill (an FP4 indexer cache, which vLLM 0.34.0 refuses on SM12x);
 SGLang's DeepSeek-V4 paged indexer with the FP4 indexer cache (a (values, scales) query: real
 logits); SGLang 0.5.20's DeepSeek-V4 non-paged prefill (``_forward_nonpaged_indexer``: every
 row's logits at once); SGLang's DSA indexer in prefill context parallel

@@ -23,7 +23,11 @@ replaced as a pair: the logits come back as a placeholder and ``ops.top_k_per_ro
 computes the fused top-k for it (0.34.0 runs this dense path only for layers its fused seam does
 not take, e.g. an FP4 indexer cache).
 
-Both pairs keep real logits where another reader needs them: DCP's merge, v4.1 candidate blocks.
+Both pairs keep real logits where another reader needs them: DCP's merge, and v4.1 candidate
+blocks unless the indexer's candidate steps are sm12x's (vLLM 0.34: ``make_select_candidate_blocks``,
+``make_apply_candidate_mask``, which record the step on the placeholder for the fused candidate
+top-k). GLM-5-next's pool indexer (``sparse_attn_indexer_kpool``, vLLM 0.34) takes the decode
+pair through its own copies.
 """
 from __future__ import annotations
 
@@ -52,9 +56,11 @@ def _env(original, name, default):
 
 
 def sm12x_serves(query_shape, topk, fp4_cache, full_context, candidate_selection) -> bool:
-    """Whether sm12x's fused prefill top-k serves an indexer layer: FP8 queries of a head count
-    and head dim the kernels take, every rank ranking the whole context (no DCP shard merge,
-    which needs the logits) and no v4.1 candidate-block selection (which reads them too)."""
+    """Whether vLLM 0.34's fused seam may take an indexer layer: FP8 queries of a head count and
+    head dim the kernels take, every rank ranking the whole context (no DCP shard merge, which
+    needs the logits) and no v4.1 candidate-block selection (the seam's op has no candidate
+    arguments: those layers take the dense path, whose candidate steps sm12x records on its
+    placeholder logits)."""
     from sm12x.kernels.indexer.validation import FP8_DIMS, HEADS
 
     shape = tuple(int(s) for s in query_shape)
