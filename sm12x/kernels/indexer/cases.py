@@ -191,7 +191,7 @@ def check_candidate_topk(device, full):
     from sm12x.kernels.indexer.reference import ref_candidate_mask, ref_indexer_topk, ref_select_candidate_blocks
 
     # (rows, keys, heads, dim, topk, block size, candidate blocks)
-    shapes = [(16, 300, 16, 64, 32, 8, 8)] if device != "cuda" else [(2048, 65536, 64, 128, 512, 64, 64)]
+    shapes = [(8, 160, 8, 64, 16, 8, 4)] if device != "cuda" else [(2048, 65536, 64, 128, 512, 64, 10)]
     for s, s_kv, h, d, topk, bs, kb in shapes:
         q, _, k, k_sf, w, _, ke = _mqa_inputs(device, s, s_kv, h, d, seed=3)
         ks = torch.zeros_like(ke)  # one request: row-local positions are key positions
