@@ -128,13 +128,14 @@ def test_gpu_v41_prefill_chunk():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("b,next_n,avg_ctx", [(1, 1, 262144), (32, 2, 16384)])
-def test_gpu_v41_decode_model_length_window(b, next_n, avg_ctx):
-    """V4.1 decode as vLLM 0.34 calls it: max_model_len 262,144 (1M tokens / 4), top-1024, 18
-    candidate blocks of 64, one long request and a batch of short ones."""
+@pytest.mark.parametrize("b,next_n,avg_ctx,bs,kb", [(1, 1, 262144, 64, 18), (32, 2, 16384, 64, 18),
+                                                    (8, 1, 131072, 8, 512)])
+def test_gpu_v41_decode_model_length_window(b, next_n, avg_ctx, bs, kb):
+    """V4.1 decode as vLLM 0.34 calls it: a 262,144-wide window, top-1024, 18 candidate blocks of
+    64 or 512 of 8 (SGLang's V4.1 block size), one long request and batches of shorter ones."""
     from tests.kernels.indexer.test_paged_mqa_logits import _production
 
-    model_len, topk, bs, kb = 262144, 1024, 64, 18
+    model_len, topk = 262144, 1024
     qq, cache, w, cl, bt, _ = _production(b, next_n, avg_ctx, False)
     cl.clamp_(max=model_len)
     bt = torch.nn.functional.pad(bt, (0, model_len // 64 - bt.shape[1])) if bt.shape[1] < model_len // 64 \
