@@ -48,6 +48,10 @@ PATHS = (
     ModelPath("sglang", ">=0.5.23,<0.5.24", "DeepSeek-V4.1 attention",
               "SGLang's SM120 decode (FlashInfer, else Triton) on the V4 584-byte cache (SGLang asserts the "
               "V4.1 layouts need SM100; SGLang's own)"),
+    ModelPath("sglang", ">=0.5.23,<0.5.24", "DeepSeek-V4.1 indexer top-k",
+              "SGLang's own: the consumer layers rank candidate-only logits ([rows, candidate blocks x 8]); the "
+              "candidate source layer ranks prefill in 2 GiB logits tiles and decode over [rows, "
+              "max_compressed_seq_len] FP32 logits (sm12x's fused top-k does not take SGLang's V4.1 source layer)"),
     ModelPath("sglang", ">=0.5.23,<0.5.24", "DeepSeek-V4.1 indexer",
               "SGLang's sparse-table candidate indexer on sm12x's DeepGEMM paged sparse logits and schedule "
               "(the source layers' dense logits on sm12x's FP4 indexer kernels)", _SGL_V41,

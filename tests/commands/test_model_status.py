@@ -62,4 +62,5 @@ def test_status_prints_the_rows(tmp_path):
     text = run_py(code % (["status"],), pythonpath=[root], check=False).stdout
     assert "models:     sglang 0.5.23: DeepSeek-V4.1 attention: SGLang's SM120 decode" in text, text
     data = json.loads(run_py(code % (["status", "--json"],), pythonpath=[root], check=False).stdout)
-    assert {r["part"] for r in data["models"]} == {"DeepSeek-V4.1 attention", "DeepSeek-V4.1 indexer"}
+    assert {r["part"] for r in data["models"]} == {"DeepSeek-V4.1 attention", "DeepSeek-V4.1 indexer",
+                                                   "DeepSeek-V4.1 indexer top-k"}
