@@ -49,9 +49,14 @@ PATHS = (
               "SGLang's SM120 decode (FlashInfer, else Triton) on the V4 584-byte cache (SGLang asserts the "
               "V4.1 layouts need SM100; SGLang's own)"),
     ModelPath("sglang", ">=0.5.23,<0.5.24", "DeepSeek-V4.1 indexer top-k",
-              "SGLang's own: the consumer layers rank candidate-only logits ([rows, candidate blocks x 8]); the "
-              "candidate source layer ranks prefill in 2 GiB logits tiles and decode over [rows, "
-              "max_compressed_seq_len] FP32 logits (sm12x's fused top-k does not take SGLang's V4.1 source layer)"),
+              "the candidate source layer's decode on sm12x's fused candidate top-k (its page slots and blocks of "
+              "8 without the [rows, max_compressed_seq_len] logits; a chunked logits plan stays SGLang's); its "
+              "prefill in SGLang's 2 GiB logits tiles; the consumer layers on candidate-only logits",
+              _SGL_V41 + ("sglang.v41.sparse_table.deep_gemm_fp4_paged_mqa_logits",
+                          "sglang.v41.sparse_table.topk_transform_paged_v2", "sglang.v41.sparse_table.amax_topk_blocks"),
+              otherwise="SGLang's own (with the candidate indexer records): the consumer layers rank candidate-only "
+                        "logits; the source layer ranks prefill in 2 GiB logits tiles and decode over [rows, "
+                        "max_compressed_seq_len] FP32 logits"),
     ModelPath("sglang", ">=0.5.23,<0.5.24", "DeepSeek-V4.1 indexer",
               "SGLang's sparse-table candidate indexer on sm12x's DeepGEMM paged sparse logits and schedule "
               "(the source layers' dense logits on sm12x's FP4 indexer kernels)", _SGL_V41,

@@ -213,6 +213,10 @@ OPS = (
                 (f"{_VLLM}.wrappers:make_select_candidate_blocks",)),
             Api("vllm.sparse_attn_indexer.apply_candidate_mask", f"{_VLLM}.candidates:apply_candidate_mask",
                 (f"{_VLLM}.wrappers:make_apply_candidate_mask",)),
+            Api("sglang.v41.deep_gemm_fp4_paged_mqa_logits", f"{_SGLANG}.v41:deferred_source_logits",
+                (f"{_SGLANG}.wrappers:make_v41_source_logits",)),
+            Api("sglang.v41.amax_topk_blocks", f"{_SGLANG}.v41:amax_topk_blocks",
+                (f"{_SGLANG}.wrappers:make_amax_topk_blocks",)),
         )),
     OpSpec(
         name="fp8_gemm_nt", family="gemm",

@@ -31,6 +31,12 @@ pair where the release's source shows it:
 - vLLM 0.34.0's GLM-5-next pool indexer (``vllm.models.glm5next.nvidia.sparse_indexer``): its
   own copies of ``fp8_fp4_paged_mqa_logits`` and ``get_indexer_topk`` (decode) as the pair above;
   its prefill goes through the ``fused_mqa_topk`` seam, whose copies the fused records rebind.
+- SGLang 0.5.23's DeepSeek-V4.1 sparse-table scheme (``v41_indexer/sparse_table.py``): the
+  candidate source layer's unchunked decode (``publish_decode``) reads one [rows,
+  max_compressed_seq_len] logits tensor with the v2 transform and ``amax_topk_blocks``; the
+  module's copies of those two and of ``deep_gemm_fp4_paged_mqa_logits`` are replaced as a set
+  (:mod:`sm12x.frontends.sglang.v41`). Its prefill scores in SGLang's own 2 GiB tiles and its
+  consumers read candidate-only logits already.
 - SGLang 0.5.20-0.5.23's DeepSeek-V4 indexer: the paged logits functions SM120 uses by default
   (TileLang, torch) and DeepGEMM's ``fp8_paged_mqa_logits`` when those are turned off (a
   placeholder only for ``run_paged_indexer``'s call): ``PAGED_LAYERS``, which the DeepGEMM-route
@@ -234,6 +240,35 @@ GLM5NEXT_PATCHES = (
               "logits of its fp8_fp4_paged_mqa_logits record (vLLM's selector for real logits)"),
 )
 
+_SGLANG_V41_UPSTREAM = ("sglang 0.5.23 srt/layers/attention/dsv4/v41_indexer/sparse_table.py "
+                        "(SparseTableBackend.publish_decode); kernels/ops/attention/dsv4/index_logits.py, "
+                        "candidate_blocks.py (amax_topk_blocks), topk.py (topk_transform_paged_v2)")
+_RETIRE_SGLANG_V41 = ("SGLang's V4.1 candidate source ranks its decode rows and blocks on SM120 without "
+                      "materialising [rows, max_compressed_seq_len] logits (its TODO: one kernel for both selections)")
+
+
+def _sglang_v41(name, make, why):
+    return Patch(name=f"sglang.v41.sparse_table.{name}", target=f"{sglang_wrappers.V41_SPARSE_TABLE}:{name}",
+                 make=make, why=why, upstream=_SGLANG_V41_UPSTREAM, library="sglang", versions=">=0.5.23,<0.5.24",
+                 retire_when=_RETIRE_SGLANG_V41,
+                 notes="the unchunked publish_decode only (a chunked logits plan keeps SGLang's path), and only "
+                       "with all three records applied and the candidate gate letting SGLang build this scheme")
+
+
+SGLANG_V41_PATCHES = (
+    _sglang_v41("deep_gemm_fp4_paged_mqa_logits", sglang_wrappers.make_v41_source_logits,
+                "DeepSeek-V4.1's candidate source layer materialises [decode rows, max_compressed_seq_len] FP32 "
+                "logits per step (4 MiB a row at 1M positions) for its own top-k and its block selection; called "
+                "from publish_decode with both readers sm12x's, the logits come back as a placeholder"),
+    _sglang_v41("topk_transform_paged_v2", sglang_wrappers.make_topk_transform_v2,
+                "the source layer's own top-k (page slots) runs the fused candidate top-k for the placeholder, "
+                "which also publishes the rows' blocks of 8 (SGLang's top-k v2 kernel for real logits)"),
+    _sglang_v41("amax_topk_blocks", sglang_wrappers.make_amax_topk_blocks,
+                "the source layer's block selection (block maxima of 8 positions, newest pinned, top "
+                "topk_blocks) hands over the blocks the fused candidate top-k published for the placeholder, "
+                "after an event on the main stream (SGLang's kernels for real logits)"),
+)
+
 _SGLANG_UPSTREAM = ("sglang 0.5.21-0.5.23 srt/layers/attention/dsv4/indexer.py (forward_c4_indexer, "
                     "_get_nonpaged_indexer_plan; 0.5.20: _forward_nonpaged_indexer, not replaced)")
 _SGLANG_WHY = ("SGLang's DeepSeek-V4 non-paged prefill indexer (one request's extend, on by default) "
@@ -377,4 +412,4 @@ SGLANG_DSA_PAGED_PATCHES = tuple(
          "DeepGEMM call)"))
 )
 
-PATCHES = VLLM_PATCHES + VLLM_V41_PATCHES + GLM5NEXT_PATCHES + SGLANG_PATCHES + SGLANG_DSA_PATCHES + SGLANG_DSA_PAGED_PATCHES
+PATCHES = VLLM_PATCHES + VLLM_V41_PATCHES + GLM5NEXT_PATCHES + SGLANG_V41_PATCHES + SGLANG_PATCHES + SGLANG_DSA_PATCHES + SGLANG_DSA_PAGED_PATCHES

@@ -37,17 +37,22 @@ def test_vllm_0340_rows_and_ranges():
     assert _rows({"vllm": "0.33.0", "sglang": "0.5.22"}, {}) == {}
 
 
-def test_vllm_0340_top_k_rows_follow_the_records():
+def test_top_k_rows_follow_the_records():
     """The V4.1 and GLM-5-next top-k rows say the fused top-k serves only with every record they
     take applied, and name the first that is not."""
-    for part in ("DeepSeek-V4.1 indexer top-k", "GLM-5-next indexer top-k"):
-        path = next(p for p in model_paths.PATHS if p.experts == part)
+    versions = {"vllm": "0.34.0", "sglang": "0.5.23"}
+    for framework, part, served_text, other_text in (
+            ("vllm", "DeepSeek-V4.1 indexer top-k", "sm12x's fused", "[rows, max_model_len] FP32 logits"),
+            ("vllm", "GLM-5-next indexer top-k", "sm12x's fused", "[rows, max_model_len] FP32 logits"),
+            ("sglang", "DeepSeek-V4.1 indexer top-k", "the candidate source layer's decode on sm12x's fused",
+             "SGLang's own")):
+        path = next(p for p in model_paths.PATHS if p.experts == part and p.framework == framework)
         served = {n: ("applied", "") for n in path.records}
-        row = _rows({"vllm": "0.34.0"}, served)[("vllm", part)]
-        assert row["serves"].startswith("sm12x's fused") and path.records[-1] in row["via"], row
+        row = _rows(versions, served)[(framework, part)]
+        assert row["serves"].startswith(served_text) and path.records[-1] in row["via"], row
         off = dict(served, **{path.records[-1]: ("skipped", "turned off by SM12X_SKIP")})
-        row = _rows({"vllm": "0.34.0"}, off)[("vllm", part)]
-        assert row["serves"].startswith("[rows, max_model_len] FP32 logits") and "SM12X_SKIP" in row["via"], row
+        row = _rows(versions, off)[(framework, part)]
+        assert row["serves"].startswith(other_text) and "SM12X_SKIP" in row["via"], row
 
 
 def test_paths_name_registered_records():
