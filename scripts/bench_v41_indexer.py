@@ -5,7 +5,15 @@ candidate blocks; DeepGEMM's own sparse kernel is SM100-only, so nothing else ru
 
 Decode rows of 32 index heads (head_dim 128, FP4 index-K pool of 64-slot pages), each with 512
 published blocks of 8 positions; contexts in compressed positions. Prints one markdown table: the
-time of each, the keys each reads per row, and the ratio. Needs a CUDA GPU.
+time of each, the keys each reads per row, and the ratio.
+
+A second table races vLLM 0.34's V4.1 decode step on SM12x (64 FP8 index heads, 64-slot pages,
+top-1024, 18 candidate blocks of 64, ``max_model_len`` wide) against sm12x's fused candidate top-k
+(``sm12x.kernels.indexer.candidate_topk``), for the candidate source and a consumer layer: the
+materialised side is sm12x's paged logits (what the DeepGEMM records serve) with the block
+selection / mask of ``sm12x.kernels.indexer.reference`` and ``torch.topk`` standing for vLLM's
+Triton steps and radix top-k (those run as vLLM's own in ``scripts/prove_1m_indexer.py --v41``,
+which times both paths through vLLM's indexer). Needs a CUDA GPU.
 
     python3 scripts/bench_v41_indexer.py [--rows 64] [--contexts 32768,131072,262144]
 """
@@ -64,7 +72,54 @@ def main() -> int:
         dense = do_bench(lambda: indexer.fp8_fp4_paged_mqa_logits(qq, cache, w, lens[:, None], table, sched, ctx))
         print(f"| {ctx} | {sparse * 1e3:.1f} | {args.blocks * bs} | {dense * 1e3:.1f} | {ctx} | "
               f"{dense / sparse:.1f}x |")
+    candidate_topk_table(args, dev)
     return 0
+
+
+def candidate_topk_table(args, dev, topk=1024, block=64, kb=18, heads=64, model_len=262144):
+    """vLLM 0.34's V4.1 decode step, materialised against fused (see the module docstring)."""
+    from triton.testing import do_bench
+
+    from sm12x.frontends.deep_gemm import indexer
+    from sm12x.kernels.indexer import candidate_topk as ct
+    from sm12x.kernels.indexer.cache import quant_fp8_paged_cache
+    from sm12x.kernels.indexer.reference import ref_candidate_mask, ref_select_candidate_blocks
+
+    print()
+    print(f"V4.1 decode step, {args.rows} rows, {heads} FP8 heads, top-{topk}, {kb} candidate blocks of {block}, "
+          f"max_model_len {model_len}")
+    print()
+    print("| context | layer | materialised (us) | fused (us) | materialised / fused | logits (MiB) |")
+    print("|---|---|---|---|---|---|")
+    g = torch.Generator(device=dev).manual_seed(1)
+    for ctx in (int(c) for c in args.contexts.split(",")):
+        pages = -(-ctx // 64)
+        cache = quant_fp8_paged_cache(torch.randn(pages, 64, 128, device=dev, generator=g, dtype=torch.bfloat16))
+        q = (torch.randn(args.rows, 1, heads, 128, device=dev, generator=g).to(torch.float8_e4m3fn), None)
+        w = torch.randn(args.rows, heads, device=dev, generator=g)
+        lens = torch.full((args.rows, 1), ctx, dtype=torch.int32, device=dev)
+        table = torch.nn.functional.pad(torch.arange(pages, device=dev, dtype=torch.int32)[None].expand(args.rows, -1),
+                                        (0, model_len // 64 - pages))
+        ends = lens.reshape(-1)
+        blocks = torch.empty((args.rows, kb), dtype=torch.int32, device=dev)
+
+        def materialised(write):
+            logits = indexer.fp8_fp4_paged_mqa_logits(q, cache, w, lens, table, None, model_len, clean_logits=False)
+            if write:
+                blocks.copy_(ref_select_candidate_blocks(logits, ends, kb, block))
+            else:
+                logits = ref_candidate_mask(logits, ends, blocks, block)
+            return logits.topk(topk, dim=-1)
+
+        def fused(write):
+            return ct.paged_mqa_candidate_topk_indices(q, cache, w, lens, table, model_len, topk, block_size=block,
+                                                       candidates=blocks, write=write)
+
+        for write, layer in ((True, "source"), (False, "consumer")):
+            m = do_bench(lambda: materialised(write))
+            f = do_bench(lambda: fused(write))
+            print(f"| {ctx} | {layer} | {m * 1e3:.1f} | {f * 1e3:.1f} | {m / f:.2f}x | "
+                  f"{args.rows * model_len * 4 / 2 ** 20:.0f} |")
 
 
 if __name__ == "__main__":

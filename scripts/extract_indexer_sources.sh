@@ -17,7 +17,8 @@ out=${2:-.proof-src}
 declare -A MODULES=(
   [vllm-0.34.0]="vllm/model_executor/layers/sparse_attn_indexer.py
                  vllm/model_executor/layers/indexer_topk.py
-                 vllm/model_executor/kernels/attention/dsa/fused_mqa_topk.py"
+                 vllm/model_executor/kernels/attention/dsa/fused_mqa_topk.py
+                 vllm/model_executor/kernels/attention/dsa/candidate_blocks.py"
   [vllm-0.25.1]="vllm/model_executor/layers/sparse_attn_indexer.py"
   [sglang-0.5.23]="sglang/srt/layers/attention/dsv4/indexer.py"
 )

@@ -1,7 +1,11 @@
 """Prove the 1M-token indexer pass on the frameworks' own code: vLLM's ``sparse_attn_indexer``
 (0.34.0 and 0.25.1: a prefill chunk and decode rows) and SGLang 0.5.23's DeepSeek-V4
 ``C4IndexerBackendMixin.forward_c4_indexer`` (SM120's default paged route: a prefill chunk and
-decode rows), run with sm12x's indexer top-k records applied and without them.
+decode rows), run with sm12x's indexer top-k records applied and without them. With ``--v41``,
+vLLM 0.34.0 also runs DeepSeek-V4.1's two-level selection: for a prefill chunk and for decode
+rows, the candidate source layer (``candidate_write``: publishes each row's best blocks) and a
+consumer layer (ranks only keys in them), through vLLM's own ``candidate_blocks`` kernels when
+unpatched; the index sets of both layers and the published blocks are compared exactly.
 
     scripts/extract_indexer_sources.sh /tmp/moe-wheels .proof-src
     python3 scripts/prove_1m_indexer.py --src .proof-src                          # on a GPU
@@ -89,6 +93,13 @@ def parse_args(argv=None):
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--markdown", default="", help="also write the table to this file")
     p.add_argument("--json", default="", help="also write every measured row (JSON list) to this file")
+    p.add_argument("--v41", action="store_true",
+                   help="also run DeepSeek-V4.1's passes (vLLM 0.34.0: candidate source and consumer layers)")
+    p.add_argument("--candidate-block-size", type=int, default=64,
+                   help="V4.1 candidate block size, in indexer keys (default 64)")
+    p.add_argument("--candidate-blocks", type=int, default=0,
+                   help="V4.1 candidate blocks per row (default: topk / block size + 2, so that a consumer row "
+                        "of more than topk keys keeps at least topk of them)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--release", help=argparse.SUPPRESS)
     p.add_argument("--mode", help=argparse.SUPPRESS)
@@ -100,6 +111,8 @@ def parse_args(argv=None):
     else:
         args.context_list = sorted({max(args.queries, args.keys >> s) for s in (3, 2, 1, 0)})
     args.release_list = [r for r in args.releases.split(",") if r]
+    if not args.candidate_blocks:
+        args.candidate_blocks = -(-args.topk // args.candidate_block_size) + 2
     if args.budget_s and not args.worker:
         args.deadline = time.time() + args.budget_s
     if not args.release_list:

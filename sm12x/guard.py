@@ -41,7 +41,9 @@ CACHE_FILE = "verdicts.json"
 CACHE_FORMAT = 1
 
 DECODE, PREFILL = ("sparse_mla_decode",), ("sparse_mla_prefill",)
-MQA, PAGED, TOPK = ("mqa_logits",), ("paged_mqa_logits",), ("indexer_topk",)
+# every indexer top-k record is checked with both fused top-k ops: the V4.1 candidate steps and the
+# placeholder logits they read must be refused (or served) together
+MQA, PAGED, TOPK = ("mqa_logits",), ("paged_mqa_logits",), ("indexer_topk", "candidate_topk")
 GEMM, EINSUM, PRENORM = ("fp8_gemm_nt",), ("fp8_einsum",), ("tf32_hc_prenorm_gemm",)
 CONTIGUOUS, MASKED = ("m_grouped_fp8_fp4_gemm_nt_contiguous",), ("m_grouped_fp8_fp4_gemm_nt_masked",)
 SPARSE_LOGITS = ("paged_sparse_mqa_logits",)

@@ -19,9 +19,21 @@ PASSES = {"vllm-0.34.0": ("prefill", "decode"), "vllm-0.25.1": ("prefill", "deco
           "sglang-0.5.23": ("prefill", "prefill-nonpaged", "decode")}
 FRAMEWORK_CALL = {"vllm-0.34.0": "vllm 0.34.0 sparse_attn_indexer", "vllm-0.25.1": "vllm 0.25.1 sparse_attn_indexer",
                   "sglang-0.5.23": "sglang 0.5.23 forward_c4_indexer"}
+# DeepSeek-V4.1's two-level selection through vLLM 0.34's indexer (--v41): the candidate source
+# layer and a consumer layer, a prefill chunk and decode rows
+V41_PASSES = {"vllm-0.34.0": ("prefill-v41", "decode-v41")}
+
+
+def passes_for(release, v41=False):
+    """The passes a release runs (with ``v41``, its DeepSeek-V4.1 passes too)."""
+    return PASSES[release] + (V41_PASSES.get(release, ()) if v41 else ())
+
+
 PASS_LABEL = {("sglang-0.5.23", "prefill"): "prefill (paged: TileLang, SM120 default)",
               ("sglang-0.5.23", "prefill-nonpaged"): "prefill (non-paged: TileLang and torch logits off)",
-              ("sglang-0.5.23", "decode"): "decode (paged: TileLang)"}
+              ("sglang-0.5.23", "decode"): "decode (paged: TileLang)",
+              ("vllm-0.34.0", "prefill-v41"): "V4.1 prefill (candidate source + consumer layer)",
+              ("vllm-0.34.0", "decode-v41"): "V4.1 decode (candidate source + consumer layer)"}
 BLOCK = 64  # key-cache page size (vLLM's indexer cache and SGLang's C4 pages)
 TIE_TOL = 1e-5  # relative: a key this close to the k-th score counts as tied with it
 SEED = 1234

@@ -5,10 +5,33 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import linecache
 import os
 import sys
 
 from prove_1m.stand_ins import StandInModule, _register_radix_topk, sglang_stand_ins, vllm_stand_ins
+
+# Under the Triton interpreter (--device cpu) only: vLLM's candidate-block kernels assert CUDA
+# tensors, and the interpreter rejects the mask ``~(valid & keep)`` builds; these edits of the
+# extracted source let the same kernels run on CPU tensors (a GPU run loads the file unchanged)
+INTERPRETER_EDITS = {
+    "vllm.model_executor.kernels.attention.dsa.candidate_blocks": (
+        ("assert logits.is_cuda", "pass"), ("~(valid & keep)", "((valid & keep) == 0)")),
+}
+
+
+class _EditedSource(importlib.machinery.SourceFileLoader):
+    def get_data(self, path):
+        data = super().get_data(path)
+        if not path.endswith(".py"):
+            return data
+        text = data.decode()
+        for old, new in INTERPRETER_EDITS[self.name]:
+            text = text.replace(old, new)
+        # the interpreter re-reads a kernel's source through linecache: it must see the edits
+        linecache.cache[path] = (len(text), None, text.splitlines(keepends=True), path)
+        return text.encode()
+
 
 class FrameworkFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Serves one framework release: its real modules from ``src`` (the extracted files), the
@@ -28,6 +51,8 @@ class FrameworkFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             return None
         real = self._file(fullname)
         if real:
+            if fullname in INTERPRETER_EDITS and os.environ.get("TRITON_INTERPRET") == "1":
+                return importlib.util.spec_from_file_location(fullname, real, loader=_EditedSource(fullname, real))
             return importlib.util.spec_from_file_location(fullname, real)
         folder = os.path.isdir(os.path.join(self.src, *fullname.split(".")))
         if fullname in self.stand_ins or fullname in self.packages or folder:

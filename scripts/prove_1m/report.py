@@ -6,7 +6,7 @@ import functools
 import json
 import time
 
-from prove_1m.common import FRAMEWORK_CALL, PASS_LABEL, PASSES, TIE_TOL
+from prove_1m.common import FRAMEWORK_CALL, PASS_LABEL, TIE_TOL, passes_for
 
 def _gib(b):
     return "n/a" if b is None else f"{b / 2 ** 30:.2f} GiB"
@@ -37,7 +37,7 @@ def table(args, rows):
     failures = []
     by = {(r["release"], r["mode"], r["pass"], r["keys"]): r for r in rows}
     for release in args.release_list:
-        for kind in PASSES[release]:
+        for kind in passes_for(release, getattr(args, "v41", False)):
             un = [r for r in rows if r["release"] == release and r["mode"] == "unpatched" and r["pass"] == kind]
             stop = next((r for r in un if not r["ok"]), None)
             shown = sorted({r["keys"] for r in rows if r["release"] == release and r["pass"] == kind} | {args.keys})

@@ -11,7 +11,7 @@ import time
 import types
 from dataclasses import dataclass
 
-from prove_1m.common import BLOCK, PASSES, REPO, RUN, SCRIPT, SEED, TIE_TOL
+from prove_1m.common import BLOCK, REPO, RUN, SCRIPT, SEED, TIE_TOL, passes_for
 from prove_1m.finder import install_framework
 from prove_1m.stand_ins import (SGLANG_ENV, ForwardMode, PagedIndexerMetadata, VllmDecodeMetadata,
                                 VllmIndexerMetadata, dense_logits_rows)
@@ -106,18 +106,24 @@ def _vllm_prefill_chunks(release, keys, queries, device):
     return chunks
 
 
-def vllm_pass(module, release, kind, inputs, keys, topk):
+def vllm_pass(module, release, kind, inputs, keys, topk, candidates=(0, 0)):
     """A call running vLLM's ``sparse_attn_indexer`` (in ``module``) with the metadata and forward
     context vLLM builds for one pass at ``keys`` keys (``kind`` "prefill": the chunk's rows;
-    "decode": the decode rows, next_n 1); it returns the index buffer, int32 [rows, topk]."""
+    "decode": the decode rows, next_n 1); it returns the index buffer, int32 [rows, topk].
+    ``kind`` "prefill-v41" / "decode-v41": DeepSeek-V4.1's two-level selection, two indexer
+    layers in turn, the candidate source (``candidate_write``) and a consumer (its own head
+    weights: the source's reversed), sharing a candidate buffer of ``candidates`` = (blocks per
+    row, block size) as vLLM's model allocates it (int32 [rows, blocks]); it returns [source
+    indices | consumer indices | candidate blocks], int32 [rows, 2 topk + blocks]."""
     import torch
 
     device = inputs.cache.device
     vllm_cache = inputs.cache.squeeze(2)  # vLLM's indexer cache: [pages, block, dim + 4]
-    q, w = (inputs.q_prefill, inputs.w_prefill) if kind == "prefill" else (inputs.q_decode, inputs.w_decode)
+    base = kind.partition("-")[0]
+    q, w = (inputs.q_prefill, inputs.w_prefill) if base == "prefill" else (inputs.q_decode, inputs.w_decode)
     rows, _, dim = q.shape
     buffer = torch.full((rows, topk), -7, dtype=torch.int32, device=device)
-    if kind == "prefill":
+    if base == "prefill":
         metadata = VllmIndexerMetadata(
             slot_mapping=torch.zeros(rows, dtype=torch.int64, device=device), num_decodes=0, num_decode_tokens=0,
             num_prefills=1, decode=None, max_seq_len=keys,
@@ -142,11 +148,23 @@ def vllm_pass(module, release, kind, inputs, keys, topk):
     if release == "vllm-0.34.0":
         common.update(use_pcp=False, pcp_shard_decode_requests=False, dense_mha_metadata_layer_name="")
 
-    def call():
-        module.sparse_attn_indexer(**common)
-        return buffer
+    if not kind.endswith("-v41"):
+        def call():
+            module.sparse_attn_indexer(**common)
+            return buffer
 
-    return call
+        return call
+    blocks, block_size = candidates
+    published = torch.full((rows, blocks), -7, dtype=torch.int32, device=device)
+    consumer = dict(common, topk_indices_buffer=torch.full_like(buffer, -7), weights=w.flip(-1).contiguous())
+    layer = dict(candidate_blocks=published, candidate_block_size=block_size)
+
+    def call_v41():
+        module.sparse_attn_indexer(**common, **layer, candidate_write=True)
+        module.sparse_attn_indexer(**consumer, **layer, candidate_write=False)
+        return torch.cat([buffer, consumer["topk_indices_buffer"], published], dim=1)
+
+    return call_v41
 
 
 def _gather_index_keys(cache, page_table, seq_len_sum):
@@ -306,6 +324,20 @@ def compare(kind, inputs, keys, got, want, topk):
     return got.shape[0] - len(differ), ties, wrong
 
 
+def compare_v41(got, want, topk):
+    """Rows of a V4.1 pass ([source | consumer | candidates], see ``vllm_pass``) whose three parts
+    hold the same sets in sm12x's run and the unpatched one: (same, 0, differing). No tie
+    allowance: both rank the same logits kernel's scores, lowest position first at equal ones."""
+    import torch
+
+    parts = ((0, topk), (topk, 2 * topk), (2 * topk, got.shape[1]))
+    differ = torch.zeros(got.shape[0], dtype=torch.bool, device=got.device)
+    for lo, hi in parts:
+        differ |= (torch.sort(got[:, lo:hi], dim=1).values != torch.sort(want[:, lo:hi], dim=1).values).any(dim=1)
+    wrong = int(differ.sum())
+    return got.shape[0] - wrong, 0, wrong
+
+
 def worker(args):
     """One (release, mode) process: installs the release (the records apply as its modules
     import, or are skipped through SM12X_SKIP), runs every pass at each context, prints a JSON
@@ -332,7 +364,7 @@ def worker(args):
         torch.cuda.set_per_process_memory_fraction(min(1.0, args.memory_cap_gib * 2 ** 30 / total), index)
     inputs = make_inputs(args, device)
     results, call, out, want = [], None, None, None
-    for kind in PASSES[args.release]:
+    for kind in passes_for(args.release, args.v41):
         for keys in args.context_list:
             row = {"release": args.release, "mode": args.mode, "pass": kind, "keys": keys}
             if args.deadline and time.time() > args.deadline:
@@ -342,7 +374,8 @@ def worker(args):
                 continue
             try:
                 if top == "vllm":
-                    call = vllm_pass(module, args.release, kind, inputs, keys, args.topk)
+                    call = vllm_pass(module, args.release, kind, inputs, keys, args.topk,
+                                     (args.candidate_blocks, args.candidate_block_size))
                 else:
                     call = sglang_pass(module, kind, inputs, keys, args.topk)
                 RUN.logits_topk_calls = 0
@@ -353,7 +386,9 @@ def worker(args):
                     torch.save(out.cpu(), path + ".pt")
                 elif os.path.exists(path + ".pt"):
                     want = torch.load(path + ".pt").to(device)
-                    row["same"], row["ties"], row["wrong"] = compare(kind, inputs, keys, out, want, args.topk)
+                    check = compare_v41(out, want, args.topk) if kind.endswith("-v41") else \
+                        compare(kind, inputs, keys, out, want, args.topk)
+                    row["same"], row["ties"], row["wrong"] = check
             except torch.cuda.OutOfMemoryError as e:
                 row.update(ok=False, error=f"out of memory under the {args.memory_cap_gib} GiB cap: "
                                            f"{str(e).splitlines()[0][:120]}")
@@ -398,7 +433,10 @@ def run_worker(args, release, mode, work):
            "--src", args.src, "--work", work, "--device", args.device, "--contexts", ",".join(map(str, contexts)),
            "--keys", str(args.keys), "--queries", str(args.queries), "--decode-rows", str(args.decode_rows),
            "--topk", str(args.topk), "--heads", str(args.heads), "--dim", str(args.dim), "--reps", str(args.reps),
-           "--memory-cap-gib", str(args.memory_cap_gib), "--deadline", str(args.deadline)]
+           "--memory-cap-gib", str(args.memory_cap_gib), "--deadline", str(args.deadline),
+           "--candidate-blocks", str(args.candidate_blocks), "--candidate-block-size", str(args.candidate_block_size)]
+    if args.v41:
+        cmd.append("--v41")
     rows, outcomes, other = [], None, []
     with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO) as proc:
         for line in proc.stdout:

@@ -240,7 +240,9 @@ def vllm_stand_ins(release):
         "vllm.forward_context": {"get_forward_context": lambda: RUN.forward_context},
         "vllm.logger": {"init_logger": logging.getLogger, "logger": logging.getLogger("vllm")},
         "vllm.model_executor.custom_op": {"CustomOp": _CustomOp},
-        "vllm.model_executor.kernels.attention.dsa.candidate_blocks": {},
+        "vllm.model_executor.kernels.attention.dsa.candidate_blocks": {},  # the real one where extracted
+        # DeepSelect: the SM100 family only (candidate_blocks asks before ranking blocks)
+        "vllm.model_executor.kernels.attention.dsa.sparse_mqa_logits": {"has_deep_select": lambda: False},
         "vllm.model_executor.layers.quantization.utils.quant_utils": {},
         "vllm.platforms": {"current_platform": _Platform()},
         "vllm.triton_utils": {"triton": triton, "tl": tl},

@@ -17,16 +17,25 @@ from __future__ import annotations
 import torch
 
 _ATTR = "_sm12x_fused_topk"
+_STATE = "_sm12x_deferred_state"
 
 
-def placeholder(rows: int, width: int, device, compute) -> torch.Tensor:
+def placeholder(rows: int, width: int, device, compute, state: dict | None = None) -> torch.Tensor:
     """A [rows, width] float32 tensor without storage of its own that carries ``compute``
-    (``compute(topk, out, **call)`` writes int32 indices into ``out``)."""
+    (``compute(topk, out, **call)`` writes int32 indices into ``out``) and ``state``, a dict
+    that readers between the logits call and the top-k (DeepSeek-V4.1's candidate-block select /
+    mask) fill for ``compute`` to read."""
     logits = torch.full((), float("nan"), dtype=torch.float32, device=device).expand(rows, width)
     setattr(logits, _ATTR, compute)
+    setattr(logits, _STATE, state if state is not None else {})
     return logits
 
 
 def pending(logits):
     """The closure a placeholder carries, or None for real logits."""
     return getattr(logits, _ATTR, None)
+
+
+def state(logits):
+    """The state dict a placeholder carries, or None for real logits."""
+    return getattr(logits, _STATE, None)

@@ -201,6 +201,23 @@ OPS = (
         + (Api("sglang.v41_indexer.make_candidate_indexer",
                "sm12x.frontends.deep_gemm.sparse_wrappers:make_candidate_indexer",
                ("sm12x.frontends.deep_gemm.sparse_wrappers:make_candidate_indexer",), helper=True),)),
+    # DeepSeek-V4.1's two-level selection (candidate blocks) fused with the indexer top-k (vLLM 0.34)
+    OpSpec(
+        name="candidate_topk", family="indexer",
+        kernel="sm12x.kernels.indexer.candidate_topk:mqa_candidate_topk_indices",
+        reference="sm12x.kernels.indexer.reference:ref_candidate_mask",
+        selftest="sm12x.kernels.indexer.cases:check_candidate_topk",
+        compile="sm12x.kernels.indexer.candidate_topk", benchmark="scripts/bench_v41_indexer.py",
+        backs=(
+            Api("vllm.sparse_attn_indexer.select_candidate_blocks", f"{_VLLM}.candidates:select_candidate_blocks",
+                (f"{_VLLM}.wrappers:make_select_candidate_blocks",)),
+            Api("vllm.sparse_attn_indexer.apply_candidate_mask", f"{_VLLM}.candidates:apply_candidate_mask",
+                (f"{_VLLM}.wrappers:make_apply_candidate_mask",)),
+            Api("sglang.v41.deep_gemm_fp4_paged_mqa_logits", f"{_SGLANG}.v41:deferred_source_logits",
+                (f"{_SGLANG}.wrappers:make_v41_source_logits",)),
+            Api("sglang.v41.amax_topk_blocks", f"{_SGLANG}.v41:amax_topk_blocks",
+                (f"{_SGLANG}.wrappers:make_amax_topk_blocks",)),
+        )),
     OpSpec(
         name="fp8_gemm_nt", family="gemm",
         kernel="sm12x.kernels.gemm.fp8_gemm:fp8_gemm",

@@ -21,8 +21,22 @@ pair where the release's source shows it:
   compressed layout, ``max_seqlen_k``, upcast by ``as_fp32_logits``) and pass the logits to
   ``ops.top_k_per_row_prefill``; both names are globals of ``sparse_attn_indexer``, replaced as a
   pair (0.34.0 runs this dense path only for layers its fused seam does not take).
-- Both keep real logits where another reader needs them (DCP's merge, v4.1 candidate blocks from
-  0.30.0), read from the indexer call's own arguments.
+- Both keep real logits where another reader needs them (DCP's merge; v4.1 candidate blocks in
+  0.30.0-0.33.0), read from the indexer call's own arguments.
+- vLLM 0.34.0's DeepSeek-V4.1 layers (``candidate_blocks`` given): the indexer's
+  ``_select_candidate_blocks`` / ``_apply_candidate_mask`` (vLLM's candidate-block steps between
+  the logits and the top-k) record themselves on placeholder logits, and the top-k runs the fused
+  candidate top-k (:mod:`sm12x.kernels.indexer.candidate_topk`): the source layer publishes its
+  blocks into vLLM's buffer, consumers rank keys inside theirs, in prefill chunks and decode.
+- vLLM 0.34.0's GLM-5-next pool indexer (``vllm.models.glm5next.nvidia.sparse_indexer``): its
+  own copies of ``fp8_fp4_paged_mqa_logits`` and ``get_indexer_topk`` (decode) as the pair above;
+  its prefill goes through the ``fused_mqa_topk`` seam, whose copies the fused records rebind.
+- SGLang 0.5.23's DeepSeek-V4.1 sparse-table scheme (``v41_indexer/sparse_table.py``): the
+  candidate source layer's unchunked decode (``publish_decode``) reads one [rows,
+  max_compressed_seq_len] logits tensor with the v2 transform and ``amax_topk_blocks``; the
+  module's copies of those two and of ``deep_gemm_fp4_paged_mqa_logits`` are replaced as a set
+  (:mod:`sm12x.frontends.sglang.v41`). Its prefill scores in SGLang's own 2 GiB tiles and its
+  consumers read candidate-only logits already.
 - SGLang 0.5.20-0.5.23's DeepSeek-V4 indexer: the paged logits functions SM120 uses by default
   (TileLang, torch) and DeepGEMM's ``fp8_paged_mqa_logits`` when those are turned off (a
   placeholder only for ``run_paged_indexer``'s call): ``PAGED_LAYERS``, which the DeepGEMM-route
@@ -44,7 +58,9 @@ pair where the release's source shows it:
   positions unfused); real logits for init / local token marks and a FlashInfer tie-break.
 
 Not covered (see the front ends' docstrings): vLLM releases before 0.22.1; vLLM prefill and decode
-with DCP > 1 or v4.1 candidate blocks, BF16 logits or SM100 MX inputs (real logits, vLLM's top-k);
+with DCP > 1, BF16 logits or SM100 MX inputs, v4.1 candidate blocks before 0.34.0 and a 0.34.0 decode
+whose [B, 1] lengths bound next_n > 1 rows of a request (real logits, vLLM's top-k); GLM-5-next's dense
+prefill (an FP4 indexer cache, which vLLM 0.34.0 refuses on SM12x);
 SGLang's DeepSeek-V4 paged indexer with the FP4 indexer cache (a (values, scales) query: real
 logits); SGLang 0.5.20's DeepSeek-V4 non-paged prefill (``_forward_nonpaged_indexer``: every
 row's logits at once); SGLang's DSA indexer in prefill context parallel
@@ -172,6 +188,85 @@ VLLM_PATCHES = (
                   "(vLLM's kernels for real logits; every other op is vllm._custom_ops' own)",
                   _UPSTREAM_PREFILL + "; 0.33.0-0.34.0 prefill; 0.22.1-0.29.0 decode (ops.top_k_per_row_decode)",
                   ">=0.22.1,<0.35"),
+)
+
+_UPSTREAM_V41 = ("vllm 0.34.0 model_executor/layers/sparse_attn_indexer.py (prefill chunks and decode: "
+                 "_select_candidate_blocks / _apply_candidate_mask between the logits and the top-k); "
+                 "model_executor/kernels/attention/dsa/candidate_blocks.py; models/deepseek_v41/attention.py "
+                 "(candidate source and consumers)")
+_V41_WHY = ("DeepSeek-V4.1's {step} reads every {which} layer's logits ([rows, max_seqlen_k] float32 per prefill "
+            "chunk, [decode rows, max_model_len] per decode step, 4 MiB a row at 1M), so sm12x's indexer records "
+            "kept them real for every V4.1 indexer layer; for the placeholder logits it now records the step and "
+            "the fused candidate top-k does it (vLLM's kernel for real logits)")
+
+
+def _vllm_v41(step, make, which):
+    return Patch(name=f"vllm.sparse_attn_indexer.{step}", target=f"{_VLLM_INDEXER}:{step}", make=make,
+                 why=_V41_WHY.format(step=step.lstrip("_"), which=which), upstream=_UPSTREAM_V41, library="vllm",
+                 versions=">=0.34.0,<0.35", retire_when=_RETIRE_VLLM_DENSE,
+                 notes="only with the indexer's logits and top-k records applied (else every call gets real "
+                       "logits); real logits under DCP, for bf16 logits and for a decode whose [B, 1] lengths "
+                       "bound several rows of a request (vLLM's row_repeat)")
+
+
+VLLM_V41_PATCHES = (
+    _vllm_v41("_select_candidate_blocks", vllm_wrappers.make_select_candidate_blocks, "candidate source"),
+    _vllm_v41("_apply_candidate_mask", vllm_wrappers.make_apply_candidate_mask, "candidate consumer"),
+)
+
+_GLM5NEXT = "vllm.models.glm5next.nvidia.sparse_indexer"
+_GLM5NEXT_UPSTREAM = ("vllm 0.34.0 models/glm5next/nvidia/sparse_indexer.py (sparse_attn_indexer_kpool decode: "
+                      "fp8_fp4_paged_mqa_logits then get_indexer_topk, its own copies from vllm.utils.deep_gemm "
+                      "and layers/indexer_topk.py)")
+
+
+def _glm5next(name, make, why):
+    return Patch(name=f"vllm.glm5next.sparse_indexer.{name}", target=f"{_GLM5NEXT}:{name}", make=make, why=why,
+                 upstream=_GLM5NEXT_UPSTREAM, library="vllm", versions=">=0.34.0,<0.35",
+                 retire_when=_RETIRE_VLLM_DENSE,
+                 notes="prefill goes through vLLM's fused_mqa_topk seam (the vllm.fused_mqa_topk records rebind "
+                       "this module's copies); its dense prefill (an FP4 indexer cache, refused on SM12x by "
+                       "vLLM 0.34) keeps real logits")
+
+
+GLM5NEXT_PATCHES = (
+    _glm5next("fp8_fp4_paged_mqa_logits", vllm_wrappers.make_deferred_paged_mqa_logits,
+              "GLM-5-next's pool indexer decode materialises [decode rows, max_pool_len] float32 logits for its "
+              "top-k of topk // index_kpool pools (the module imports its own fp8_fp4_paged_mqa_logits, which "
+              "the sparse_attn_indexer records do not reach); they come back as a placeholder for the fused "
+              "paged top-k when the module's get_indexer_topk is sm12x's and DCP is off"),
+    _glm5next("get_indexer_topk", vllm_wrappers.make_get_indexer_topk,
+              "GLM-5-next's decode top-k selector (its own copy) runs the fused paged top-k for the placeholder "
+              "logits of its fp8_fp4_paged_mqa_logits record (vLLM's selector for real logits)"),
+)
+
+_SGLANG_V41_UPSTREAM = ("sglang 0.5.23 srt/layers/attention/dsv4/v41_indexer/sparse_table.py "
+                        "(SparseTableBackend.publish_decode); kernels/ops/attention/dsv4/index_logits.py, "
+                        "candidate_blocks.py (amax_topk_blocks), topk.py (topk_transform_paged_v2)")
+_RETIRE_SGLANG_V41 = ("SGLang's V4.1 candidate source ranks its decode rows and blocks on SM120 without "
+                      "materialising [rows, max_compressed_seq_len] logits (its TODO: one kernel for both selections)")
+
+
+def _sglang_v41(name, make, why):
+    return Patch(name=f"sglang.v41.sparse_table.{name}", target=f"{sglang_wrappers.V41_SPARSE_TABLE}:{name}",
+                 make=make, why=why, upstream=_SGLANG_V41_UPSTREAM, library="sglang", versions=">=0.5.23,<0.5.24",
+                 retire_when=_RETIRE_SGLANG_V41,
+                 notes="the unchunked publish_decode only (a chunked logits plan keeps SGLang's path), and only "
+                       "with all three records applied and the candidate gate letting SGLang build this scheme")
+
+
+SGLANG_V41_PATCHES = (
+    _sglang_v41("deep_gemm_fp4_paged_mqa_logits", sglang_wrappers.make_v41_source_logits,
+                "DeepSeek-V4.1's candidate source layer materialises [decode rows, max_compressed_seq_len] FP32 "
+                "logits per step (4 MiB a row at 1M positions) for its own top-k and its block selection; called "
+                "from publish_decode with both readers sm12x's, the logits come back as a placeholder"),
+    _sglang_v41("topk_transform_paged_v2", sglang_wrappers.make_topk_transform_v2,
+                "the source layer's own top-k (page slots) runs the fused candidate top-k for the placeholder, "
+                "which also publishes the rows' blocks of 8 (SGLang's top-k v2 kernel for real logits)"),
+    _sglang_v41("amax_topk_blocks", sglang_wrappers.make_amax_topk_blocks,
+                "the source layer's block selection (block maxima of 8 positions, newest pinned, top "
+                "topk_blocks) hands over the blocks the fused candidate top-k published for the placeholder, "
+                "after an event on the main stream (SGLang's kernels for real logits)"),
 )
 
 _SGLANG_UPSTREAM = ("sglang 0.5.21-0.5.23 srt/layers/attention/dsv4/indexer.py (forward_c4_indexer, "
@@ -317,4 +412,4 @@ SGLANG_DSA_PAGED_PATCHES = tuple(
          "DeepGEMM call)"))
 )
 
-PATCHES = VLLM_PATCHES + SGLANG_PATCHES + SGLANG_DSA_PATCHES + SGLANG_DSA_PAGED_PATCHES
+PATCHES = VLLM_PATCHES + VLLM_V41_PATCHES + GLM5NEXT_PATCHES + SGLANG_V41_PATCHES + SGLANG_PATCHES + SGLANG_DSA_PATCHES + SGLANG_DSA_PAGED_PATCHES

@@ -37,6 +37,24 @@ def test_vllm_0340_rows_and_ranges():
     assert _rows({"vllm": "0.33.0", "sglang": "0.5.22"}, {}) == {}
 
 
+def test_top_k_rows_follow_the_records():
+    """The V4.1 and GLM-5-next top-k rows say the fused top-k serves only with every record they
+    take applied, and name the first that is not."""
+    versions = {"vllm": "0.34.0", "sglang": "0.5.23"}
+    for framework, part, served_text, other_text in (
+            ("vllm", "DeepSeek-V4.1 indexer top-k", "sm12x's fused", "[rows, max_model_len] FP32 logits"),
+            ("vllm", "GLM-5-next indexer top-k", "sm12x's fused", "[rows, max_model_len] FP32 logits"),
+            ("sglang", "DeepSeek-V4.1 indexer top-k", "the candidate source layer's decode on sm12x's fused",
+             "SGLang's own")):
+        path = next(p for p in model_paths.PATHS if p.experts == part and p.framework == framework)
+        served = {n: ("applied", "") for n in path.records}
+        row = _rows(versions, served)[(framework, part)]
+        assert row["serves"].startswith(served_text) and path.records[-1] in row["via"], row
+        off = dict(served, **{path.records[-1]: ("skipped", "turned off by SM12X_SKIP")})
+        row = _rows(versions, off)[(framework, part)]
+        assert row["serves"].startswith(other_text) and "SM12X_SKIP" in row["via"], row
+
+
 def test_paths_name_registered_records():
     names = {p.name for p in all_patches()}
     for path in model_paths.PATHS:
@@ -49,4 +67,5 @@ def test_status_prints_the_rows(tmp_path):
     text = run_py(code % (["status"],), pythonpath=[root], check=False).stdout
     assert "models:     sglang 0.5.23: DeepSeek-V4.1 attention: SGLang's SM120 decode" in text, text
     data = json.loads(run_py(code % (["status", "--json"],), pythonpath=[root], check=False).stdout)
-    assert {r["part"] for r in data["models"]} == {"DeepSeek-V4.1 attention", "DeepSeek-V4.1 indexer"}
+    assert {r["part"] for r in data["models"]} == {"DeepSeek-V4.1 attention", "DeepSeek-V4.1 indexer",
+                                                   "DeepSeek-V4.1 indexer top-k"}

@@ -445,3 +445,28 @@ def test_table_fails_on_wrong_rows_and_on_a_failed_sm12x_pass(prove):
 def test_no_release_is_refused_by_name(prove):
     with pytest.raises(SystemExit):
         prove.parse_args(["--releases", ",", "--device", "cpu"])
+
+
+def test_v41_passes_match_vllms_own_candidate_kernels(tmp_path):
+    """``--v41``: vLLM 0.34.0's own ``sparse_attn_indexer`` and ``candidate_blocks`` kernels (the
+    real modules from the wheel; the stand-in tree has no V4.1 code) for a candidate source and a
+    consumer layer, prefill and decode: the patched run never ranks materialised logits and
+    gives the same source indices, consumer indices and published blocks."""
+    pytest.importorskip("triton")
+    src, kind = _sources(tmp_path, "vllm-0.34.0")
+    if kind != "real":
+        pytest.skip(f"needs the vLLM 0.34.0 wheel in {WHEELS} (SM12X_FRAMEWORK_WHEELS): V4.1's candidate "
+                    f"kernels are vLLM's own")
+    out = tmp_path / "rows.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SM12X_")}
+    tiny = [a if a != "128,256" else "256" for a in TINY]
+    proc = subprocess.run([sys.executable, SCRIPT, "--src", str(src), "--releases", "vllm-0.34.0", "--json", str(out),
+                           "--v41", "--candidate-block-size", "8", *tiny],
+                          capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    rows = {(r["mode"], r["pass"]): r for r in json.loads(out.read_text())}
+    for kind_, n in (("prefill-v41", 16), ("decode-v41", 2)):
+        un, mine = rows["unpatched", kind_], rows["patched", kind_]
+        assert un["ok"] and un["logits_topk_calls"] == 2, un  # the source's and the consumer's top-k
+        assert mine["ok"] and mine["logits_topk_calls"] == 0, mine
+        assert (mine["same"], mine["ties"], mine["wrong"]) == (n, 0, 0), mine

@@ -378,3 +378,58 @@ def make_dsa_paged_logits_native(original):
                                              block_tables[::next_n][:B], max_seq_len)
 
     return deepgemm_paged_mqa_logits_native
+
+
+# SGLang 0.5.23's DeepSeek-V4.1 sparse-table scheme (sm12x.frontends.sglang.v41)
+V41_SPARSE_TABLE = "sglang.srt.layers.attention.dsv4.v41_indexer.sparse_table"
+# the names of that module a candidate source's decode logits go to (each must be sm12x's record)
+V41_READERS = ("topk_transform_paged_v2", "amax_topk_blocks")
+
+
+def _v41():
+    from sm12x.frontends.sglang import v41
+
+    return v41
+
+
+def _v41_source_decode(frame):
+    """``topk_blocks`` when a logits call comes from ``SparseTableBackend.publish_decode`` (the
+    source layer's unchunked decode: one v2 transform and ``amax_topk_blocks`` read the logits)
+    and both of the module's readers are sm12x's; None otherwise."""
+    if (frame is None or frame.f_code.co_name != "publish_decode"
+            or frame.f_globals.get("__name__") != V41_SPARSE_TABLE):
+        return None
+    if not all(getattr(frame.f_globals.get(n), "__sm12x_patch__", None) for n in V41_READERS):
+        return None
+    blocks = getattr(frame.f_locals.get("self"), "topk_blocks", None)
+    return blocks if isinstance(blocks, int) and blocks > 0 else None
+
+
+def make_v41_source_logits(original):
+    """``deep_gemm_fp4_paged_mqa_logits`` as the sparse-table module binds it: a placeholder for
+    ``publish_decode``'s readers when ``_v41_source_decode``, SGLang's function (DeepGEMM's logits,
+    which sm12x's DeepGEMM records serve on SM12x) otherwise."""
+    api = _v41()
+
+    @functools.wraps(original)
+    def deep_gemm_fp4_paged_mqa_logits(q_fp4, k_cache, weights, seq_lens, page_table, deep_gemm_metadata,
+                                       max_seq_len):
+        blocks = _v41_source_decode(callers.caller())
+        if blocks is None:
+            return original(q_fp4, k_cache, weights, seq_lens, page_table, deep_gemm_metadata, max_seq_len)
+        return api.deferred_source_logits(q_fp4, k_cache, weights, seq_lens, page_table, deep_gemm_metadata,
+                                          max_seq_len, blocks)
+
+    return deep_gemm_fp4_paged_mqa_logits
+
+
+def make_amax_topk_blocks(original):
+    """``amax_topk_blocks`` as the sparse-table module binds it: the blocks a placeholder's top-k
+    published, SGLang's kernels for real logits."""
+    api = _v41()
+
+    @functools.wraps(original)
+    def amax_topk_blocks(logits, seq_lens, nblocks, topk_blocks, max_seq_len=None):
+        return api.amax_topk_blocks(original, logits, seq_lens, nblocks, topk_blocks, max_seq_len)
+
+    return amax_topk_blocks

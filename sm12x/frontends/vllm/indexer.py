@@ -44,6 +44,7 @@ import torch
 from sm12x.frontends.deep_gemm.indexer import _packed_q_scale
 from sm12x.frontends.deferred_logits import pending, placeholder
 from sm12x.kernels.common.checks import require, require_dtype, require_shape
+from sm12x.kernels.indexer.candidate_topk import mqa_candidate_topk_indices, paged_mqa_candidate_topk_indices
 from sm12x.kernels.indexer.fused_topk import mqa_topk_indices, paged_mqa_topk_indices
 from sm12x.kernels.indexer.validation import check_mqa, check_paged
 
@@ -85,11 +86,16 @@ def deferred_mqa_logits(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, clean_logits
         k = k.view(torch.int8)
     check_mqa(op, qv, qs, k, k_sf, weights, cu_seqlen_ks, cu_seqlen_ke)
 
-    def compute(topk, out, starts, ends):
+    def compute(topk, out, starts, ends, candidates=None, width=None):
         require(starts.shape == cu_seqlen_ks.shape and ends.shape == cu_seqlen_ke.shape,
                 "top_k_per_row_prefill", "cu_seqlen_ks", lambda: f"shape {list(starts.shape)}",
                 lambda: f"the logits call's rows [{qv.shape[0]}]")
-        mqa_topk_indices((qv, qs), (k, k_sf), weights, starts, ends, topk, out=out)
+        if candidates is None:
+            mqa_topk_indices((qv, qs), (k, k_sf), weights, starts, ends, topk, out=out)
+        else:  # DeepSeek-V4.1's candidate step recorded on the placeholder (sm12x.frontends.vllm.candidates)
+            write, blocks, block_size = candidates
+            mqa_candidate_topk_indices((qv, qs), (k, k_sf), weights, starts, ends, topk, width=width,
+                                       block_size=block_size, candidates=blocks, write=write, out=out)
 
     return placeholder(qv.shape[0], k.shape[0], qv.device, compute)
 
@@ -103,11 +109,12 @@ def deferred_compressed_mqa_logits(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke, m
     require(isinstance(max_seqlen_k, int) and max_seqlen_k >= 0, "fp8_fp4_mqa_logits", "max_seqlen_k",
             max_seqlen_k, "an int >= 0")
     flat = pending(deferred_mqa_logits(q, kv, weights, cu_seqlen_ks, cu_seqlen_ke))
+    steps = {}  # a V4.1 candidate step (select / mask) between this call and the top-k
 
     def compute(topk, out, starts, ends):
-        flat(topk, out, cu_seqlen_ks, cu_seqlen_ke)
+        flat(topk, out, cu_seqlen_ks, cu_seqlen_ke, candidates=steps.get("candidates"), width=max_seqlen_k)
 
-    return placeholder(cu_seqlen_ks.shape[0], max_seqlen_k, cu_seqlen_ks.device, compute)
+    return placeholder(cu_seqlen_ks.shape[0], max_seqlen_k, cu_seqlen_ks.device, compute, steps)
 
 
 def top_k_per_row_prefill(original, logits, cu_seqlen_ks, cu_seqlen_ke, raw_topk_indices, num_rows,
@@ -174,11 +181,19 @@ def deferred_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, 
         context_lens = context_lens[:, 0].contiguous()
     check_paged(op, qv, qs, kv_cache, weights, context_lens, block_tables, None, max_model_len)
     rows = qv.shape[0] * qv.shape[1]
+    steps = {}  # a V4.1 candidate step (select / mask) between this call and the top-k
 
     def compute(topk, out):
-        paged_mqa_topk_indices((qv, qs), kv_cache, weights, context_lens, block_tables, max_model_len, topk, out=out)
+        candidates = steps.get("candidates")
+        if candidates is None:
+            paged_mqa_topk_indices((qv, qs), kv_cache, weights, context_lens, block_tables, max_model_len, topk,
+                                   out=out)
+            return
+        write, blocks, block_size = candidates
+        paged_mqa_candidate_topk_indices((qv, qs), kv_cache, weights, context_lens, block_tables, max_model_len,
+                                         topk, block_size=block_size, candidates=blocks, write=write, out=out)
 
-    return placeholder(rows, max_model_len, qv.device, compute)
+    return placeholder(rows, max_model_len, qv.device, compute, steps)
 
 
 class IndexerTopkSelector:

@@ -23,7 +23,11 @@ replaced as a pair: the logits come back as a placeholder and ``ops.top_k_per_ro
 computes the fused top-k for it (0.34.0 runs this dense path only for layers its fused seam does
 not take, e.g. an FP4 indexer cache).
 
-Both pairs keep real logits where another reader needs them: DCP's merge, v4.1 candidate blocks.
+Both pairs keep real logits where another reader needs them: DCP's merge, and v4.1 candidate
+blocks unless the indexer's candidate steps are sm12x's (vLLM 0.34: ``make_select_candidate_blocks``,
+``make_apply_candidate_mask``, which record the step on the placeholder for the fused candidate
+top-k). GLM-5-next's pool indexer (``sparse_attn_indexer_kpool``, vLLM 0.34) takes the decode
+pair through its own copies.
 """
 from __future__ import annotations
 
@@ -52,9 +56,11 @@ def _env(original, name, default):
 
 
 def sm12x_serves(query_shape, topk, fp4_cache, full_context, candidate_selection) -> bool:
-    """Whether sm12x's fused prefill top-k serves an indexer layer: FP8 queries of a head count
-    and head dim the kernels take, every rank ranking the whole context (no DCP shard merge,
-    which needs the logits) and no v4.1 candidate-block selection (which reads them too)."""
+    """Whether vLLM 0.34's fused seam may take an indexer layer: FP8 queries of a head count and
+    head dim the kernels take, every rank ranking the whole context (no DCP shard merge, which
+    needs the logits) and no v4.1 candidate-block selection (the seam's op has no candidate
+    arguments: those layers take the dense path, whose candidate steps sm12x records on its
+    placeholder logits)."""
     from sm12x.kernels.indexer.validation import FP8_DIMS, HEADS
 
     shape = tuple(int(s) for s in query_shape)
@@ -217,12 +223,23 @@ def _torch_op_is_ours(name) -> bool:
     return isinstance(getattr(namespace, "__dict__", {}).get(name), RadixTopk)
 
 
+class _Globals:
+    """A frame's module globals as attributes (what the calling indexer module binds now)."""
+
+    def __init__(self, frame):
+        self._names = frame.f_globals
+
+    def __getattr__(self, name):
+        return self._names.get(name)
+
+
 def _decode_readers_are_ours(frame) -> bool:
     """Whether every decode top-k the calling code may hand the logits to is one of sm12x's
     placeholder-aware readers: the names it uses (0.30.0-0.34.0: ``get_indexer_topk``; 0.22.1-0.29.0:
-    ``persistent_topk``, ``cooperative_topk``, ``ops.top_k_per_row_decode``) against what is
-    installed now (a reader whose record was skipped would read a placeholder as NaN logits)."""
-    indexer = sys.modules.get(INDEXER_MODULE)
+    ``persistent_topk``, ``cooperative_topk``, ``ops.top_k_per_row_decode``) against what the
+    calling module (``sparse_attn_indexer``, or GLM-5-next's indexer) binds now (a reader whose
+    record was skipped would read a placeholder as NaN logits)."""
+    indexer = _Globals(frame)
     used = [ours for name, ours in _DECODE_READERS.items() if name in frame.f_code.co_names]
     return bool(used) and all(ours(indexer) for ours in used)
 
@@ -237,16 +254,32 @@ _DECODE_READERS = {
 }
 
 
+# the indexer functions whose logits calls may be deferred: vLLM's DSA / DeepSeek-V4 indexer and
+# (0.34.0) GLM-5-next's pool indexer, whose only readers are the top-k (and DCP's merge)
+_INDEXER_FUNCTIONS = ("sparse_attn_indexer", "sparse_attn_indexer_kpool")
+# the names vLLM 0.34's sparse_attn_indexer binds vLLM's V4.1 candidate steps to
+CANDIDATE_STEPS = ("_select_candidate_blocks", "_apply_candidate_mask")
+
+
+def _candidate_steps_are_ours(frame) -> bool:
+    """Whether the calling module's V4.1 candidate steps are sm12x's (their records applied), so
+    that they read placeholder logits (:mod:`sm12x.frontends.vllm.candidates`)."""
+    names = frame.f_globals
+    return all(getattr(names.get(n), "__sm12x_candidate_step__", False) for n in CANDIDATE_STEPS)
+
+
 def _caller_reads_only_topk(frame) -> bool:
-    """Whether a logits call comes from ``sparse_attn_indexer`` itself with nothing but the top-k
-    to read the logits: no v4.1 candidate blocks (``_select_candidate_blocks`` and
-    ``_apply_candidate_mask`` read them) and no DCP (its merge reads them). Those are the
-    function's own arguments (absent in releases without the feature); the logits call cannot
-    see them otherwise."""
-    if frame is None or frame.f_code.co_name != "sparse_attn_indexer":
+    """Whether a logits call comes from the indexer function itself (``sparse_attn_indexer``;
+    GLM-5-next's ``sparse_attn_indexer_kpool``) with nothing but the top-k to read the logits:
+    no DCP (its merge reads them), and v4.1 candidate blocks only where the candidate steps that
+    read them are sm12x's. Those are the function's own arguments (absent in releases without the
+    feature); the logits call cannot see them otherwise."""
+    if frame is None or frame.f_code.co_name not in _INDEXER_FUNCTIONS:
         return False
     names = frame.f_locals
-    return names.get("candidate_blocks") is None and names.get("dcp_world_size", 1) == 1
+    if names.get("dcp_world_size", 1) != 1:
+        return False
+    return names.get("candidate_blocks") is None or _candidate_steps_are_ours(frame)
 
 
 def make_deferred_paged_mqa_logits(original):
@@ -265,13 +298,58 @@ def make_deferred_paged_mqa_logits(original):
         caller = callers.caller()
         if (rest or (dtype is not None and str(dtype) != "torch.float32")
                 or set(kwargs) - {"logits_dtype", "indices", "clean_logits"}
-                or not _caller_reads_only_topk(caller) or not _decode_readers_are_ours(caller)):
+                or not _caller_reads_only_topk(caller) or not _decode_readers_are_ours(caller)
+                or _shared_bounds(caller, q, context_lens)):
             return original(q, kv_cache, weights, context_lens, block_tables, schedule_metadata, max_model_len,
                             *rest, **kwargs)
         return api.deferred_paged_mqa_logits(q, kv_cache, weights, context_lens, block_tables, schedule_metadata,
                                              max_model_len, indices=kwargs.get("indices"))
 
     return fp8_fp4_paged_mqa_logits
+
+
+def _shared_bounds(frame, q, context_lens) -> bool:
+    """Whether a V4.1 decode's candidate step would bound every row of a request by the
+    request's length ([B, 1] lengths with next_n > 1: vLLM's ``row_repeat``), where the fused
+    top-k bounds each row by its own; those calls keep real logits."""
+    values = q[0] if isinstance(q, (tuple, list)) else q
+    return (frame.f_locals.get("candidate_blocks") is not None and getattr(values, "dim", lambda: 0)() == 4
+            and values.shape[1] > 1 and getattr(context_lens, "dim", lambda: 0)() == 2
+            and context_lens.shape[1] == 1)
+
+
+def _candidates():
+    from sm12x.frontends.vllm import candidates
+
+    return candidates
+
+
+def make_select_candidate_blocks(original):
+    """vLLM 0.34's ``select_candidate_blocks`` as ``sparse_attn_indexer`` binds it: the step is
+    recorded on placeholder logits, vLLM's kernel runs for real ones."""
+    api = _candidates()
+
+    @functools.wraps(original)
+    def select_candidate_blocks(logits, row_ks, row_ke, topk_blocks, block_size, out, row_repeat=1,
+                                score_dtype=None):
+        return api.select_candidate_blocks(original, logits, row_ks, row_ke, topk_blocks, block_size, out,
+                                           row_repeat, score_dtype)
+
+    select_candidate_blocks.__sm12x_candidate_step__ = True
+    return select_candidate_blocks
+
+
+def make_apply_candidate_mask(original):
+    """vLLM 0.34's ``apply_candidate_mask`` as ``sparse_attn_indexer`` binds it (see
+    ``make_select_candidate_blocks``)."""
+    api = _candidates()
+
+    @functools.wraps(original)
+    def apply_candidate_mask(logits, row_ks, row_ke, candidate_blocks, block_size, row_repeat=1):
+        return api.apply_candidate_mask(original, logits, row_ks, row_ke, candidate_blocks, block_size, row_repeat)
+
+    apply_candidate_mask.__sm12x_candidate_step__ = True
+    return apply_candidate_mask
 
 
 class CachedSelectors:

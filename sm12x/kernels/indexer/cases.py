@@ -178,3 +178,34 @@ def check_paged_sparse_mqa_logits(device, full):
                    max_abs=float((got - ref).nan_to_num(0, 0, 0).abs().max()), max_rel=diff,
                    detail="" if same_mask else "-inf mask differs", us=us,
                    throughput=f"{rows * nb * bs * 68 / us / 1e3:.0f} GB/s")
+
+
+def check_candidate_topk(device, full):
+    """DeepSeek-V4.1's candidate blocks fused with the prefill top-k: the source's published
+    blocks against vLLM's selection on the kernel's logits, a consumer's indices against the
+    top-k of those logits under vLLM's candidate mask."""
+    import torch
+
+    from sm12x.kernels.indexer.candidate_topk import MASKED, mqa_candidate_topk_indices
+    from sm12x.kernels.indexer.mqa_logits import mqa_logits
+    from sm12x.kernels.indexer.reference import ref_candidate_mask, ref_indexer_topk, ref_select_candidate_blocks
+
+    # (rows, keys, heads, dim, topk, block size, candidate blocks)
+    shapes = [(8, 160, 8, 64, 16, 8, 4)] if device != "cuda" else [(2048, 65536, 64, 128, 512, 64, 10)]
+    for s, s_kv, h, d, topk, bs, kb in shapes:
+        q, _, k, k_sf, w, _, ke = _mqa_inputs(device, s, s_kv, h, d, seed=3)
+        ks = torch.zeros_like(ke)  # one request: row-local positions are key positions
+        logits = mqa_logits(q, None, k, k_sf, w, ks, ke, clean_logits=True)
+        cand = torch.empty((s, kb), dtype=torch.int32, device=q.device)
+        mqa_candidate_topk_indices(q, (k, k_sf), w, ks, ke, topk, width=s_kv, block_size=bs, candidates=cand,
+                                   write=True)
+        want_cand = ref_select_candidate_blocks(logits, ke, kb, bs)
+        idx = mqa_candidate_topk_indices(q, (k, k_sf), w, ks, ke, topk, width=s_kv, block_size=bs,
+                                         candidates=want_cand.to(torch.int32), write=False)
+        want = ref_indexer_topk(ref_candidate_mask(logits, ke, want_cand, bs, fill=MASKED), topk, ks, ke)
+        bad = int((cand.long() != want_cand).any(dim=1).sum()) + int((idx != want).any(dim=1).sum())
+        us = time_us(lambda: mqa_candidate_topk_indices(q, (k, k_sf), w, ks, ke, topk, width=s_kv, block_size=bs,
+                                                        candidates=cand, write=False), device)
+        yield dict(op="candidate_topk", case=f"prefill S={s} S_kv={s_kv} topk={topk} blocks={kb}x{bs}",
+                   ok=bad == 0, max_abs=float(bad), max_rel=0.0,
+                   detail=f"{bad} rows differ (candidates or indices)" if bad else "", us=us, throughput="")

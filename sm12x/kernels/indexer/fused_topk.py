@@ -130,7 +130,9 @@ class _RunningTopk:
             return
         done = fold_above_floor(logits, self.best, col_start, base, self.scratch[:rows], self.done[:rows], ends,
                                 starts)
-        cand = row_topk_keys(logits, k_w, col_start, base, out=cand, floor=self.best[:, -1].contiguous(),
+        # a clone, not .contiguous(): one row's [1] view keeps its stride of topk
+        floor = self.best[:, -1].clone(memory_format=torch.contiguous_format)
+        cand = row_topk_keys(logits, k_w, col_start, base, out=cand, floor=floor,
                              skip=done, ends=ends, starts=starts)
         self.best = merge_topk_keys(self.best, cand, out, skip=done)
 
@@ -148,10 +150,13 @@ def _split_q(q):
 
 def mqa_topk_indices(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, topk: int, *,
                      relative: bool = True, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
-                     out: torch.Tensor | None = None) -> torch.Tensor:
+                     out: torch.Tensor | None = None, window_hook=None) -> torch.Tensor:
     """Prefill top-k. q: float8 [S, H, D] or (values, scale|None) (FP4: int8 [S, H, D/2] + int32
     [S, H]); kv = (k, k_scale) as for ``fp8_fp4_mqa_logits``; weights [S, H]; ks/ke int32 [S].
-    Returns int32 [S, topk] (into ``out`` when given)."""
+    Returns int32 [S, topk] (into ``out`` when given). ``window_hook(window, col_start, r0, r1)``,
+    when given, sees each window of logits (rows r0:r1, key columns from col_start; only each
+    row's visible columns are defined) before the top-k reads it, and may rewrite those columns
+    (:mod:`sm12x.kernels.indexer.candidate_topk`)."""
     from sm12x.kernels.indexer.validation import check_mqa
 
     qv, qs = _split_q(q)
@@ -181,6 +186,8 @@ def mqa_topk_indices(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, topk:
             _mqa.launch(qv[r0:r1], None if qs is None else qs[r0:r1], k, k_sf, weights[r0:r1],
                         ks[r0:r1], ke[r0:r1], w_, clean=False, compressed=False, out_mode=0, col_start=c0,
                         num_cols=n)
+            if window_hook is not None:
+                window_hook(w_, c0, r0, r1)
             running.add(w_, c0, ks[r0:r1], ends=ke[r0:r1], starts=ks[r0:r1])
         decode_keys(running.result(r1 - r0, qv.device), topk, out=result[r0:r1],
                     shift=None if relative else ks[r0:r1])
@@ -189,10 +196,11 @@ def mqa_topk_indices(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, topk:
 
 def paged_mqa_topk_indices(q, kv_cache, weights, context_lens, block_table, max_context_len: int,
                            topk: int, *, workspace_bytes: int = DEFAULT_WORKSPACE_BYTES,
-                           out: torch.Tensor | None = None) -> torch.Tensor:
+                           out: torch.Tensor | None = None, window_hook=None) -> torch.Tensor:
     """Decode top-k over the paged cache. Arguments as ``fp8_fp4_paged_mqa_logits`` (q a tensor or
     (values, scale|None); context_lens [B, next_n] or [B]). Returns int32 [B*next_n, topk] positions
-    (into ``out`` when given)."""
+    (into ``out`` when given). ``window_hook`` as for ``mqa_topk_indices`` (rows r0:r1 are
+    b*next_n + t)."""
     from sm12x.kernels.indexer.validation import check_paged
 
     qv, qs = _split_q(q)
@@ -226,6 +234,8 @@ def paged_mqa_topk_indices(q, kv_cache, weights, context_lens, block_table, max_
             _paged.launch(qv[b0:b1], None if qs is None else qs[b0:b1], kv_cache, weights[r0:r1],
                           context_lens[b0:b1], block_table[b0:b1], max_context_len, w_,
                           clean=False, out_mode=0, col_start=c0, num_cols=n)
+            if window_hook is not None:
+                window_hook(w_, c0, r0, r1)
             running.add(w_, c0, None, ends[r0:r1])
         decode_keys(running.result(r1 - r0, qv.device), topk, out=result[r0:r1])
     return result

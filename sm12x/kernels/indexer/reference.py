@@ -154,3 +154,51 @@ def ref_paged_sparse_mqa_logits(q, q_sf, kv_cache, weights, seq_lens, page_table
         k = cache[page_table[r, pos // page_size].long(), pos % page_size]  # [valid, d]
         out[r, :valid] = _scores(qf[r:r + 1], k, weights[r:r + 1])[0]
     return out
+
+
+def ref_select_candidate_blocks(logits, ends, topk_blocks: int, block_size: int) -> torch.Tensor:
+    """DeepSeek-V4.1's candidate-source block selection (vLLM 0.34's ``select_candidate_blocks``
+    without DeepSelect) on row-local logits [R, W] (column c = position c), rows seeing positions
+    < ends[r]: each block's maximum over its visible columns (NaN propagating; -inf without any),
+    the newest block (ends[r] - 1) // block_size pinned to +inf, then ``torch.topk`` of min(K,
+    nblocks) blocks; int64 [R, topk_blocks], a block whose score is -inf (and every slot past
+    nblocks) -1."""
+    r, w = logits.shape
+    nblocks = -(-w // block_size)
+    cols = torch.arange(nblocks * block_size, device=logits.device)
+    padded = torch.full((r, nblocks * block_size), NEG_INF, device=logits.device)
+    padded[:, :w] = logits.float()
+    visible = cols[None, :] < ends.long().clamp(max=w)[:, None]
+    padded = torch.where(visible, padded, torch.full_like(padded, NEG_INF))
+    blocks = padded.view(r, nblocks, block_size)
+    scores = blocks.amax(dim=2)  # NaN propagates (torch.amax does)
+    pin = (ends.long() - 1).clamp(min=0) // block_size
+    pinned = (ends.long() > 0) & (pin < nblocks)
+    rows = torch.arange(r, device=logits.device)[pinned]
+    scores[rows, pin[pinned]] = float("inf")
+    k = min(topk_blocks, nblocks)
+    top = scores.topk(k, dim=-1)
+    out = torch.full((r, topk_blocks), -1, dtype=torch.int64, device=logits.device)
+    out[:, :k] = torch.where(top.values != NEG_INF, top.indices, -1)
+    return out
+
+
+def ref_candidate_mask(logits, ends, candidates, block_size: int, fill: float = NEG_INF) -> torch.Tensor:
+    """DeepSeek-V4.1's consumer mask (vLLM 0.34's ``apply_candidate_mask``) on row-local logits
+    [R, W]: visible columns (c < ends[r]) whose block c // block_size is not among the row's
+    candidates (entries < 0 ignored) become ``fill``, except column W - 1 when a candidate block
+    starts at or past W; columns past a row's end become -inf. Returns a new tensor."""
+    r, w = logits.shape
+    nblocks = -(-w // block_size)
+    flags = torch.zeros((r, nblocks + 2), dtype=torch.bool, device=logits.device)
+    blk = candidates.long()
+    blk = torch.where(blk * block_size >= w, nblocks, blk)
+    blk = torch.where(blk < 0, nblocks + 1, blk)
+    flags.scatter_(1, blk, True)
+    cols = torch.arange(w, device=logits.device)
+    visible = cols[None, :] < ends.long()[:, None]
+    keep = flags[:, :nblocks].repeat_interleave(block_size, dim=1)[:, :w]
+    keep = keep | ((cols == w - 1)[None, :] & flags[:, nblocks:nblocks + 1])
+    out = logits.float().clone()
+    out = torch.where(visible & ~keep, torch.full_like(out, fill), out)
+    return torch.where(visible, out, torch.full_like(out, NEG_INF))
