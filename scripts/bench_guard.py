@@ -23,15 +23,17 @@ sys.path.insert(0, REPO)
 def per_call_overhead_ns():
     """ns per call of a guarded no-op once decided, minus the bare no-op's."""
     from sm12x import guard
+    from sm12x.frontends.deep_gemm.gemm_wrappers import FACTORIES
     from sm12x.patches import Patch
 
     def bare(x):
         return x
 
-    patch = Patch(name="bench.fp8_gemm_nt", target="bench:fp8_gemm_nt", make=None, why="", upstream="",
-                  library="*", versions="*", versions_note="bench", retire_when="bench")
+    patch = Patch(name="bench.fp8_gemm_nt", target="bench:fp8_gemm_nt", make=FACTORIES["fp8_gemm_nt"], why="",
+                  upstream="", library="*", versions="*", versions_note="bench", retire_when="bench")
     guarded = guard.wrap(patch, bare, bare)
-    guard._ROUTES[guard.GEMM] = (True, "")  # decided: what every call after the first sees
+    assert guard.ops_for(patch) == ("fp8_gemm_nt",)
+    guard._ROUTES[("fp8_gemm_nt",)] = (True, "")  # decided: what every call after the first sees
     guard._call_device = lambda args, kwargs: "cpu"
     guarded(1)
     n = 200_000
@@ -62,7 +64,7 @@ def main():
     if not on_gpu:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     device = "cuda:0" if on_gpu else "cpu"
-    ops = [o for o in args.ops.split(",") if o] or sorted({op for ops in guard.OPS_BY_ATTRIBUTE.values()
+    ops = [o for o in args.ops.split(",") if o] or sorted({op for ops in guard.ops_by_factory().values()
                                                            for op in ops} | set(guard.TOPK))
     import triton
 

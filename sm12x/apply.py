@@ -375,14 +375,6 @@ def _row(r, target, state, reason, layer_of="") -> dict:
             "upstream": r.upstream, "why": r.why, "layer_of": layer_of}
 
 
-def factory_path(make) -> str:
-    """A record's factory as the manifest names it: ``"module:function"`` (a ``"module:function"``
-    string stays as it is)."""
-    if isinstance(make, str):
-        return make
-    return f"{getattr(make, '__module__', '')}:{getattr(make, '__name__', '')}"
-
-
 def op_routes(rows=None) -> dict:
     """Which upstream calls reach each op: ``{op name: [{"api", "record", "target", "state",
     "reason"}]}``, one entry per record whose factory the op manifest lists under one of the op's
@@ -397,7 +389,7 @@ def op_routes(rows=None) -> dict:
     routes = {op.name: [] for op in manifest.OPS}
     for p in all_patches():
         for r in (p,) + tuple(p.layers):
-            hit = by_factory.get(factory_path(r.make))
+            hit = by_factory.get(manifest.factory_path(r.make))
             if hit is None:
                 continue
             row = rows.get(r.name, {})

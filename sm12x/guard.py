@@ -40,36 +40,9 @@ MODES = ("once", "always", "off")
 CACHE_FILE = "verdicts.json"
 CACHE_FORMAT = 1
 
-DECODE, PREFILL = ("sparse_mla_decode",), ("sparse_mla_prefill",)
 # every indexer top-k record is checked with both fused top-k ops: the V4.1 candidate steps and the
 # placeholder logits they read must be refused (or served) together
-MQA, PAGED, TOPK = ("mqa_logits",), ("paged_mqa_logits",), ("indexer_topk", "candidate_topk")
-GEMM, EINSUM, PRENORM = ("fp8_gemm_nt",), ("fp8_einsum",), ("tf32_hc_prenorm_gemm",)
-CONTIGUOUS, MASKED = ("m_grouped_fp8_fp4_gemm_nt_contiguous",), ("m_grouped_fp8_fp4_gemm_nt_masked",)
-SPARSE_LOGITS = ("paged_sparse_mqa_logits",)
-
-# the ops behind each replaced function, by the target's attribute name; a record of the
-# indexer_topk set runs the fused top-k whatever its target (TOPK), and a target named in none of
-# these (gates, expert-method choices) runs no op of ours and is not guarded. Metadata and layout
-# helpers follow their op: when the op is refused, the original's metadata must go with the
-# original's kernel.
-OPS_BY_ATTRIBUTE = {
-    "flash_mla_with_kvcache": DECODE, "get_mla_metadata": DECODE, "get_mla_decoding_metadata": DECODE,
-    "sparse_decode_fwd": DECODE, "flash_mla_with_kvcache_sm120": DECODE,
-    "flashinfer_trtllm_batch_decode_sparse_mla_dsv4": DECODE,
-    "has_flashinfer_sparse_mla_sm120_config": DECODE,
-    "flash_mla_sparse_fwd": PREFILL,
-    "fp8_mqa_logits": MQA, "fp8_fp4_mqa_logits": MQA,
-    "get_paged_mqa_logits_metadata": PAGED, "fp8_paged_mqa_logits": PAGED, "fp8_fp4_paged_mqa_logits": PAGED,
-    "fp8_paged_mqa_logits_torch": PAGED, "fp8_paged_mqa_logits_torch_sm120": PAGED,
-    "tilelang_fp8_paged_mqa_logits": PAGED,
-    **{f"fp8_{fp4}gemm_{t}": GEMM for fp4 in ("", "fp4_") for t in ("nt", "nn", "tn", "tt")},
-    "transform_sf_into_required_layout": GEMM,
-    "fp8_einsum": EINSUM, "einsum": EINSUM, "tf32_hc_prenorm_gemm": PRENORM,
-    "m_grouped_fp8_gemm_nt_contiguous": CONTIGUOUS, "m_grouped_fp8_fp4_gemm_nt_contiguous": CONTIGUOUS,
-    "fp8_m_grouped_gemm_nt_masked": MASKED, "m_grouped_fp8_fp4_gemm_nt_masked": MASKED,
-    "get_paged_sparse_mqa_logits_metadata": SPARSE_LOGITS, "fp8_fp4_paged_sparse_mqa_logits": SPARSE_LOGITS,
-}
+TOPK = ("indexer_topk", "candidate_topk")
 
 
 class KnownBad:
@@ -134,11 +107,27 @@ def _topk_records() -> frozenset:
     return frozenset(p.name for p in indexer_topk.PATCHES)
 
 
+@functools.lru_cache(maxsize=None)
+def ops_by_factory() -> dict:
+    """``{factory path: (op,)}``: the op behind every factory the op manifest lists under an
+    upstream function an op backs (metadata and layout helpers, and the rules that send a
+    framework to the op, follow their op: when the op is refused, the original's metadata must go
+    with the original's kernel)."""
+    from sm12x.kernels import manifest
+
+    return {path: (op,) for path, (op, _api) in manifest.op_of_wrapper().items()}
+
+
 def ops_for(patch) -> tuple:
-    """The registry ops a record's replacement runs (() for a gate or a choice of method)."""
+    """The registry ops a record's replacement runs: every record of the indexer_topk set runs the
+    fused top-k whatever its target (TOPK); any other runs the op its factory serves in the op
+    manifest, and a record whose factory the manifest does not list (gates, expert-method choices)
+    runs no op of ours and is not guarded."""
     if patch.name in _topk_records():
         return TOPK
-    return OPS_BY_ATTRIBUTE.get(patch.qualname.rpartition(".")[2], ())
+    from sm12x.kernels.manifest import factory_path
+
+    return ops_by_factory().get(factory_path(patch.make), ())
 
 
 def original_serves(patch) -> bool:

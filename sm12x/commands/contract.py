@@ -23,10 +23,14 @@ the ``library`` key the records use. For every record of that library the check 
   original's defaults). Incompatible means a call would fail: a parameter sm12x cannot take, one
   sm12x requires that the original does not pass, or a default sm12x refuses;
 - ``consumers``: every module of the release that holds a ``from <target module> import <name>``
-  copy at module level (directly or through a re-export), and whether the record lists it.
+  copy at module level (directly or through a re-export), and whether the record lists it;
+- ``layers``: for every behaviour stacked on the record (``Layer``) of this release's library, its
+  own ``in_range``; a layer in range where its record is not (outside its range, or retired) would
+  never stack, which is a bug in the records like a missing target.
 
 Exit code 1 when a record whose range includes the release (and that is not retired) has a
-missing target or an incompatible signature: that is a bug in the records. Uncovered copies are
+missing target or an incompatible signature, or a layer of it is in range where the record is not:
+that is a bug in the records. Uncovered copies are
 reported, not counted: a copy taken after the patch already holds the replacement.
 """
 from __future__ import annotations
@@ -354,9 +358,19 @@ def _module_state(release: Release, module: str) -> str:
     return "missing"
 
 
+def _layer_rows(release: Release, patch, record_state: str) -> list:
+    """The range of each layer of ``patch`` that is of this release's library; ``problem`` where
+    the layer is in range and its record (of the same library) is not, so it never stacks."""
+    return [{"name": layer.name, "library": layer.library, "versions": layer.versions, "fixed_in": layer.fixed_in,
+             "in_range": state, "problem": state == "yes" and record_state in ("no", "retired")}
+            for layer in patch.layers if layer.library == release.library
+            for state in (_range_state(layer, release),)]
+
+
 def check_patch(release: Release, resolver: Resolver, patch, names=()) -> dict:
     row = {"name": patch.name, "target": patch.target, "library": patch.library, "versions": patch.versions,
            "fixed_in": patch.fixed_in, "in_range": _range_state(patch, release)}
+    row["layers"] = _layer_rows(release, patch, row["in_range"])
     if row["in_range"] == "not this library":
         if not release.has_top(patch.module) and "." not in patch.qualname:
             # another distribution's target: modules of this release may still hold copies of it
@@ -387,7 +401,8 @@ def check_patch(release: Release, resolver: Resolver, patch, names=()) -> dict:
     row["consumers"] = consumer_report(release, patch, names) if bindings else {
         "listed": [], "copies": [], "uncovered": []}
     missing = not row["module"].startswith("found") or row["attribute"] == "missing"
-    row["problem"] = row["in_range"] == "yes" and (missing or row["signature"] == "incompatible")
+    row["problem"] = (row["in_range"] == "yes" and (missing or row["signature"] == "incompatible")
+                      or any(layer["problem"] for layer in row["layers"]))
     return row
 
 
@@ -449,6 +464,10 @@ def render(report: dict, stream) -> None:
         c = r["consumers"]
         listed = ", ".join(f"{x['module']} [{x['state']}]" for x in c["listed"]) or "none listed"
         print(f"      consumers: {_consumer_cell(c)}; listed: {listed}", file=stream)
+        for layer in r["layers"]:
+            print(f"      {'PROBLEM ' if layer['problem'] else ''}layer {layer['name']}: in range: {layer['in_range']} "
+                  f"({layer['versions']}" + (f", fixed in {layer['fixed_in']}" if layer["fixed_in"] else "") + ")",
+                  file=stream)
     held = [r for r in report["patches"] if r["in_range"] == "not this library" and r.get("consumers")]
     if held:
         print("  copies of other libraries' targets held by modules of this release:", file=stream)
@@ -458,7 +477,9 @@ def render(report: dict, stream) -> None:
 
 
 def verdict(row: dict) -> str:
-    """One cell for the support matrix: what the record does with this release."""
+    """One cell for the support matrix: what the record (or a layer of it) does with this release."""
+    if "target" not in row and row["in_range"] == "yes":  # a layer
+        return "**record bug**: in range where its record is not" if row["problem"] else "stacks on the record"
     if row["in_range"] == "no":
         return f"skips: outside {row['versions']}"
     if row["in_range"] == "retired":
@@ -487,6 +508,9 @@ def render_markdown(reports: list, stream) -> None:
             print("| record | target | range | verdict |\n|---|---|---|---|", file=stream)
             for r in rows:
                 print(f"| `{r['name']}` | `{r['target']}` | `{r['versions']}` | {verdict(r)} |", file=stream)
+                for layer in r["layers"]:
+                    print(f"| `{layer['name']}` (layer) | `{r['target']}` | `{layer['versions']}` | {verdict(layer)} |",
+                          file=stream)
             print(file=stream)
         # a record that skips or is retired here installs nothing, so its copies do not matter
         held = [r for r in report["patches"] if r["in_range"] in ("yes", "not this library")
@@ -515,8 +539,8 @@ def run(paths, as_json: bool = False, stream=None, patches=None, markdown: bool 
             render(report, stream)
     problems = [r["name"] for rep in reports for r in rep["patches"] if r.get("problem")]
     if problems and not as_json and not markdown:
-        print(f"{len(problems)} record(s) in range with a missing target or an incompatible signature",
-              file=stream)
+        print(f"{len(problems)} record(s) in range with a missing target or an incompatible signature, or "
+              f"with a layer in range where the record is not", file=stream)
     return 1 if problems else 0
 
 
@@ -524,8 +548,9 @@ CONTRACT_HELP = """\
 Check sm12x's patch records against a vLLM / SGLang / DeepGEMM / FlashMLA release without
 installing or importing it: for each record of that library, whether the release is in its
 range, whether the target module and function exist, whether the function's parameters still
-reach sm12x, and which modules hold `from X import f` copies of it (and whether the record lists
-them). Exit code 1 when a record in range has a missing target or an incompatible signature.
+reach sm12x, which modules hold `from X import f` copies of it (and whether the record lists
+them), and the range of each layer stacked on it. Exit code 1 when a record in range has a missing
+target or an incompatible signature, or a layer is in range where its record is not.
 
 examples:
   python3 -m sm12x contract vllm-0.34.0-cp38-abi3-manylinux_2_28_x86_64.whl

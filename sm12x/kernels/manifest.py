@@ -16,8 +16,9 @@ import watcher, the shims and the patch tables can read this at start-up without
 
 Everything else is derived from this table: the registry (:func:`sm12x.kernels.registry.all_ops`),
 the front ends' name lists (``NAMES`` / ``HELPER_NAMES``), the DeepGEMM wrapper factories, the
-stand-in ``deep_gemm`` module (:mod:`sm12x.shims`) and the per-op routes ``sm12x status`` prints
-(:func:`sm12x.apply.op_routes`). Stdlib only.
+stand-in ``deep_gemm`` module (:mod:`sm12x.shims`), the factory every record that runs an op
+installs (:func:`factory`), the ops the runtime guard checks per record (:mod:`sm12x.guard`) and
+the per-op routes ``sm12x status`` prints (:func:`sm12x.apply.op_routes`). Stdlib only.
 """
 from __future__ import annotations
 
@@ -118,8 +119,9 @@ OPS = (
                 (f"{_FLASH_MLA_WRAPPERS}:make_get_mla_metadata",), helper=True),
             Api("flash_mla.get_mla_decoding_metadata", f"{_FLASH_MLA}:get_mla_decoding_metadata",
                 (f"{_FLASH_MLA_WRAPPERS}:make_get_mla_decoding_metadata",), helper=True),
+            # the constructor check answers yes where sm12x serves the pair, so the calls can come
             Api("vllm.flashinfer_dsv4.sparse_mla_dsv4", f"{_VLLM}.flashinfer_dsv4:sparse_mla_dsv4",
-                (f"{_VLLM}.wrappers:make_flashinfer_dsv4_decode",)),
+                (f"{_VLLM}.wrappers:make_flashinfer_dsv4_decode", f"{_VLLM}.wrappers:make_has_sparse_mla_sm120_config")),
         )),
     # the prefill's split path runs the decode's kernel on bf16 rows (its configurations are the
     # decode's); its compile reports are its pipelined path's
@@ -161,8 +163,10 @@ OPS = (
         selftest="sm12x.kernels.indexer.cases:check_indexer_topk",
         compile="sm12x.kernels.indexer.fused_topk", benchmark="scripts/bench_indexer.py",
         backs=(
+            # the eligibility and chunk rules send vLLM's planner to the op
             Api("vllm.fused_mqa_topk.fused_mqa_topk_prefill", f"{_VLLM}.indexer:fused_mqa_topk_prefill",
-                (f"{_VLLM}.wrappers:make_fused_mqa_topk_prefill",)),
+                (f"{_VLLM}.wrappers:make_fused_mqa_topk_prefill", f"{_VLLM}.wrappers:make_use_fused_mqa_topk",
+                 f"{_VLLM}.wrappers:make_fused_mqa_topk_chunk")),
             Api("vllm.fused_mqa_topk.fused_mqa_topk_key_scales", f"{_VLLM}.indexer:fused_mqa_topk_key_scales",
                 (f"{_VLLM}.wrappers:make_fused_mqa_topk_key_scales",), helper=True),
             Api("vllm.sparse_attn_indexer.fp8_fp4_mqa_logits", f"{_VLLM}.indexer:deferred_mqa_logits",
@@ -293,6 +297,33 @@ def library_functions(library: str) -> dict:
     """``{upstream name: "module:function"}`` for every function of ``library`` (the stand-in
     module :mod:`sm12x.shims` assembles)."""
     return {api.attribute: api.function for api in apis() if api.library == library}
+
+
+def factory(api_name: str, name: str = "") -> str:
+    """The factory (``"module:function"``) that a patch record installs for the upstream function
+    ``api_name`` (``"flash_mla.flash_mla_with_kvcache"``): the Api's only one, or the one whose
+    function is ``name`` where it lists several. Records take their replacement from here, so a
+    record cannot install a factory the manifest does not list (ValueError naming the Api)."""
+    api = next((a for a in apis() if a.name == api_name), None)
+    if api is None:
+        raise ValueError(f"op manifest: no upstream function {api_name!r}")
+    if name:
+        hits = [w for w in api.wrappers if w.rpartition(":")[2] == name]
+    else:
+        hits = list(api.wrappers)
+    if len(hits) != 1:
+        raise ValueError(f"op manifest: {api_name} lists the factories {list(api.wrappers)}; name one of them"
+                         if not name else f"op manifest: {api_name} lists no factory {name!r} "
+                                          f"(it lists {list(api.wrappers)})")
+    return hits[0]
+
+
+def factory_path(make) -> str:
+    """A record's factory as this table names it: ``"module:function"`` (a ``"module:function"``
+    string, what :func:`factory` returns, stays as it is)."""
+    if isinstance(make, str):
+        return make
+    return f"{getattr(make, '__module__', '')}:{getattr(make, '__name__', '')}"
 
 
 def op_of_wrapper() -> dict:

@@ -5,7 +5,9 @@ the target with ``from X import f`` (``consumers``, rebound too), which library 
 GPU arch it is for, why it exists, the upstream issue or source it answers, when it retires
 (``fixed_in``, or ``retire_when``: the upstream change that would make it unnecessary), and
 ``make``: the factory (in :mod:`sm12x.frontends`) that takes the original object and returns the
-replacement. Replacements are plain functions (``functools.wraps``), never proxies, because
+replacement; a record whose replacement runs an op takes it from the op manifest
+(:func:`sm12x.kernels.manifest.factory`), which is how the runtime guard and ``sm12x status`` know
+the op. Replacements are plain functions (``functools.wraps``), never proxies, because
 torch.compile traces through wrapt wrappers to the original silently.
 
 One record per target and release: two records of one target never share a release of their
@@ -84,7 +86,10 @@ class Patch:
 
     name: str
     target: str  # "package.module:Qualified.name"
-    make: object  # factory(original) -> replacement (a front end's wrappers function)
+    # factory(original) -> replacement: for a record that runs an op, the manifest's
+    # (``sm12x.kernels.manifest.factory(api)``, a "module:function" loaded when the record applies,
+    # or a DeepGEMM wrappers module's ``FACTORIES[name]``); a gate's own function otherwise
+    make: object
     why: str
     upstream: str
     library: str  # key of sm12x.platform.DISTRIBUTIONS whose version is checked

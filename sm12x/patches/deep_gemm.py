@@ -12,6 +12,7 @@ Consumers: vLLM's ``vllm.utils.deep_gemm`` resolves ``_fp8_fp4_*_impl`` from the
 from __future__ import annotations
 
 from sm12x.frontends.deep_gemm import wrappers
+from sm12x.kernels.manifest import factory
 from sm12x.patches import Patch
 from sm12x.patches.indexer_topk import PAGED_LAYERS
 
@@ -53,7 +54,7 @@ _CONSUMERS = ("vllm.utils.deep_gemm", "vllm.foundation.utilities.deep_gemm")
 
 def _sglang_paged(name, target, why, upstream, versions=">=0.5.15,<0.6", consumers=(), layers=()):
     """A patch that sends one of SGLang's own paged-logits functions to our kernel."""
-    return Patch(name=name, target=target, make=wrappers.make_sglang_paged_logits_torch,
+    return Patch(name=name, target=target, make=factory("sglang.fp8_paged_mqa_logits_torch"),
                  why=why, upstream=upstream, library="sglang", versions=versions, consumers=consumers,
                  retire_when=_RETIRE_SGLANG, layers=layers)
 

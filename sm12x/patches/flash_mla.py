@@ -32,7 +32,7 @@ op's results by log2(e) "for SGL compatibility").
 """
 from __future__ import annotations
 
-from sm12x.frontends.flash_mla import wrappers
+from sm12x.kernels.manifest import factory
 from sm12x.patches import Patch
 
 # No FlashMLA release (pip flash-mla, sgl-flash-mla, the copies vendored in sgl-kernel and vLLM)
@@ -64,35 +64,40 @@ _VLLM_CALLERS = ("vllm.models.deepseek_v4.nvidia.flashmla",
                  "vllm.v1.attention.backends.mla.flashmla")
 _VLLM_OPS = ("vllm.v1.attention.ops.flashmla",) + _VLLM_CALLERS
 
+# the prefill factories: FlashMLA's units (natural log since 2026-01), sgl-kernel's (base 2)
+_PREFILL = factory("flash_mla.flash_mla_sparse_fwd", "make_flash_mla_sparse_fwd")
+_PREFILL_BASE2 = factory("flash_mla.flash_mla_sparse_fwd", "make_sgl_kernel_flash_mla_sparse_fwd")
+_SM120_ENTRY = factory("flash_mla.flash_mla_with_kvcache", "make_flash_mla_with_kvcache_sm120")
+
 # Where a copy of FlashMLA's Python interface lives: (name prefix, module, who reaches it, range,
 # upstream, modules holding `from X import f` copies, prefill factory)
 _ROUTES = (
     ("flash_mla.interface", "flash_mla.flash_mla_interface",
      "pip FlashMLA / sgl-flash-mla's interface (SGLang's DeepSeek-V4 path)", _PIP, _FLASH_MLA_SRC,
-     ("flash_mla",), wrappers.make_flash_mla_sparse_fwd),
+     ("flash_mla",), _PREFILL),
     ("flash_mla", "flash_mla",
      "the flash_mla package re-export that SGLang's debug adapter looks up at call time", _PIP,
-     "sglang srt/layers/attention/debug_flash_mla_adapter.py", (), wrappers.make_flash_mla_sparse_fwd),
+     "sglang srt/layers/attention/debug_flash_mla_adapter.py", (), _PREFILL),
     ("sgl_kernel.flash_mla", "sgl_kernel.flash_mla",
      "sgl-kernel's copy (SGLang's non-SM120 branch and forced backends; descale_q/k after the six "
      "common arguments; base-2 lse and max_logits 'for SGL compatibility')", _SGL_KERNEL,
      "sgl-kernel python/sgl_kernel/flash_mla.py",
      ("sgl_kernel", "sglang.srt.layers.attention.flashmla_backend"),
-     wrappers.make_sgl_kernel_flash_mla_sparse_fwd),
+     _PREFILL_BASE2),
     ("vllm.third_party.flashmla", "vllm.third_party.flashmla.flash_mla_interface",
      "vLLM's vendored FlashMLA (SM90/SM100 builds only), behind its FlashMLA sparse backends", _VLLM,
-     "vllm third_party/flashmla/flash_mla_interface.py", _VLLM_OPS, wrappers.make_flash_mla_sparse_fwd),
+     "vllm third_party/flashmla/flash_mla_interface.py", _VLLM_OPS, _PREFILL),
     ("vllm.ops.flashmla", "vllm.v1.attention.ops.flashmla",
      "vLLM's re-export, bound to stubs that raise 'FlashMLA is not available' when its FlashMLA "
      "extension does not import (SM12x builds)", _VLLM, "vllm v1/attention/ops/flashmla.py",
-     _VLLM_CALLERS, wrappers.make_flash_mla_sparse_fwd),
+     _VLLM_CALLERS, _PREFILL),
 )
 # What each route's function does on SM12x: (record suffix, attribute, factory or None for the
 # route's prefill factory, failure)
 _FUNCTIONS = (
-    ("decode", "flash_mla_with_kvcache", wrappers.make_flash_mla_with_kvcache,
+    ("decode", "flash_mla_with_kvcache", factory("flash_mla.flash_mla_with_kvcache", "make_flash_mla_with_kvcache"),
      f"the sparse FP8 decode raises {_DECODE_ERROR}"),
-    ("metadata", "get_mla_metadata", wrappers.make_get_mla_metadata,
+    ("metadata", "get_mla_metadata", factory("flash_mla.get_mla_metadata"),
      "the tensor scheduler runs a CUDA kernel built for SM90a/SM100f only"),
     ("sparse_fwd", "flash_mla_sparse_fwd", None,
      f"the sparse prefill (SGLang's default since 0.5.15.post1, #31578) raises {_PREFILL_ERROR}"),
@@ -107,24 +112,24 @@ PATCHES = tuple(
     # sgl-flash-mla's tensor scheduler under its own name (SGLang 0.5.23 calls it every batch)
     Patch(name="flash_mla.interface.decoding_metadata",
           target="flash_mla.flash_mla_interface:get_mla_decoding_metadata",
-          make=wrappers.make_get_mla_decoding_metadata, consumers=("flash_mla",),
+          make=factory("flash_mla.get_mla_decoding_metadata"), consumers=("flash_mla",),
           why="sgl-flash-mla's tensor scheduler (SGLang 0.5.23 calls it for every decode batch) runs "
               "a CUDA kernel with no SM12x build",
           upstream="sgl-flash-mla 1.0.0 flash_mla_interface.py; sglang 0.5.23 "
                    "kernels/ops/attention/flash_mla_interface.py", retire_when=_RETIRE, **_PIP),
     Patch(name="flash_mla.decoding_metadata", target="flash_mla:get_mla_decoding_metadata",
-          make=wrappers.make_get_mla_decoding_metadata,
+          make=factory("flash_mla.get_mla_decoding_metadata"),
           why="the package-level re-export of sgl-flash-mla's tensor scheduler",
           upstream="sgl-flash-mla 1.0.0 __init__.py", retire_when=_RETIRE, **_PIP),
     Patch(name="flash_mla.cuda.sparse_decode_fwd", target="flash_mla.cuda:sparse_decode_fwd",
-          make=wrappers.make_sparse_decode_fwd,
+          make=factory("flash_mla.cuda.sparse_decode_fwd"),
           why=f"FlashMLA's interface resolves the compiled op flash_mla.cuda.sparse_decode_fwd at "
               f"call time; on SM12x it raises {_DECODE_ERROR}",
           upstream=_FLASH_MLA_SRC, retire_when=_RETIRE, **_PIP),
     # SGLang's native SM120 entry (0.5.16 on, then 0.5.15.post1's module path)
     Patch(name="sglang.flash_mla_sm120",
           target="sglang.kernels.ops.attention.flash_mla_sm120:flash_mla_with_kvcache_sm120",
-          make=wrappers.make_flash_mla_with_kvcache_sm120,
+          make=_SM120_ENTRY,
           why="SGLang's SM120 FlashMLA path defaults to FlashInfer, which needs 64-token pages "
               "(a page-split copy of every touched 256-token SWA page per call) and supports a "
               "fixed table of head/topk shapes; its Triton / torch settings are 16-243x slower "
@@ -134,7 +139,7 @@ PATCHES = tuple(
           versions=">=0.5.16,<0.6", retire_when=_RETIRE_SM120),
     Patch(name="sglang.flash_mla_sm120.era_b",
           target="sglang.srt.layers.attention.flash_mla_sm120:flash_mla_with_kvcache_sm120",
-          make=wrappers.make_flash_mla_with_kvcache_sm120,
+          make=_SM120_ENTRY,
           why="the same SM120 entry at its module path before SGLang 0.5.16 moved kernels to "
               "sglang.kernels (0.5.15.post1 has it here; 0.5.16-0.5.18 only under sglang.kernels)",
           upstream="sglang 0.5.15.post1 srt/layers/attention/flash_mla_sm120.py", library="sglang",

@@ -20,7 +20,7 @@ passes and nearly every call stays with FlashInfer.
 """
 from __future__ import annotations
 
-from sm12x.frontends.vllm import wrappers
+from sm12x.kernels.manifest import factory
 from sm12x.patches import Patch
 
 # checked: vLLM 0.24.0 (which introduced the SM120 class, #43477), 0.25.0 and 0.25.1 (the same class,
@@ -39,7 +39,7 @@ _ROUTES = ("routes: FlashInfer keeps every shape its installed release serves (0
 PATCHES = (
     Patch(name="vllm.flashinfer_dsv4.decode",
           target="vllm.utils.flashinfer:flashinfer_trtllm_batch_decode_sparse_mla_dsv4",
-          make=wrappers.make_flashinfer_dsv4_decode,
+          make=factory("vllm.flashinfer_dsv4.sparse_mla_dsv4", "make_flashinfer_dsv4_decode"),
           consumers=("vllm.models.deepseek_v4.nvidia.flashinfer_sparse",
                      # vLLM 0.33 / 0.34
                      "vllm.models.deepseek_v41.nvidia.flashinfer_sparse",
@@ -56,7 +56,7 @@ PATCHES = (
           **_VLLM),
     Patch(name="vllm.flashinfer_dsv4.config_check",
           target="vllm.utils.flashinfer:has_flashinfer_sparse_mla_sm120_config",
-          make=wrappers.make_has_sparse_mla_sm120_config,
+          make=factory("vllm.flashinfer_dsv4.sparse_mla_dsv4", "make_has_sparse_mla_sm120_config"),
           why="vLLM's SM120 DeepSeek-V4 attention constructor raises 'requires a FlashInfer DSV4 "
               "sparse MLA decode specialization' for a (padded heads, SWA width) pair missing from "
               "FlashInfer's decode table (DSpark's width 256 with FlashInfer 0.6.x); with the decode "

@@ -81,13 +81,18 @@ come from ``sglang.jit_kernel.dsa`` with the same signatures).
 from __future__ import annotations
 
 from sm12x.frontends.sglang import wrappers as sglang_wrappers
-from sm12x.frontends.vllm import wrappers as vllm_wrappers
+from sm12x.kernels.manifest import factory
 from sm12x.patches import Layer, Patch
 
 _VLLM_FUSED = "vllm.model_executor.kernels.attention.dsa.fused_mqa_topk"
 _VLLM_INDEXER = "vllm.model_executor.layers.sparse_attn_indexer"
 # modules of vLLM 0.34.0 that hold `from ...fused_mqa_topk import <name>` copies
 _FUSED_USERS = (_VLLM_INDEXER, "vllm.models.glm5next.nvidia.sparse_indexer")
+# the upstream functions (op manifest) whose factories several records here install
+_FUSED_PREFILL = "vllm.fused_mqa_topk.fused_mqa_topk_prefill"
+_PREFILL_LOGITS = "vllm.sparse_attn_indexer.fp8_fp4_mqa_logits"
+_DSV4_PAGED = "sglang.dsv4.indexer.paged_mqa_logits"
+_DSA_PAGED = "sglang.dsa.indexer.paged_mqa_logits"
 _UPSTREAM_034 = ("vllm 0.34.0 model_executor/kernels/attention/dsa/fused_mqa_topk.py; "
                  "layers/sparse_attn_indexer.py (prefill chunks)")
 _UPSTREAM_DECODE = ("vllm 0.30.0-0.34.0 model_executor/layers/sparse_attn_indexer.py (decode: get_indexer_topk); "
@@ -126,34 +131,35 @@ def _vllm_radix(op, versions, why):
     ``torch.ops._C`` at call time: the attribute of that namespace, reached from the module's
     ``torch``."""
     return Patch(name=f"vllm.sparse_attn_indexer.{op}", target=f"{_VLLM_INDEXER}:torch.ops._C.{op}",
-                 make=vllm_wrappers.make_radix_topk, why=why, upstream=_UPSTREAM_RADIX.format(op=op),
+                 make=factory("vllm.sparse_attn_indexer.ops", "make_radix_topk"), why=why,
+                 upstream=_UPSTREAM_RADIX.format(op=op),
                  library="vllm", versions=versions, retire_when=_RETIRE_VLLM_DENSE)
 
 
 VLLM_PATCHES = (
-    _vllm_fused("use_fused_mqa_topk", vllm_wrappers.make_use_fused_mqa_topk,
+    _vllm_fused("use_fused_mqa_topk", factory(_FUSED_PREFILL, "make_use_fused_mqa_topk"),
                 "vLLM's fused MQA+top-k prefill is eligible on the SM100 family only, so on SM12x every "
                 "prefill chunk materialises [rows, keys] logits under a 512 MB budget (query "
                 "sub-chunks at long context) and runs top_k_per_row_prefill; sm12x's fused top-k "
                 "serves FP8 layers of 8-64 heads",
                 consumers=_FUSED_USERS + ("vllm.v1.attention.backends.mla.indexer",)),
-    _vllm_fused("fused_mqa_topk_chunk", vllm_wrappers.make_fused_mqa_topk_chunk,
+    _vllm_fused("fused_mqa_topk_chunk", factory(_FUSED_PREFILL, "make_fused_mqa_topk_chunk"),
                 "vLLM's per-chunk rule weighs its SM100 kernel's SM waves against the dense path; with "
                 "sm12x's fused top-k every chunk of an eligible layer skips the logits"),
-    _vllm_fused("fused_mqa_topk_key_scales", vllm_wrappers.make_fused_mqa_topk_key_scales,
+    _vllm_fused("fused_mqa_topk_key_scales", factory("vllm.fused_mqa_topk.fused_mqa_topk_key_scales"),
                 "vLLM decodes the gathered key scales as four UE8M0 bytes (the SM100 cache format); the "
                 "SM12x indexer cache stores a float32 per key"),
-    _vllm_fused("fused_mqa_topk_prefill", vllm_wrappers.make_fused_mqa_topk_prefill,
+    _vllm_fused("fused_mqa_topk_prefill", factory(_FUSED_PREFILL, "make_fused_mqa_topk_prefill"),
                 "vLLM's fused op (torch.ops._C.fused_mqa_topk_prefill) is an SM100-family CUDA kernel; "
                 "sm12x's fused top-k writes the same indices (relative to the row start, -1 padded)"),
-    _vllm_indexer("fp8_fp4_paged_mqa_logits", vllm_wrappers.make_deferred_paged_mqa_logits,
+    _vllm_indexer("fp8_fp4_paged_mqa_logits", factory("vllm.sparse_attn_indexer.fp8_fp4_paged_mqa_logits"),
                   "each decode step materialises [decode rows, max_model_len] float32 logits (1 MiB a row at "
                   "a 1M-token DeepSeek-V4 limit) for the top-k (SM12x: persistent_topk, directly up to 0.29, "
                   "through the get_indexer_topk selector from 0.30); the logits come back as a placeholder "
                   "for the fused paged top-k when every top-k the decode may pick is sm12x's (real logits "
                   "for v4.1 candidate blocks, DCP or BF16 logits, which other readers need)",
                   _UPSTREAM_DECODE, ">=0.22.1,<0.35"),
-    _vllm_indexer("get_indexer_topk", vllm_wrappers.make_get_indexer_topk,
+    _vllm_indexer("get_indexer_topk", factory("vllm.sparse_attn_indexer.ops", "make_get_indexer_topk"),
                   "the indexer's decode top-k selector runs the fused paged top-k for the placeholder logits "
                   "of its fp8_fp4_paged_mqa_logits record (vLLM's selector for real logits)",
                   _UPSTREAM_DECODE, ">=0.30.0,<0.35"),
@@ -168,7 +174,7 @@ VLLM_PATCHES = (
                 "the SM12x family out, so there it runs with SM12X_FORCE on Hopper / Blackwell), looked up "
                 "through torch.ops._C like persistent_topk: replaced there so that no decode top-k vLLM may "
                 "pick reads a placeholder as logits (vLLM's op for any other call)"),
-    _vllm_indexer("fp8_fp4_mqa_logits", vllm_wrappers.make_deferred_mqa_logits,
+    _vllm_indexer("fp8_fp4_mqa_logits", factory(_PREFILL_LOGITS, "make_deferred_mqa_logits"),
                   "each prefill chunk materialises [rows, keys] float32 logits (up to the 512 MB "
                   "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB budget, query sub-chunks at long context) only to "
                   "pass them to top_k_per_row_prefill; the logits come back as a placeholder for the "
@@ -176,13 +182,13 @@ VLLM_PATCHES = (
                   "blocks, which select or mask on them)",
                   _UPSTREAM_PREFILL, ">=0.22.1,<0.33"),
     Patch(name="vllm.sparse_attn_indexer.compressed_mqa_logits", target=f"{_VLLM_INDEXER}:fp8_fp4_mqa_logits",
-          make=vllm_wrappers.make_deferred_compressed_mqa_logits,
+          make=factory(_PREFILL_LOGITS, "make_deferred_compressed_mqa_logits"),
           why="each prefill chunk (0.33.0; 0.34.0: layers the fused seam does not take, e.g. an FP4 indexer "
               "cache) materialises DeepGEMM's compressed [rows, max_seqlen_k] logits, upcast to float32, only "
               "for top_k_per_row_prefill; they come back as a placeholder for the fused top-k (real logits "
               "under DCP, with v4.1 candidate blocks, for BF16 / SM100 MX inputs)",
           upstream=_UPSTREAM_COMPRESSED, library="vllm", versions=">=0.33.0,<0.35", retire_when=_RETIRE_VLLM_DENSE),
-    _vllm_indexer("ops", vllm_wrappers.make_indexer_ops,
+    _vllm_indexer("ops", factory("vllm.sparse_attn_indexer.ops", "make_indexer_ops"),
                   "the indexer's ops.top_k_per_row_prefill and ops.top_k_per_row_decode run the fused top-k "
                   "for the placeholder logits of its fp8_fp4_mqa_logits / fp8_fp4_paged_mqa_logits records "
                   "(vLLM's kernels for real logits; every other op is vllm._custom_ops' own)",
@@ -210,8 +216,8 @@ def _vllm_v41(step, make, which):
 
 
 VLLM_V41_PATCHES = (
-    _vllm_v41("_select_candidate_blocks", vllm_wrappers.make_select_candidate_blocks, "candidate source"),
-    _vllm_v41("_apply_candidate_mask", vllm_wrappers.make_apply_candidate_mask, "candidate consumer"),
+    _vllm_v41("_select_candidate_blocks", factory("vllm.sparse_attn_indexer.select_candidate_blocks"), "candidate source"),
+    _vllm_v41("_apply_candidate_mask", factory("vllm.sparse_attn_indexer.apply_candidate_mask"), "candidate consumer"),
 )
 
 _GLM5NEXT = "vllm.models.glm5next.nvidia.sparse_indexer"
@@ -230,12 +236,12 @@ def _glm5next(name, make, why):
 
 
 GLM5NEXT_PATCHES = (
-    _glm5next("fp8_fp4_paged_mqa_logits", vllm_wrappers.make_deferred_paged_mqa_logits,
+    _glm5next("fp8_fp4_paged_mqa_logits", factory("vllm.sparse_attn_indexer.fp8_fp4_paged_mqa_logits"),
               "GLM-5-next's pool indexer decode materialises [decode rows, max_pool_len] float32 logits for its "
               "top-k of topk // index_kpool pools (the module imports its own fp8_fp4_paged_mqa_logits, which "
               "the sparse_attn_indexer records do not reach); they come back as a placeholder for the fused "
               "paged top-k when the module's get_indexer_topk is sm12x's and DCP is off"),
-    _glm5next("get_indexer_topk", vllm_wrappers.make_get_indexer_topk,
+    _glm5next("get_indexer_topk", factory("vllm.sparse_attn_indexer.ops", "make_get_indexer_topk"),
               "GLM-5-next's decode top-k selector (its own copy) runs the fused paged top-k for the placeholder "
               "logits of its fp8_fp4_paged_mqa_logits record (vLLM's selector for real logits)"),
 )
@@ -256,14 +262,14 @@ def _sglang_v41(name, make, why):
 
 
 SGLANG_V41_PATCHES = (
-    _sglang_v41("deep_gemm_fp4_paged_mqa_logits", sglang_wrappers.make_v41_source_logits,
+    _sglang_v41("deep_gemm_fp4_paged_mqa_logits", factory("sglang.v41.deep_gemm_fp4_paged_mqa_logits"),
                 "DeepSeek-V4.1's candidate source layer materialises [decode rows, max_compressed_seq_len] FP32 "
                 "logits per step (4 MiB a row at 1M positions) for its own top-k and its block selection; called "
                 "from publish_decode with both readers sm12x's, the logits come back as a placeholder"),
-    _sglang_v41("topk_transform_paged_v2", sglang_wrappers.make_topk_transform_v2,
+    _sglang_v41("topk_transform_paged_v2", factory("sglang.dsv4.indexer.topk_transform", "make_topk_transform_v2"),
                 "the source layer's own top-k (page slots) runs the fused candidate top-k for the placeholder, "
                 "which also publishes the rows' blocks of 8 (SGLang's top-k v2 kernel for real logits)"),
-    _sglang_v41("amax_topk_blocks", sglang_wrappers.make_amax_topk_blocks,
+    _sglang_v41("amax_topk_blocks", factory("sglang.v41.amax_topk_blocks"),
                 "the source layer's block selection (block maxima of 8 positions, newest pinned, top "
                 "topk_blocks) hands over the blocks the fused candidate top-k published for the placeholder, "
                 "after an event on the main stream (SGLang's kernels for real logits)"),
@@ -296,7 +302,7 @@ _RETIRE_SGLANG_DSV4 = ("SGLang's DeepSeek-V4 indexer ranks its keys on SM120 wit
 # Layers the DeepGEMM-route records of :mod:`sm12x.patches.deep_gemm` stack on their replacement
 # (sm12x's paged logits): for SGLang's DeepSeek-V4 paged indexer, a placeholder instead of logits.
 PAGED_LAYERS = {
-    name: Layer(name=f"sglang.dsv4.paged_indexer.{name}", make=sglang_wrappers.make_paged_logits,
+    name: Layer(name=f"sglang.dsv4.paged_indexer.{name}", make=factory(_DSV4_PAGED, "make_paged_logits"),
                 why=_PAGED_WHY.format(what=what), upstream=_PAGED_UPSTREAM, library="sglang",
                 versions=">=0.5.20,<0.5.24", retire_when=_RETIRE_SGLANG_DSV4, notes=_PAGED_NOTES)
     for name, what in (("tilelang", "the TileLang kernel"),
@@ -304,7 +310,7 @@ PAGED_LAYERS = {
                        ("torch", "the generic torch logits (SM120 detection off)"))
 }
 PAGED_LAYERS["deep_gemm"] = Layer(
-    name="sglang.dsv4.paged_indexer.deep_gemm", make=sglang_wrappers.make_deep_gemm_paged_logits,
+    name="sglang.dsv4.paged_indexer.deep_gemm", make=factory(_DSV4_PAGED, "make_deep_gemm_paged_logits"),
     why=("SGLang 0.5.20-0.5.23's DeepSeek-V4 paged indexer with the TileLang and torch logits turned off imports "
          "DeepGEMM's fp8_paged_mqa_logits at call time and materialises [rows, max_compressed_seq_len] float32 "
          "logits per row chunk for one top-k transform; called from run_paged_indexer with FP8 queries while the "
@@ -321,7 +327,7 @@ PAGED_LAYERS["deep_gemm"] = Layer(
 
 SGLANG_PATCHES = (
     _sglang("nonpaged_mqa_logits", "C4IndexerBackendMixin._nonpaged_mqa_logits",
-            sglang_wrappers.make_nonpaged_mqa_logits,
+            factory("sglang.dsv4.indexer.nonpaged_mqa_logits"),
             f"{_SGLANG_WHY}; the logits come back as a placeholder for the fused top-k (the "
             f"original's logits unless every transform below is applied)", ">=0.5.21,<0.5.24"),
 ) + tuple(
@@ -332,15 +338,15 @@ SGLANG_PATCHES = (
             notes="from 0.5.20 the paged layers' placeholders too; the non-paged prefill indexer is one "
                   "request's extend, on by default, with no row cap when the plan has no logits budget")
     for name, make, when in (
-        ("topk_transform_paged", sglang_wrappers.make_topk_transform,
+        ("topk_transform_paged", factory("sglang.dsv4.indexer.topk_transform", "make_topk_transform"),
          "the sgl-kernel transform (dsa_topk_backend sgl-kernel, SGLANG_OPT_USE_TOPK_V2 off)"),
-        ("topk_transform_paged_v2", sglang_wrappers.make_topk_transform_v2,
+        ("topk_transform_paged_v2", factory("sglang.dsv4.indexer.topk_transform", "make_topk_transform_v2"),
          "the sgl-kernel v2 transform (dsa_topk_backend sgl-kernel with SGLANG_OPT_USE_TOPK_V2)"),
-        ("topk_transform_pytorch_vectorized", sglang_wrappers.make_topk_transform,
+        ("topk_transform_pytorch_vectorized", factory("sglang.dsv4.indexer.topk_transform", "make_topk_transform"),
          "the torch transform (dsa_topk_backend torch)"),
-        ("topk_transform_flashinfer_fused", sglang_wrappers.make_topk_transform,
+        ("topk_transform_flashinfer_fused", factory("sglang.dsv4.indexer.topk_transform", "make_topk_transform"),
          "FlashInfer's fused page-table transform (dsa_topk_backend flashinfer, fused)"),
-        ("topk_transform_flashinfer_unfused", sglang_wrappers.make_topk_transform,
+        ("topk_transform_flashinfer_unfused", factory("sglang.dsv4.indexer.topk_transform", "make_topk_transform"),
          "FlashInfer's top-k with SGLang's page mapping (dsa_topk_backend flashinfer, unfused)"))
 )
 
@@ -360,7 +366,7 @@ _DSA_WHY_OLD = ("SGLang 0.5.15-0.5.21's DSA indexer (DeepSeek-V3.2, GLM-5) ragge
 SGLANG_DSA_PATCHES = (
     Patch(name="sglang.dsa.ragged_indexer.resolve_fp8_mqa_logits_fn",
           target=f"{sglang_wrappers.DSA_INDEXER}:resolve_fp8_mqa_logits_fn",
-          make=sglang_wrappers.make_resolve_fp8_mqa_logits_fn,
+          make=factory("sglang.dsa.indexer.mqa_logits", "make_resolve_fp8_mqa_logits_fn"),
           why=f"{_DSA_WHY}; the logits function it resolves returns a placeholder for the fused top-k when "
               f"only a top-k sm12x writes reads them",
           notes="a placeholder for _get_topk_ragged's calls with FP8 queries sm12x serves only; the original's "
@@ -369,7 +375,7 @@ SGLANG_DSA_PATCHES = (
           # the deprecated nsa shim star-imports the module (its copy is not what _get_topk_ragged calls)
           consumers=("sglang.srt.layers.attention.nsa.nsa_indexer",)),
     Patch(name="sglang.dsa.ragged_indexer.deep_gemm", target=f"{sglang_wrappers.DSA_INDEXER}:deep_gemm",
-          make=sglang_wrappers.make_indexer_deep_gemm,
+          make=factory("sglang.dsa.indexer.mqa_logits", "make_indexer_deep_gemm"),
           why=f"{_DSA_WHY_OLD}; the indexer module's deep_gemm (every attribute DeepGEMM's own) answers "
               f"_get_topk_ragged's fp8_mqa_logits calls with a placeholder for the fused top-k under the same "
               f"conditions as 0.5.22-0.5.23's resolve_fp8_mqa_logits_fn record",
@@ -377,7 +383,7 @@ SGLANG_DSA_PATCHES = (
           consumers=("sglang.srt.layers.attention.nsa.nsa_indexer",)),  # the nsa shim's star-import copy
     Patch(name="sglang.dsa.ragged_indexer.topk_transform",
           target=f"{sglang_wrappers.DSA_TOPK}:DSATopKBackend.topk_transform",
-          make=sglang_wrappers.make_dsa_topk_transform,
+          make=factory("sglang.dsa.topk_backend.topk_transform"),
           why=f"{_DSA_WHY}; every DSA top-k goes through this method, which for the placeholder writes the "
               f"fused top-k as sgl-kernel's transforms do (SGLang's backends for real logits)",
           notes="row-local (unfused), plus topk_indices_offset (RAGGED) or as page slots of the row's request "
@@ -404,10 +410,10 @@ SGLANG_DSA_PAGED_PATCHES = tuple(
           versions=">=0.5.15,<0.5.24", retire_when=_RETIRE_SGLANG_DSA,
           consumers=("sglang.srt.layers.attention.nsa.nsa_indexer",))  # the nsa shim's star-import copy
     for name, make, how in (
-        ("deepgemm_paged_mqa_logits_split", sglang_wrappers.make_dsa_paged_logits_split,
+        ("deepgemm_paged_mqa_logits_split", factory(_DSA_PAGED, "make_dsa_paged_logits_split"),
          "this wrapper serves decode rows and verify / draft-extend rows one row per request "
          "(from 0.5.20 through a function that splits the rows by SM count and concatenates them)"),
-        ("deepgemm_paged_mqa_logits_native", sglang_wrappers.make_dsa_paged_logits_native,
+        ("deepgemm_paged_mqa_logits_native", factory(_DSA_PAGED, "make_dsa_paged_logits_native"),
          "this wrapper serves MTP verify with [B, next_n] context lengths (next_n rows per request, one "
          "DeepGEMM call)"))
 )

@@ -29,6 +29,7 @@ Read through to a served call (SGLang 0.5.23, ``v41_indexer/sparse_table.py``, `
 from __future__ import annotations
 
 from sm12x.frontends.deep_gemm import sparse_wrappers
+from sm12x.kernels.manifest import factory
 from sm12x.patches import Patch
 
 _ANY_DEEP_GEMM = ("DeepGEMM ships under several distributions with unrelated version numbers "
@@ -42,7 +43,7 @@ _RETIRE = ("DeepGEMM ships an SM120 paged sparse MQA logits runtime (the 2.8.1 v
 PATCHES = (
     Patch(name="deep_gemm.get_paged_sparse_mqa_logits_metadata",
           target="deep_gemm:get_paged_sparse_mqa_logits_metadata",
-          make=sparse_wrappers.make_get_paged_sparse_mqa_logits_metadata,
+          make=sparse_wrappers.FACTORIES["get_paged_sparse_mqa_logits_metadata"],
           why="the schedule of DeepSeek-V4.1's candidate-only paged indexer logits (SGLang 0.5.23 "
               "sparse_table.build_sparse_indexer_schedule): DeepGEMM builds it for its SM100 kernel "
               "only, and the logits that read it must be the implementation that runs",
@@ -52,7 +53,7 @@ PATCHES = (
           library="deep_gemm", versions="*", versions_note=_ANY_DEEP_GEMM),
     Patch(name="deep_gemm.fp8_fp4_paged_sparse_mqa_logits",
           target="deep_gemm:fp8_fp4_paged_sparse_mqa_logits",
-          make=sparse_wrappers.make_fp8_fp4_paged_sparse_mqa_logits,
+          make=sparse_wrappers.FACTORIES["fp8_fp4_paged_sparse_mqa_logits"],
           why="DeepSeek-V4.1's candidate-only paged indexer logits (every consumer layer's scores of "
               "the source's published blocks; SGLang 0.5.23 sparse_table.consume_decode / "
               "consume_prefill): DeepGEMM has only sm100_(paged_)sparse_mqa_logits",
@@ -62,7 +63,7 @@ PATCHES = (
           library="deep_gemm", versions="*", versions_note=_ANY_DEEP_GEMM),
     Patch(name="sglang.v41.candidate_indexer_gate",
           target="sglang.srt.layers.attention.dsv4.v41_indexer:make_candidate_indexer",
-          make=sparse_wrappers.make_candidate_indexer,
+          make=factory("sglang.v41_indexer.make_candidate_indexer"),
           why="SGLang 0.5.23 raises RuntimeError ('the candidate indexer needs DeepGEMM's paged sparse "
               "MQA logits') while initialising the DeepSeek-V4 attention backend for any V4.1 model "
               "(candidate_topk_blocks > 0) on SM120 / SM121: is_sm100_or_newer() counts major 12, and "

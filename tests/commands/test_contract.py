@@ -325,3 +325,32 @@ def test_site_packages_folder_reports_each_patched_distribution(tmp_path):
     for r in reports:
         mine = [row for row in r["patches"] if row["in_range"] == "yes"]
         assert len(mine) == 1 and mine[0]["attribute"] == "found: function"
+
+
+def _layer(name, versions, library="vllm"):
+    from sm12x.patches import Layer
+
+    return Layer(name=name, make=make_anything, why="test", upstream="test", library=library, versions=versions,
+                 retire_when="test")
+
+
+def test_layer_ranges_are_checked(release):
+    """A stacked layer's range is read against the release like its record's; a layer in range
+    where its record is not would never stack: a record bug (exit code 1)."""
+    rec = record("stacked", "vllm.ops.kernels:logits",
+                 layers=(_layer("stacked.in", ">=0.30"), _layer("stacked.out", "<0.30"),
+                         _layer("stacked.dg", "<9", library="deep_gemm")))
+    rows, _ = check(release, rec)
+    assert [(l["name"], l["in_range"], l["problem"]) for l in rows["stacked"]["layers"]] == [
+        ("stacked.in", "yes", False), ("stacked.out", "no", False)]
+    assert not rows["stacked"]["problem"]
+    stray = record("stray", "vllm.ops.kernels:logits", versions=">=0.31",
+                   layers=(_layer("stray.in", ">=0.30,<0.32"),))
+    rows, _ = check(release, stray)
+    assert rows["stray"]["in_range"] == "no" and rows["stray"]["layers"][0]["problem"] and rows["stray"]["problem"]
+    out = io.StringIO()
+    assert contract.run([release], stream=out, patches=[rec, stray]) == 1
+    assert "PROBLEM layer stray.in" in out.getvalue()
+    md = io.StringIO()
+    contract.run([release], stream=md, patches=[rec, stray], markdown=True)
+    assert "| `stacked.in` (layer) |" in md.getvalue() and "in range where its record is not" in md.getvalue()

@@ -79,10 +79,14 @@ def test_the_circle_check_finds_one():
 
 
 def test_records_reach_front_ends_only():
+    """Records name front-end factories, directly or through the op manifest (a stdlib table of
+    "module:function" names, which is how a record that runs an op takes its factory); no kernel,
+    no command."""
     graph = import_graph()
     for name, edges in graph.items():
         if name.startswith("sm12x.patches"):
-            bad = [e for e in edges if e.startswith(("sm12x.kernels", "sm12x.commands"))]
+            bad = [e for e in edges
+                   if e.startswith(("sm12x.kernels", "sm12x.commands")) and e != "sm12x.kernels.manifest"]
             assert not bad, f"{name} imports {bad}: records name front-end factories only"
 
 

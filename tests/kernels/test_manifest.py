@@ -68,12 +68,15 @@ def test_front_ends_implement_what_the_manifest_says_and_nothing_more():
 
 
 def test_factories_and_the_stand_in_follow_the_manifest():
-    from sm12x.frontends.deep_gemm import gemm_wrappers, wrappers
+    from sm12x.frontends.deep_gemm import gemm_wrappers, sparse_wrappers, wrappers
 
-    assert set(gemm_wrappers.FACTORIES) == set(manifest.wrapped_in("sm12x.frontends.deep_gemm.gemm_wrappers"))
-    assert set(wrappers.FACTORIES) == set(manifest.wrapped_in("sm12x.frontends.deep_gemm.wrappers"))
-    for name, make in list(gemm_wrappers.FACTORIES.items()) + list(wrappers.FACTORIES.items()):
-        assert make.__name__ == f"make_{name}"
+    factories = []
+    for module in (gemm_wrappers, wrappers, sparse_wrappers):
+        assert set(module.FACTORIES) == set(manifest.wrapped_in(module.__name__)), module.__name__
+        factories += [(module.__name__, name, make) for name, make in module.FACTORIES.items()]
+    assert sparse_wrappers.SPARSE_NAMES == ("fp8_fp4_paged_sparse_mqa_logits", "get_paged_sparse_mqa_logits_metadata")
+    for module, name, make in factories:
+        assert manifest.factory_path(make) == f"{module}:make_{name}"
     deep_gemm = manifest.library_functions("deep_gemm")
     assert "fp8_gemm_nt" in deep_gemm and "m_grouped_fp8_fp4_gemm_nt_masked" in deep_gemm
     assert all(name == fn.partition(":")[2] or name.startswith("fp8_fp4_gemm") for name, fn in deep_gemm.items())
@@ -96,9 +99,9 @@ def test_records_install_the_manifest_factories():
         attribute = p.qualname.rpartition(".")[2]
         if p.module in DEEP_GEMM_MODULES:
             assert ("deep_gemm", attribute) in by_name, f"{p.name}: deep_gemm.{attribute} is not in the manifest"
-            assert apply.factory_path(p.make) in by_name["deep_gemm", attribute], p.name
+            assert manifest.factory_path(p.make) in by_name["deep_gemm", attribute], p.name
         if p.module.startswith(("flash_mla", "sgl_kernel.flash_mla")) and ("flash_mla", attribute) in by_name:
-            assert apply.factory_path(p.make) in by_name["flash_mla", attribute], p.name
+            assert manifest.factory_path(p.make) in by_name["flash_mla", attribute], p.name
     routes = apply.op_routes(rows=[])
     assert set(routes) == {spec.name for spec in manifest.OPS}
     assert all(routes[op] for op in routes), [op for op in routes if not routes[op]]
@@ -118,3 +121,42 @@ def test_a_name_in_one_place_only_fails(monkeypatch):
     monkeypatch.setattr(mod, "fp8_gemm_xx", fp8_gemm_xx, raising=False)
     with pytest.raises(AssertionError, match="fp8_gemm_xx"):
         test_front_ends_implement_what_the_manifest_says_and_nothing_more()
+
+
+# records whose factory the manifest does not list: gates and expert-method choices, which run no op
+GATES = {"sglang.gb10.deep_gemm_gate", "sglang.moe.Fp8Config.get_quant_method",
+         "sglang.moe.HybridFp8NvFp4Config.get_quant_method", "sglang.moe.runner_choice",
+         "vllm.fused_moe.DeepGemmFP4Experts._supports_current_device", "vllm.platforms.cuda.support_deep_gemm"}
+
+
+def test_every_record_that_runs_an_op_takes_its_factory_from_the_manifest():
+    """A record (or layer) installs a factory the manifest lists, unless it is one of the gates;
+    the runtime guard checks exactly the op the manifest names for that factory (the indexer
+    top-k set: the fused top-k). A record written with a factory of its own fails here."""
+    from sm12x import guard
+    from sm12x.patches import all_patches, indexer_topk
+
+    by_factory = manifest.op_of_wrapper()
+    topk = {p.name for p in indexer_topk.PATCHES}
+    unlisted = set()
+    for p in all_patches():
+        for r in (p,) + tuple(p.layers):
+            hit = by_factory.get(manifest.factory_path(r.make))
+            if hit is None:
+                unlisted.add(r.name)
+        hit = by_factory.get(manifest.factory_path(p.make))
+        expected = guard.TOPK if p.name in topk else ((hit[0],) if hit else ())
+        assert guard.ops_for(p) == expected, p.name
+    assert unlisted == GATES
+
+
+def test_factory_names_what_the_manifest_lists():
+    assert manifest.factory("flash_mla.get_mla_metadata") == "sm12x.frontends.flash_mla.wrappers:make_get_mla_metadata"
+    assert manifest.factory("flash_mla.flash_mla_with_kvcache", "make_flash_mla_with_kvcache_sm120").endswith(
+        "wrappers:make_flash_mla_with_kvcache_sm120")
+    with pytest.raises(ValueError, match="no upstream function 'flash_mla.nope'"):
+        manifest.factory("flash_mla.nope")
+    with pytest.raises(ValueError, match="name one of them"):
+        manifest.factory("flash_mla.flash_mla_with_kvcache")
+    with pytest.raises(ValueError, match="lists no factory 'make_nope'"):
+        manifest.factory("flash_mla.flash_mla_with_kvcache", "make_nope")

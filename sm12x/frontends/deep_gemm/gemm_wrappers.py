@@ -8,43 +8,11 @@ differ) and passes it on to :mod:`sm12x.frontends.deep_gemm.gemm`. Stdlib only a
 """
 from __future__ import annotations
 
-import functools
-
-from sm12x.frontends.deep_gemm.wrappers import _by_name
+from sm12x.frontends.deep_gemm.wrappers import by_signature
 from sm12x.kernels import manifest
 
 # the DeepGEMM names whose factory the manifest says this module makes
 NAMES = manifest.wrapped_in(__name__)
 
-
-def _gemm_api():
-    """The DeepGEMM-compatible dense functions (imported on first patch: they need torch)."""
-    from sm12x.frontends.deep_gemm import gemm
-
-    return gemm
-
-
-def forwarder(name):
-    """The factory for DeepGEMM's dense function ``name``: a replacement that reads the call by
-    the original's signature and calls :mod:`sm12x.frontends.deep_gemm.gemm`'s ``name``."""
-    def make(original):
-        """The replacement reads each call as ``original`` names its parameters (defaults
-        included) and calls ours by our names; an original without a Python signature takes
-        ours positionally."""
-        ours = getattr(_gemm_api(), name)
-        read = _by_name(original, ours, name)
-
-        @functools.wraps(ours)
-        def replacement(*args, **kwargs):
-            if read is None:
-                return ours(*args, **kwargs)
-            return ours(**read(args, kwargs))
-
-        return replacement
-
-    make.__name__ = f"make_{name}"
-    return make
-
-
 # factory per name, ``make_<name>``: what the records install (``FACTORIES[name]``)
-FACTORIES = {name: forwarder(name) for name in NAMES}
+FACTORIES = {name: by_signature("sm12x.frontends.deep_gemm.gemm", name, __name__) for name in NAMES}

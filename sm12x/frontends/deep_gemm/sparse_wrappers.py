@@ -21,36 +21,17 @@ from __future__ import annotations
 import functools
 import sys
 
-from sm12x.frontends.deep_gemm.wrappers import _by_name
+from sm12x.frontends.deep_gemm.wrappers import by_signature
+from sm12x.kernels import manifest
 
 CONFIGURER = "sglang.srt.layers.deep_gemm_wrapper.configurer"
 FLAG = "DEEPGEMM_PAGED_SPARSE_MQA_LOGITS"
-SPARSE_NAMES = ("get_paged_sparse_mqa_logits_metadata", "fp8_fp4_paged_sparse_mqa_logits")
 
-
-def _factory(name):
-    def make(original):
-        """The replacement reads a call as ``original`` names its arguments (a compiled original:
-        positionally, in DeepGEMM's order, which ours keeps)."""
-        from sm12x.frontends.deep_gemm import sparse_indexer
-
-        ours = getattr(sparse_indexer, name)
-        read = _by_name(original, ours, name)
-
-        @functools.wraps(ours)
-        def replacement(*args, **kwargs):
-            if read is None:
-                return ours(*args, **kwargs)
-            return ours(**read(args, kwargs))
-
-        return replacement
-
-    make.__name__ = f"make_{name}"
-    return make
-
-
-make_get_paged_sparse_mqa_logits_metadata = _factory("get_paged_sparse_mqa_logits_metadata")
-make_fp8_fp4_paged_sparse_mqa_logits = _factory("fp8_fp4_paged_sparse_mqa_logits")
+# factory per DeepGEMM name the manifest says this module makes (the schedule and the sparse
+# logits): what the records install (``FACTORIES[name]``)
+FACTORIES = {name: by_signature("sm12x.frontends.deep_gemm.sparse_indexer", name, __name__)
+             for name in manifest.wrapped_in(__name__)}
+SPARSE_NAMES = tuple(FACTORIES)
 
 
 def sm12x_serves_sparse_logits() -> bool:

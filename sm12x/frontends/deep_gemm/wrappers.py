@@ -65,6 +65,31 @@ def _by_name(fn, ours, name):
     return read
 
 
+def by_signature(frontend: str, name: str, owner: str):
+    """The factory (``make_<name>``, of module ``owner``, whose ``FACTORIES`` holds it) for
+    DeepGEMM's ``name`` where sm12x's ``frontend`` module implements it under the same name and in
+    the same parameter order: the replacement reads each call as the original names its parameters
+    (defaults included) and calls ours by our names; an original without a Python signature
+    (DeepGEMM's compiled functions) takes ours positionally."""
+    def make(original):
+        import importlib
+
+        ours = getattr(importlib.import_module(frontend), name)  # on first patch: it needs torch
+        read = _by_name(original, ours, name)
+
+        @functools.wraps(ours)
+        def replacement(*args, **kwargs):
+            if read is None:
+                return ours(*args, **kwargs)
+            return ours(**read(args, kwargs))
+
+        return replacement
+
+    make.__name__ = make.__qualname__ = f"make_{name}"
+    make.__module__ = owner  # the manifest names it "<owner>:make_<name>"
+    return make
+
+
 def forwarder(name):
     """The factory for DeepGEMM's indexer function ``name`` (see ``make`` below)."""
     def make(original):

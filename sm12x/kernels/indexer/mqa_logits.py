@@ -145,6 +145,30 @@ def load_q_fp4_packed(q_ptr, q_row_off, q_row_mask, qsf, D: tl.constexpr):
 
 
 @triton.jit
+def load_query_rows(q_ptr, qsf_ptr, w_ptr, qrow, row_ok, stride_w, H: tl.constexpr, D: tl.constexpr,
+                    IS_FP4: tl.constexpr, FP4_MMA: tl.constexpr):
+    """The prologue every indexer logits kernel (and so the fused top-k) starts with: the q tile
+    and weights of a block of (query, head) rows, query-major. Row i of the block is head i % H
+    of query qrow[i] (int64 [ROWS]: the query's row of ``weights`` and of the logits), masked by
+    ``row_ok`` [ROWS]. Returns (q, w): w float32 [ROWS] (0 where masked); q the [ROWS, D] float8
+    tile, or for FP4 ``load_q_fp4_packed``'s pair (``FP4_MMA``) or ``load_q_fp4``'s tuple.
+    The offsets are int64 throughout: rows x H x D may pass 2**31."""
+    DB: tl.constexpr = D // 2 if IS_FP4 else D  # bytes per q row
+    head = tl.arange(0, qrow.shape[0]) % H
+    row = qrow * H + head  # (query, head) row of q and of its FP4 scales
+    w = tl.load(w_ptr + qrow * stride_w + head, mask=row_ok, other=0.0).to(tl.float32)
+    if IS_FP4:
+        qsf = tl.load(qsf_ptr + row, mask=row_ok, other=0)
+        if FP4_MMA:
+            q = load_q_fp4_packed(q_ptr, row * DB, row_ok, qsf, D)
+        else:
+            q = load_q_fp4(q_ptr, row * DB, row_ok, qsf, D)
+    else:
+        q = tl.load(q_ptr + (row * DB)[:, None] + tl.arange(0, D)[None, :], mask=row_ok[:, None], other=0.0)
+    return q, w
+
+
+@triton.jit
 def _fp4_group(q, qs, k_ptr, k_row_off, k_mask, ksf, G: tl.constexpr, KEY_ROWS: tl.constexpr):
     kg = load_fp4_group(k_ptr, k_row_off, k_mask, G)
     if KEY_ROWS:
@@ -319,23 +343,12 @@ def _mqa_logits_kernel(
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     ROWS: tl.constexpr = BLOCK_Q * H
-    DB: tl.constexpr = D // 2 if IS_FP4 else D  # bytes per q/k row
+    DB: tl.constexpr = D // 2 if IS_FP4 else D  # bytes per k row
 
-    r = tl.arange(0, ROWS)
-    qi = pid_m * BLOCK_Q + r // H  # query of each row
-    row_ok = qi < S
-    q_row = (row_offsets(qi, H) + (r % H)) * DB
-    w = tl.load(w_ptr + row_offsets(qi, stride_w) + (r % H), mask=row_ok, other=0.0).to(tl.float32)
+    qi = pid_m * BLOCK_Q + tl.arange(0, ROWS) // H  # query of each row
+    q, w = load_query_rows(q_ptr, qsf_ptr, w_ptr, qi.to(tl.int64), qi < S, stride_w, H, D, IS_FP4, FP4_MMA)
     if HEAD_MMA:
         w = head_weight_matrix(w, BLOCK_Q, H, HEAD_MMA == 2)
-    if IS_FP4:
-        qsf = tl.load(qsf_ptr + row_offsets(qi, H) + (r % H), mask=row_ok, other=0)
-        if FP4_MMA:
-            q = load_q_fp4_packed(q_ptr, q_row, row_ok, qsf, D)
-        else:
-            q = load_q_fp4(q_ptr, q_row, row_ok, qsf, D)
-    else:
-        q = tl.load(q_ptr + q_row[:, None] + tl.arange(0, D)[None, :], mask=row_ok[:, None], other=0.0)
 
     t = pid_m * BLOCK_Q + tl.arange(0, BLOCK_Q)
     t_ok = t < S

@@ -27,8 +27,8 @@ import triton.language as tl
 
 from sm12x.kernels.common import configs
 from sm12x.kernels.indexer.mqa_logits import (LOGITS_ALIGN_BYTES, fp4_key_tile_scores, fp8_mx, head_mma,
-                                      head_weight_matrix, index_scores, key_tile_scores, load_q_fp4,
-                                      load_q_fp4_packed, row_offsets, uses_fp4_mma)
+                                              head_weight_matrix, index_scores, key_tile_scores, load_query_rows,
+                                              row_offsets, uses_fp4_mma)
 from sm12x.kernels.common.compile_check import interpreting
 from sm12x.kernels.common.fp8_dot import native_block_scaled
 from sm12x.kernels.common.register_budget import launch_budget
@@ -93,21 +93,9 @@ def _token_group(q_ptr, qsf_ptr, w_ptr, ctx_ptr, b, t0, next_n, max_context_len,
                  CTX_2D: tl.constexpr, FP4_MMA: tl.constexpr):
     """Query tokens t0 .. t0+BLOCK_T-1 of request b: (q tile, weights, token in range, visible end,
     logits row offset). Rows of the q tile are (token, head), token-major."""
-    DB: tl.constexpr = D // 2 if IS_FP4 else D  # bytes per token row
-    r = tl.arange(0, BLOCK_T * H)
-    tok = t0 + r // H
-    row_ok = tok < next_n
-    qrow = b.to(tl.int64) * next_n + tok  # logits row of each q row
-    q_row = (qrow * H + (r % H)) * DB
-    w = tl.load(w_ptr + qrow * stride_w + (r % H), mask=row_ok, other=0.0).to(tl.float32)
-    if IS_FP4:
-        qsf = tl.load(qsf_ptr + qrow * H + (r % H), mask=row_ok, other=0)
-        if FP4_MMA:
-            q = load_q_fp4_packed(q_ptr, q_row, row_ok, qsf, D)
-        else:
-            q = load_q_fp4(q_ptr, q_row, row_ok, qsf, D)
-    else:
-        q = tl.load(q_ptr + q_row[:, None] + tl.arange(0, D)[None, :], mask=row_ok[:, None], other=0.0)
+    tok = t0 + tl.arange(0, BLOCK_T * H) // H  # query token of each q row (its logits row: b * next_n + tok)
+    q, w = load_query_rows(q_ptr, qsf_ptr, w_ptr, b.to(tl.int64) * next_n + tok, tok < next_n, stride_w, H, D,
+                           IS_FP4, FP4_MMA)
     t = t0 + tl.arange(0, BLOCK_T)
     t_ok = t < next_n
     if CTX_2D:

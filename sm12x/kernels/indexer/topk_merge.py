@@ -16,8 +16,8 @@ How, by width (both lists together, rounded up to a power of two):
   first kernel with 32 warps;
 - anything wider: ``torch`` (a sort, or ``topk`` of the concatenation), or the first kernel up to
   ``MAX_WIDTH_SKIPPING`` when a skip vector is given (torch cannot skip rows).
-The fused indexer top-k merges once per window; as ``torch.topk`` of [4096, 1024] int64 those
-merges took 6.3 of its 31.8 ms at S=4096 x S_kv=262,144 on the H200 (profiler, 2026-12-03).
+The fused indexer top-k merges once per window, so these merges are a share of its time that
+``torch.topk`` of the concatenation made large (docs/performance.md, "Tuning provenance").
 """
 from __future__ import annotations
 
