@@ -19,8 +19,8 @@ trips per CTA and the DRAM bytes it moves) on one :class:`~sm12x.perfmodel.cards
   filter, fold and merge kernels) is costed the same way by its instructions: per CTA, ``passes``
   passes over ``trips`` blocks of its columns, each pass the mean of its column loops (the
   outermost loops that load from global memory, ``IsaSummary.stream_loops``), plus its code
-  outside those loops (a sorting network is all straight-line code);
-  compute = waves x that count x max(c W / 4, CPI) / clock. Other kernels without matrix work
+  outside those loops (a sorting network is all straight-line code), and B' barriers outside them;
+  compute = waves x (that count x max(c W / 4, CPI) + B' x BARRIER) / clock. Other kernels without matrix work
   (a split-K reduction, a combine) are bound by their bytes or their launch;
 - memory = DRAM bytes / (bandwidth x the streaming efficiency);
 - time = max(compute, memory) + the launch cost.
@@ -146,7 +146,7 @@ def _estimate_streaming(launch: Launch, s, warps: int, mem_us: float, card: Card
     ctas_per_sm = max(launch.report.ctas_per_sm, 1)
     conc = max(1, min(ctas_per_sm, math.ceil(launch.ctas / card.sms)))
     waves = math.ceil(launch.ctas / (card.sms * ctas_per_sm))
-    cycles = waves * instr * max(conc * warps / card.issue_per_clock, CPI)
+    cycles = waves * (instr * max(conc * warps / card.issue_per_clock, CPI) + s.barriers * BARRIER)
     compute_us = cycles / (card.clock_ghz * 1e3)
     bound = "memory" if mem_us >= compute_us else "issue"
     return Estimate(max(compute_us, mem_us) + card.launch_us, compute_us, mem_us, bound,

@@ -82,6 +82,10 @@ def test_streaming_kernel_costs_its_column_loops():
     rep4 = _report({}, 0, instructions=500, warps=8, ctas=4, stream=(100, 300))
     est4 = engine.estimate(engine.Launch(rep4, 4 * card.sms, 0.0, 0.0, trips=10, passes=2), card)
     assert est4.compute_us == pytest.approx(2 * est.compute_us, rel=1e-6)
+    # a sorting network's barriers: each costs the CTA BARRIER cycles
+    rep.isa["barriers"] = 10
+    est_b = engine.estimate(engine.Launch(rep, card.sms, 0.0, 0.0, trips=10, passes=2), card)
+    assert est_b.compute_us - est.compute_us == pytest.approx(10 * engine.BARRIER / (card.clock_ghz * 1e3), rel=1e-6)
     # without trips such a kernel is bound by its bytes or its launch alone
     assert engine.estimate(engine.Launch(rep, card.sms, 0.0, 1.792e6), card).compute_us == 0.0
 

@@ -47,7 +47,7 @@ def test_stream_loops_of_a_kernel_without_matrix_instructions():
         /*0060*/                   ISETP.GE.AND P0, PT, R2, 0x10, PT ;
         /*0070*/              @!P0 BRA 0x10 ;
         /*0080*/                   STG.E desc[UR4][R2.64], R4 ;
-        /*0090*/                   ISETP.GE.AND P0, PT, R2, 0x20, PT ;
+        /*0090*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
         /*00a0*/              @!P0 BRA 0x80 ;
         /*00b0*/                   LDG.E R6, desc[UR4][R2.64] ;
         /*00c0*/                   ISETP.GE.AND P0, PT, R2, 0x30, PT ;
@@ -56,7 +56,7 @@ def test_stream_loops_of_a_kernel_without_matrix_instructions():
         /*00f0*/                   BRA 0xf0;
 """
     s = isa.analyse(sass)
-    assert s.mma == {} and s.stream_loops == [7, 3]
+    assert s.mma == {} and s.stream_loops == [7, 3] and s.barriers == 1
     assert isa.analyse(SASS).stream_loops == []
 
 
