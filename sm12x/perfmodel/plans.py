@@ -506,3 +506,34 @@ def sparse_logits_cases(card) -> list:
 
 
 BUILDERS["sparse_logits"] = sparse_logits_cases
+
+
+# ----------------------------------------------------------------------------------------------
+# The fused indexer top-k: logits windows and the select / fold / merge kernels of each call
+# (its own module, sm12x/perfmodel/topk_plan.py)
+
+def topk_cases(card) -> list:
+    from sm12x.perfmodel import topk_plan
+
+    return topk_plan.cases(card)
+
+
+BUILDERS["indexer_topk"] = topk_cases
+
+
+# Every op of the manifest (sm12x.kernels.manifest.OPS) and the builders that model its production
+# cases; an op the model leaves out goes in UNMODELED with the reason (tests/perfmodel checks both).
+MODELED = {
+    "sparse_mla_decode": ("sparse_mla_decode", "decode_fast", "anchors"),
+    "sparse_mla_prefill": ("sparse_mla_prefill",),
+    "mqa_logits": ("indexer",),
+    "paged_mqa_logits": ("indexer",),
+    "indexer_topk": ("indexer_topk",),
+    "paged_sparse_mqa_logits": ("sparse_logits",),
+    "fp8_gemm_nt": ("fp8_gemm_nt", "anchors"),
+    "fp8_einsum": ("fp8_gemm_nt",),
+    "tf32_hc_prenorm_gemm": ("prenorm",),
+    "m_grouped_fp8_fp4_gemm_nt_contiguous": ("moe",),
+    "m_grouped_fp8_fp4_gemm_nt_masked": ("moe",),
+}
+UNMODELED: dict = {}
