@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 
+from sm12x.perfmodel import compiled
 from sm12x.perfmodel.engine import Launch
 
 H, D, BLOCK_KV = 64, 128, 64
@@ -66,9 +67,7 @@ DECODE = [(1, MODEL_LEN, 1, 512, MODEL_LEN), (1, MODEL_LEN, 2, 512, MODEL_LEN), 
 
 
 def _report(card, match, what):
-    from sm12x.perfmodel.plans import find
-
-    return find("indexer_topk", card.target, match, what)
+    return compiled.find("indexer_topk", card.target, match, what)
 
 
 def _by_name(card, name):
@@ -270,7 +269,7 @@ def _decode_case(card, b, ctx, next_n, topk, model_len):
 
 def cases(card) -> list:
     """The fused top-k's production cases on ``card`` (bench_indexer.py's, H 64, D 128, FP8)."""
-    from sm12x.perfmodel.plans import Case, as_card
+    from sm12x.perfmodel.compiled import Case, as_card
 
     out = []
     with as_card(card):

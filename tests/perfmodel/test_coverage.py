@@ -7,7 +7,7 @@ import pytest
 
 from sm12x.kernels import manifest
 from sm12x.kernels.common.compile_check import CompileReport
-from sm12x.perfmodel import cards, engine, plans
+from sm12x.perfmodel import cards, compiled, engine, plans
 
 
 def test_every_manifest_op_has_a_plan_or_a_reason():
@@ -36,7 +36,7 @@ def _stand_in(op_name, target, match, what):
 def test_topk_plan_walks_the_windows(monkeypatch):
     from sm12x.perfmodel import topk_plan
 
-    monkeypatch.setattr(plans, "find", _stand_in)
+    monkeypatch.setattr(compiled, "find", _stand_in)
     card = cards.RTX_5090
     cases = topk_plan.cases(card)
     assert len(cases) == len(topk_plan.PREFILL) + len(topk_plan.DECODE)
