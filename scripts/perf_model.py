@@ -63,6 +63,14 @@ MEASURED = {
     ("moe", "prefill", "FP8", "gate_up", 6, 4096): 2544, ("moe", "prefill", "FP8", "gate_up", 6, 16384): 8781,
     ("moe", "prefill", "FP8", "down", 6, 16384): 4670,
     ("mqa_logits", 8192, 65536): 7830,
+    # the fused indexer top-k (docs/performance.md, "Fused indexer top-k", 2026-12-04): prefill timed
+    # with do_bench, decode by CUDA-graph replay
+    ("indexer_topk", "prefill S 4096 x S_kv 262,144, top-512"): 22500,
+    ("indexer_topk", "prefill S 4096 x S_kv 262,144, top-2048"): 28600,
+    ("indexer_topk", "prefill chunk 16 requests x 512 new after 0-29,000 keys, top-2048"): 21900,
+    ("indexer_topk", "1M-token prompt: chunk S 8192 x S_kv 262,144, top-512"): 44600,
+    ("indexer_topk", "decode", 256, 8192, 1, 2048, None): 191,
+    ("indexer_topk", "decode", 1, 262144, 1, 2048, 262144): 66,
     **{("tf32_hc_prenorm_gemm", m): us for m, us in {1: 9.8, 16: 9.9, 64: 10.0, 137: 11.9, 1024: 32.2,
                                                      4096: 121.1}.items()},
 }

@@ -15,6 +15,13 @@ trips per CTA and the DRAM bytes it moves) on one :class:`~sm12x.perfmodel.cards
     one iteration step = max(issue, tensor)
 - compute = waves x (trips x step + the straight-line code outside the loop x CPI) / clock, where
   waves = ceil(CTAs / (SMs x c));
+- a kernel without matrix instructions whose launch gives its trips (the fused top-k's select,
+  filter, fold and merge kernels) is costed the same way by its instructions: per CTA, ``passes``
+  passes over ``trips`` blocks of its columns, each pass the mean of its column loops (the
+  outermost loops that load from global memory, ``IsaSummary.stream_loops``), plus its code
+  outside those loops (a sorting network is all straight-line code), and B' barriers outside them;
+  compute = waves x (that count x max(c W / 4, CPI) + B' x BARRIER) / clock. Other kernels without matrix work
+  (a split-K reduction, a combine) are bound by their bytes or their launch;
 - memory = DRAM bytes / (bandwidth x the streaming efficiency);
 - time = max(compute, memory) + the launch cost.
 
@@ -47,8 +54,11 @@ class Launch:
     report: the :class:`~sm12x.kernels.common.compile_check.CompileReport` of the configuration
         it runs (with its SASS summary, ``report.isa``).
     ctas: the grid size. flops: matrix FLOPs it issues in all (padding included).
-    trips: hot-loop trips per CTA, needed when the hot loop has loops nested in it (else None).
+    trips: hot-loop trips per CTA, needed when the hot loop has loops nested in it (else None);
+        for a kernel without matrix instructions, the column blocks each of its passes walks per
+        CTA (0: straight-line code only), None to bound it by its bytes or launch alone.
     dram_bytes: bytes it reads and writes in DRAM.
+    passes: a kernel without matrix instructions: its passes over those columns per CTA.
     """
 
     report: object
@@ -56,6 +66,7 @@ class Launch:
     flops: float
     dram_bytes: float
     trips: float | None = None
+    passes: float = 1.0
 
 
 @dataclasses.dataclass
@@ -108,8 +119,10 @@ def estimate(launch: Launch, card: Card) -> Estimate:
         tensor_warp = _mma_cycles(s.loop_mma, card)
         trips = per_warp_flops / loop_flops
         detail = ""
-    else:  # no matrix work: a streaming or reduction kernel, bound by its bytes or its launch
+    elif launch.trips is None:  # no matrix work: a streaming or reduction kernel, bound by its bytes or launch
         return Estimate(mem_us + card.launch_us, 0.0, mem_us, "memory" if mem_us > card.launch_us else "launch")
+    else:
+        return _estimate_streaming(launch, s, warps, mem_us, card)
     ctas_per_sm = max(r.ctas_per_sm, 1)
     conc = max(1, min(ctas_per_sm, math.ceil(launch.ctas / card.sms)))
     waves = math.ceil(launch.ctas / (card.sms * ctas_per_sm))
@@ -123,6 +136,21 @@ def estimate(launch: Launch, card: Card) -> Estimate:
     total = max(compute_us, mem_us) + card.launch_us
     return Estimate(total, compute_us, mem_us, bound,
                     f"{conc} CTA/SM x {warps} warps, {waves} wave(s), {trips:.1f} trips {detail}".strip())
+
+
+def _estimate_streaming(launch: Launch, s, warps: int, mem_us: float, card: Card) -> Estimate:
+    """A kernel without matrix instructions, by its instruction count (see the module docstring)."""
+    loops = s.stream_loops
+    per_pass = sum(loops) / len(loops) if loops else 0.0
+    instr = launch.passes * launch.trips * per_pass + max(s.instructions - sum(loops), 0)
+    ctas_per_sm = max(launch.report.ctas_per_sm, 1)
+    conc = max(1, min(ctas_per_sm, math.ceil(launch.ctas / card.sms)))
+    waves = math.ceil(launch.ctas / (card.sms * ctas_per_sm))
+    cycles = waves * (instr * max(conc * warps / card.issue_per_clock, CPI) + s.barriers * BARRIER)
+    compute_us = cycles / (card.clock_ghz * 1e3)
+    bound = "memory" if mem_us >= compute_us else "issue"
+    return Estimate(max(compute_us, mem_us) + card.launch_us, compute_us, mem_us, bound,
+                    f"{conc} CTA/SM x {warps} warps, {waves} wave(s), {launch.passes:g} x {launch.trips:.1f} trips")
 
 
 def estimate_case(launches, card: Card) -> Estimate:

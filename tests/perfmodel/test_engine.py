@@ -8,9 +8,10 @@ from sm12x.kernels.common.compile_check import CompileReport, ctas_per_sm
 from sm12x.perfmodel import cards, engine
 
 
-def _report(loop_mma, loop_instructions, instructions=None, inner=(), warps=8, ctas=1, bars=0):
+def _report(loop_mma, loop_instructions, instructions=None, inner=(), warps=8, ctas=1, bars=0, stream=()):
     isa = dict(mma=dict(loop_mma), loop_mma=dict(loop_mma), loop_instructions=loop_instructions, loop_widen=0,
-               loop_class={"bar": bars}, instructions=instructions or loop_instructions, inner=list(inner))
+               loop_class={"bar": bars}, instructions=instructions or loop_instructions, inner=list(inner),
+               stream_loops=list(stream))
     return CompileReport("k", "c", "sm_120", 0, 128, 0, True, num_warps=warps, ctas_per_sm=ctas, isa=isa)
 
 
@@ -67,6 +68,26 @@ def test_memory_bound_and_waves():
     one = engine.estimate(engine.Launch(rep, card.sms, 1e9, 0.0), card).compute_us
     two = engine.estimate(engine.Launch(rep, card.sms * 2, 2e9, 0.0), card).compute_us
     assert two == pytest.approx(2 * one, rel=0.01)  # a second wave
+
+
+def test_streaming_kernel_costs_its_column_loops():
+    card = dataclasses.replace(cards.RTX_PRO_6000, launch_us=0.0)
+    # no matrix work: two column loops of 100 and 300 instructions, 100 more outside them
+    rep = _report({}, 0, instructions=500, warps=8, ctas=1, stream=(100, 300))
+    est = engine.estimate(engine.Launch(rep, card.sms, 0.0, 0.0, trips=10, passes=2), card)
+    assert est.bound == "issue"
+    # 2 passes x 10 trips x the loops' mean + the rest; one CTA of 8 warps: a warp every CPI cycles
+    assert est.compute_us == pytest.approx((2 * 10 * 200 + 100) * engine.CPI / (card.clock_ghz * 1e3), rel=1e-6)
+    # four CTAs of 8 warps on an SM: 32 warps over 4 schedulers issue every 8 cycles
+    rep4 = _report({}, 0, instructions=500, warps=8, ctas=4, stream=(100, 300))
+    est4 = engine.estimate(engine.Launch(rep4, 4 * card.sms, 0.0, 0.0, trips=10, passes=2), card)
+    assert est4.compute_us == pytest.approx(2 * est.compute_us, rel=1e-6)
+    # a sorting network's barriers: each costs the CTA BARRIER cycles
+    rep.isa["barriers"] = 10
+    est_b = engine.estimate(engine.Launch(rep, card.sms, 0.0, 0.0, trips=10, passes=2), card)
+    assert est_b.compute_us - est.compute_us == pytest.approx(10 * engine.BARRIER / (card.clock_ghz * 1e3), rel=1e-6)
+    # without trips such a kernel is bound by its bytes or its launch alone
+    assert engine.estimate(engine.Launch(rep, card.sms, 0.0, 1.792e6), card).compute_us == 0.0
 
 
 def test_residency_from_registers_and_shared_memory():

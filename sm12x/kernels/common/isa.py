@@ -80,6 +80,12 @@ class IsaSummary:
     instructions: the kernel's instruction count.
     inner: the loops with matrix instructions directly inside the hot loop, each as its static
         instruction count and matrix opcode counts (their trip counts are not in the SASS).
+    stream_loops: for a kernel without matrix instructions, the static instruction count of each
+        outermost loop that loads from global memory (its passes over the data it streams: a
+        radix select's histogram, count and write passes), in address order; else empty. The
+        performance model costs such kernels by these (their trips come from the launch).
+    barriers: for such a kernel, its CTA barriers (``BAR``) outside those loops (a sorting
+        network's exchanges through shared memory); else 0.
     """
 
     mma: dict
@@ -89,6 +95,8 @@ class IsaSummary:
     loop_class: dict
     instructions: int
     inner: list = dataclasses.field(default_factory=list)  # [{instructions, mma}] loops inside the hot loop
+    stream_loops: list = dataclasses.field(default_factory=list)  # no-MMA kernels: outermost loops with a load
+    barriers: int = 0  # no-MMA kernels: BAR instructions outside those loops
 
     @property
     def loop_ratio(self) -> float:
@@ -251,7 +259,20 @@ def analyse(sass: str) -> IsaSummary:
         i_mma, _, _ = _count([instrs[i] for i in members])
         inner.append(dict(instructions=len(members), mma=i_mma))
     return IsaSummary(mma=mma, loop_mma=loop_mma, loop_instructions=len(body), loop_widen=widen,
-                      loop_class=loop_class, instructions=len(instrs), inner=inner)
+                      loop_class=loop_class, instructions=len(instrs), inner=inner,
+                      **({} if mma else _streaming(instrs)))
+
+
+def _streaming(instrs) -> dict:
+    """``stream_loops`` and ``barriers`` of a kernel without matrix instructions (``parse``'s list):
+    the static instruction counts of its outermost loops that load from global memory, in address
+    order, and its BAR instructions outside them."""
+    bodies = {frozenset(b) for b in loops(instrs)}
+    outer = [b for b in bodies if not any(o != b and b < o for o in bodies)]
+    loads = sorted((b for b in outer if any(instrs[i][1].split(".")[0] == "LDG" for i in b)), key=min)
+    inside = set().union(*loads) if loads else set()
+    bars = sum(1 for i, ins in enumerate(instrs) if ins[1].split(".")[0] == "BAR" and i not in inside)
+    return dict(stream_loops=[len(b) for b in loads], barriers=bars)
 
 
 # ----------------------------------------------------------------------------------------------

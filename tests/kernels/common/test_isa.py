@@ -34,6 +34,32 @@ def test_analyse_finds_the_loop_and_its_matrix_instructions():
     assert s.loop_ratio == pytest.approx(2.5)
 
 
+def test_stream_loops_of_a_kernel_without_matrix_instructions():
+    """Outermost loops that load from global memory, in address order; a loop without a load (a
+    padding store) and a loop nested in another are not among them; none where there is an MMA."""
+    sass = """
+        /*0000*/                   MOV R2, RZ ;
+        /*0010*/                   LDG.E R4, desc[UR4][R2.64] ;
+        /*0020*/                   IADD3 R2, R2, 0x4, RZ ;
+        /*0030*/                   LDG.E R5, desc[UR4][R2.64] ;
+        /*0040*/                   ISETP.GE.AND P1, PT, R2, 0x8, PT ;
+        /*0050*/              @!P1 BRA 0x30 ;
+        /*0060*/                   ISETP.GE.AND P0, PT, R2, 0x10, PT ;
+        /*0070*/              @!P0 BRA 0x10 ;
+        /*0080*/                   STG.E desc[UR4][R2.64], R4 ;
+        /*0090*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*00a0*/              @!P0 BRA 0x80 ;
+        /*00b0*/                   LDG.E R6, desc[UR4][R2.64] ;
+        /*00c0*/                   ISETP.GE.AND P0, PT, R2, 0x30, PT ;
+        /*00d0*/              @!P0 BRA 0xb0 ;
+        /*00e0*/                   EXIT ;
+        /*00f0*/                   BRA 0xf0;
+"""
+    s = isa.analyse(sass)
+    assert s.mma == {} and s.stream_loops == [7, 3] and s.barriers == 1
+    assert isa.analyse(SASS).stream_loops == []
+
+
 def test_rate_classes_and_flops():
     assert isa.mma_kind("QMMA.SF.16832.F32.E4M3.E4M3.E8") == isa.FULL_RATE
     assert isa.mma_kind("OMMA.SF.16864.F32.E2M1.E2M1.E8") == isa.FULL_RATE

@@ -1,0 +1,57 @@
+"""The performance model covers the manifest: every op has builders for its production cases, or a
+stated reason it has none; and the fused indexer top-k's plan (many launches per call) walks its
+windows as the op does. No compile: the plan runs on stand-in compile reports."""
+import dataclasses
+
+import pytest
+
+from sm12x.kernels import manifest
+from sm12x.kernels.common.compile_check import CompileReport
+from sm12x.perfmodel import cards, compiled, engine, plans
+
+
+def test_every_manifest_op_has_a_plan_or_a_reason():
+    names = [op.name for op in manifest.OPS]
+    missing = [n for n in names if n not in plans.MODELED and not str(plans.UNMODELED.get(n, "")).strip()]
+    assert not missing, f"ops with no builder in plans.MODELED and no reason in plans.UNMODELED: {missing}"
+    assert not set(plans.MODELED) & set(plans.UNMODELED), "an op is both modeled and unmodeled"
+    assert not (set(plans.MODELED) | set(plans.UNMODELED)) - set(names), "entries for ops not in the manifest"
+    for op, builders in plans.MODELED.items():
+        assert builders and all(b in plans.BUILDERS for b in builders), (op, builders)
+
+
+def _stand_in(op_name, target, match, what):
+    """A compile report with a plausible SASS summary: the logits kernels a block-scaled MMA loop,
+    the top-k kernels two column loops (or none: the merges and the collect)."""
+    logits = "logits" in what or what.startswith("fp8 H")
+    if logits:
+        mma = {"QMMA.SF.16832.F32.E4M3.E4M3.E8": 16}
+        isa = dict(mma=mma, loop_mma=mma, loop_instructions=120, loop_widen=0, loop_class={}, instructions=600)
+    else:
+        isa = dict(mma={}, loop_mma={}, loop_instructions=0, loop_widen=0, loop_class={}, instructions=900,
+                   stream_loops=[] if "merge" in what or "collect" in what else [80, 200])
+    return CompileReport("k", what, target, 0, 64, 0, True, num_warps=8, ctas_per_sm=2, isa=isa)
+
+
+def test_topk_plan_walks_the_windows(monkeypatch):
+    from sm12x.perfmodel import topk_plan
+
+    monkeypatch.setattr(compiled, "find", _stand_in)
+    card = cards.RTX_5090
+    cases = topk_plan.cases(card)
+    assert len(cases) == len(topk_plan.PREFILL) + len(topk_plan.DECODE)
+    by_name = {c.name: c for c in cases}
+    # S 4096 x 262,144: one block of rows, 16 windows of 16,384 columns, each a logits launch
+    p = by_name["prefill S 4096 x S_kv 262,144, top-512"]
+    assert sum(1 for l in p.launches if l.flops) == 16
+    assert sum(l.flops for l in p.launches) == pytest.approx(p.flops)  # every visible (row, key) pair once
+    # a window after the first folds in: collect + merge, then the floor select for the rest
+    assert sum(1 for l in p.launches if l.report.config.startswith("collect")) == 15
+    # one 1M-token request: one window, no fold
+    d = next(c for c in cases if c.key[1:] == ("decode", 1, topk_plan.MODEL_LEN, 1, 2048, topk_plan.MODEL_LEN))
+    assert sum(1 for l in d.launches if l.flops) == 1
+    assert not any(l.report.config.startswith("collect") for l in d.launches)
+    for c in cases:
+        est = engine.estimate_case(c.launches, dataclasses.replace(card, launch_us=0.0))
+        logits = engine.estimate_case([l for l in c.launches if l.flops], dataclasses.replace(card, launch_us=0.0))
+        assert est.time_us > logits.time_us > 0, c.name  # the top-k kernels cost time of their own
