@@ -33,7 +33,9 @@ PATCHES = (
           # read in the 0.34.0 wheel only (the function's MXFP4 refusal); 0.35 not released
           library="vllm", versions=">=0.34.0,<0.35",
           # the modules that hold a `from ... import dsa_indexer_uses_fp4` copy at import (others
-          # import it inside functions, reading the patched attribute)
+          # import it inside functions, reading the patched attribute); Kimi-K3's DSA cache and the
+          # ROCm module get the original's answer through the copy (their model types are not V4)
           consumers=("vllm.models.deepseek_v4.attention", "vllm.models.deepseek_v41.attention",
-                     "vllm.model_executor.layers.sparse_mqa_indexer")),
+                     "vllm.model_executor.layers.sparse_mqa_indexer", "vllm.models.kimi_k3.common.dsa_cache",
+                     "vllm.models.deepseek_v4.amd.rocm")),
 )
