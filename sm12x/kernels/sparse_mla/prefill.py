@@ -231,6 +231,22 @@ def _kv_code(op, q, kv, kv_format):
     return V41_CODES[kv_format]
 
 
+_V41_PLANS: dict = {}
+
+
+def _v41_plan(s_q, h_q, topk, fmt, device, num_splits, ragged):
+    """The decode's plan for a V4.1 cache's prefill with ``_v41_config``'s head block, memoised
+    by shape like the decode's own (``decode_plan.plan``)."""
+    key = (s_q, h_q, topk, fmt, configs.arch_key(device), configs.sm_count(device), num_splits, ragged,
+           os.environ.get("SM12X_SPARSE_MLA_CONFIG", ""))
+    hit = _V41_PLANS.get(key)
+    if hit is None:
+        hit = _V41_PLANS[key] = plan(s_q, 1, h_q, topk, 0, device, num_splits,
+                                     _v41_config(h_q, device, fmt, s_q, topk), fmt="model1",
+                                     ragged=ragged)
+    return hit
+
+
 def _v41_config(h_q, device, fmt, s_q, topk):
     """The decode's MODEL1 config for a V4.1 cache's prefill, within ``prefill_max_block_h``."""
     cfg = pick_config(h_q, device, "model1", s_q, topk)
@@ -282,8 +298,7 @@ def sparse_mla_prefill(q, kv, indices, sm_scale, d_v=D_V, attn_sink=None, topk_l
     # head blocks capped by ``prefill_max_block_h``)
     topk, ragged = indices.shape[-1], topk_length is not None
     if fmt:
-        pl = plan(s_q, 1, h_q, topk, 0, q.device, num_splits,
-                  _v41_config(h_q, q.device, fmt, s_q, topk), fmt="model1", ragged=ragged)
+        pl = _v41_plan(s_q, h_q, topk, fmt, q.device, num_splits, ragged)
     else:
         pl = plan(s_q, 1, h_q, topk, 0, q.device, num_splits, fmt=f"bf16_{d_qk}", ragged=ragged)
     launch(q.unsqueeze(1), kv, indices, topk_length, attn_sink, None, None, None, sm_scale, pl,
