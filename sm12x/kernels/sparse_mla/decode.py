@@ -234,6 +234,18 @@ def built_direct(direct, kv_fmts, cfg):
     return direct and not (fp4 and cfg["BLOCK_H"] >= 64)
 
 
+# Two 528-byte lists (main and extra) at BLOCK_H 64 with the next tile's rows held ahead
+# (PREFETCH 2) spilled 8 B under Triton 3.6.0 in the forms that leave row parts to the combine;
+# holding only the next indices (PREFETCH 1) compiles clean under 3.6.0-3.9.0 (98,304 B of shared
+# memory, within sm_120's 101,376; one block per SM either way).
+def built_prefetch(kv_fmts, cfg):
+    """The PREFETCH depth a call with the caches' ``kv_fmts`` codes is built with (see above)."""
+    both_528 = kv_fmts[0] in (1, 2) and kv_fmts[1] in (1, 2)
+    if both_528 and cfg["BLOCK_H"] >= 64:
+        return min(cfg.get("PREFETCH", 1), 1)
+    return cfg.get("PREFETCH", 1)
+
+
 def launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices,
            extra_topk_length, softmax_scale, pl, out, lse, max_logits=None, kv_bf16=False,
            kv_fmts=(0, 0)):
@@ -281,7 +293,7 @@ def launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_ind
         HAS_LEN=topk_length is not None, HAS_EXTRA=has_extra,
         HAS_XLEN=has_extra and extra_topk_length is not None, HAS_SINK=attn_sink is not None,
         HAS_MAX=has_max, DIRECT=built_direct(direct, kv_fmts, cfg), DEALT=pl.dealt, WIDE=wide,
-        BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"], PREFETCH=cfg.get("PREFETCH", 1),
+        BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"], PREFETCH=built_prefetch(kv_fmts, cfg),
         PDL=pl.pdl, INTERPRET=interpreting(), KV_FMT=kv_fmts[0], XKV_FMT=kv_fmts[1],
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if not direct:
@@ -325,7 +337,7 @@ def _split_signature(cfg, is_model1, page, xpage, direct, dealt=False,
                  HAS_MAX=prefill if has_max is None else has_max,
                  DIRECT=direct,
                  DEALT=dealt, WIDE=False, BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"],
-                 PREFETCH=cfg.get("PREFETCH", 1), PDL=pdl, INTERPRET=False, KV_FMT=fmts[0],
+                 PREFETCH=built_prefetch(fmts, cfg), PDL=pdl, INTERPRET=False, KV_FMT=fmts[0],
                  XKV_FMT=fmts[1])
     for k in const:
         sig[k] = "constexpr"
@@ -368,9 +380,10 @@ def compile_reports(targets=("sm_120", "sm_121"), full=False):
                 if fmt == "model1":
                     # the V4.1 caches (d_qk 512, model1's configs): 528 main with a 528 or 288
                     # extra, interleaved and block-split (by default the heaviest load step, 528 +
-                    # 288, in the dealt form; ``full``: every pair, direct too)
+                    # 288, in the dealt form; ``full``: every pair, every form)
                     for fmts in (_V41_VARIANTS if full else _V41_VARIANTS[:1]):
-                        for direct, dealt in (((False, True), (True, True)) if full else ((False, True),)):
+                        for direct, dealt in (((False, False), (False, True), (True, True)) if full
+                                              else ((False, True),)):
                             for pdl in _pdl_variants(direct, full):
                                 jobs.append(("split", target, fmt, cfg,
                                              (direct, dealt, _PAGE_VARIANTS[0], _INPUT_VARIANTS[0],
