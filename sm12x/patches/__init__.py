@@ -22,8 +22,9 @@ route), ``deep_gemm`` (the DeepGEMM indexer surface), ``deep_gemm_dense`` (DeepG
 einsum and mHC pre-norm GEMM), ``deep_gemm_moe`` (DeepGEMM's grouped MoE GEMMs),
 ``flashinfer_dsv4`` (the DeepSeek-V4 shapes FlashInfer's SM120 attention does not serve in vLLM),
 ``sglang_moe`` (SGLang's MoE expert-method choices that end on SM100-only kernels) and ``gb10``
-(gates that answer 12.1 unlike 12.0) and ``v41`` (DeepSeek-V4.1's candidate-only indexer logits and
-SGLang's V4.1 indexer gate). ``all_patches()`` lists them all.
+(gates that answer 12.1 unlike 12.0), ``v41`` (DeepSeek-V4.1's candidate-only indexer logits and
+SGLang's V4.1 indexer gate) and ``fp4_indexer`` (vLLM's MXFP4 indexer-cache refusal).
+``all_patches()`` lists them all.
 """
 from __future__ import annotations
 
@@ -128,11 +129,12 @@ class Patch:
 def all_patches() -> list:
     """Every registered patch (the order carries no meaning: stacked behaviours are layers)."""
     from sm12x.patches import (deep_gemm, deep_gemm_dense, deep_gemm_moe, flash_mla, flashinfer_dsv4,
-                               gb10, indexer_topk, sglang_moe, v41)
+                               fp4_indexer, gb10, indexer_topk, sglang_moe, v41)
 
     return (list(indexer_topk.PATCHES) + list(flash_mla.PATCHES) + list(deep_gemm.PATCHES)
             + list(deep_gemm_dense.PATCHES) + list(deep_gemm_moe.PATCHES) + list(flashinfer_dsv4.PATCHES)
-            + list(sglang_moe.PATCHES) + list(gb10.PATCHES) + list(v41.PATCHES))
+            + list(sglang_moe.PATCHES) + list(gb10.PATCHES) + list(v41.PATCHES)
+            + list(fp4_indexer.PATCHES))
 
 
 def _releases_named(spec: str) -> list:

@@ -75,6 +75,16 @@ def cache_formats(op, d_qk, k_cache, extra_k_cache, kv_format, extra_kv_format):
 _BYTES = {0: None, 1: 528, 2: 528, 3: 288, 4: 288}
 
 
+def prefill_max_block_h(fmt_code):
+    """The largest head block of the sparse prefill on a V4.1 cache of kernel format ``fmt_code``.
+    An FP4 cache's bytes are gathered twice each (``_gather_tile``), four times a 528-byte tile's
+    registers when the next tile is held ahead (PREFETCH 2, the BLOCK_H 32 / 64 configs); alone
+    in the list (no 528-byte list beside it, as in the decode) that spills at BLOCK_H 64 under
+    Triton 3.7.1 and 3.9.0 (64-88 B) and at BLOCK_H 32 under 3.7.1 (24-104 B). The BLOCK_H 16
+    config (no rows held ahead) compiles clean."""
+    return 16 if fmt_code in (3, 4) else 64
+
+
 # This runs on every decode call: message texts are lambdas, formatted only on failure.
 def _check_cache(op, cache, name, d_qk, q, fmt=0):
     bpt = _BYTES[fmt] or (584 if d_qk == 512 else 656)
@@ -214,6 +224,28 @@ def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, ext
     return out, lse.transpose(1, 2)
 
 
+# The FP4 cache's load step holds each prefetched byte twice (``_gather_tile``): at BLOCK_H 64,
+# next to the 64 x 512 fp32 accumulator, the DIRECT specialisation of a 528 + 288-byte decode
+# spilled 8 B under Triton 3.7.1 while the general form (which writes a whole row the same way,
+# after one branch per row) compiles clean under 3.6.0-3.9.0. Those calls run the general form.
+def built_direct(direct, kv_fmts, cfg):
+    """The DIRECT constexpr a call of plan form ``direct`` is built with (see above)."""
+    fp4 = any(f in (3, 4) for f in kv_fmts)
+    return direct and not (fp4 and cfg["BLOCK_H"] >= 64)
+
+
+# Two 528-byte lists (main and extra) at BLOCK_H 64 with the next tile's rows held ahead
+# (PREFETCH 2) spilled 8 B under Triton 3.6.0 in the forms that leave row parts to the combine;
+# holding only the next indices (PREFETCH 1) compiles clean under 3.6.0-3.9.0 (98,304 B of shared
+# memory, within sm_120's 101,376; one block per SM either way).
+def built_prefetch(kv_fmts, cfg):
+    """The PREFETCH depth a call with the caches' ``kv_fmts`` codes is built with (see above)."""
+    both_528 = kv_fmts[0] in (1, 2) and kv_fmts[1] in (1, 2)
+    if both_528 and cfg["BLOCK_H"] >= 64:
+        return min(cfg.get("PREFETCH", 1), 1)
+    return cfg.get("PREFETCH", 1)
+
+
 def launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices,
            extra_topk_length, softmax_scale, pl, out, lse, max_logits=None, kv_bf16=False,
            kv_fmts=(0, 0)):
@@ -260,8 +292,8 @@ def launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_ind
         PAGE=k_cache.shape[1], XPAGE=xcache.shape[1], IS_MODEL1=d_qk == 512, KV_BF16=kv_bf16,
         HAS_LEN=topk_length is not None, HAS_EXTRA=has_extra,
         HAS_XLEN=has_extra and extra_topk_length is not None, HAS_SINK=attn_sink is not None,
-        HAS_MAX=has_max, DIRECT=direct, DEALT=pl.dealt, WIDE=wide,
-        BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"], PREFETCH=cfg.get("PREFETCH", 1),
+        HAS_MAX=has_max, DIRECT=built_direct(direct, kv_fmts, cfg), DEALT=pl.dealt, WIDE=wide,
+        BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"], PREFETCH=built_prefetch(kv_fmts, cfg),
         PDL=pl.pdl, INTERPRET=interpreting(), KV_FMT=kv_fmts[0], XKV_FMT=kv_fmts[1],
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if not direct:
@@ -287,7 +319,7 @@ _V41_VARIANTS = ((1, 3), (2, 4), (1, 1), (2, 2))
 
 
 def _split_signature(cfg, is_model1, page, xpage, direct, dealt=False,
-                     inputs=_INPUT_VARIANTS[0], prefill=False, pdl=False, fmts=(0, 0)):
+                     inputs=_INPUT_VARIANTS[0], prefill=False, pdl=False, fmts=(0, 0), has_max=None):
     sig = {n: "*u8" for n in ("cache_ptr", "xcache_ptr")}
     sig.update({n: "*i32" for n in ("idx_ptr", "len_ptr", "xidx_ptr", "xlen_ptr")})
     sig.update({"q_ptr": "*bf16", "ows_ptr": "*fp32", "lsews_ptr": "*fp32", "mws_ptr": "*fp32",
@@ -301,10 +333,11 @@ def _split_signature(cfg, is_model1, page, xpage, direct, dealt=False,
     sig["cache_stride0"] = sig["xcache_stride0"] = "i64"
     has_len, has_extra, has_xlen = inputs
     const = dict(PAGE=page, XPAGE=xpage, IS_MODEL1=is_model1, KV_BF16=prefill, HAS_LEN=has_len,
-                 HAS_EXTRA=has_extra, HAS_XLEN=has_xlen, HAS_SINK=True, HAS_MAX=prefill,
+                 HAS_EXTRA=has_extra, HAS_XLEN=has_xlen, HAS_SINK=True,
+                 HAS_MAX=prefill if has_max is None else has_max,
                  DIRECT=direct,
                  DEALT=dealt, WIDE=False, BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"],
-                 PREFETCH=cfg.get("PREFETCH", 1), PDL=pdl, INTERPRET=False, KV_FMT=fmts[0],
+                 PREFETCH=built_prefetch(fmts, cfg), PDL=pdl, INTERPRET=False, KV_FMT=fmts[0],
                  XKV_FMT=fmts[1])
     for k in const:
         sig[k] = "constexpr"
@@ -347,13 +380,26 @@ def compile_reports(targets=("sm_120", "sm_121"), full=False):
                 if fmt == "model1":
                     # the V4.1 caches (d_qk 512, model1's configs): 528 main with a 528 or 288
                     # extra, interleaved and block-split (by default the heaviest load step, 528 +
-                    # 288, in the dealt form; ``full``: every pair, direct too)
+                    # 288, in the dealt form; ``full``: every pair, every form)
                     for fmts in (_V41_VARIANTS if full else _V41_VARIANTS[:1]):
-                        for direct, dealt in (((False, True), (True, True)) if full else ((False, True),)):
+                        for direct, dealt in (((False, False), (False, True), (True, True)) if full
+                                              else ((False, True),)):
                             for pdl in _pdl_variants(direct, full):
                                 jobs.append(("split", target, fmt, cfg,
                                              (direct, dealt, _PAGE_VARIANTS[0], _INPUT_VARIANTS[0],
                                               pdl, fmts)))
+                    # the sparse prefill on a V4.1 cache (one list, max_logits out; 64-token
+                    # pages): by default the 528 and FP4 load steps with lengths, dealt; ``full``:
+                    # every format and form, with and without lengths
+                    for fmt_code in ((1, 2, 3, 4) if full else (1, 3)):
+                        if fmt_code in (3, 4) and cfg["BLOCK_H"] > prefill_max_block_h(fmt_code):
+                            continue  # never launched (``prefill_max_block_h``)
+                        for has_len in ((True, False) if full else (True,)):
+                            for direct, dealt in (((False, False), (False, True), (True, True))
+                                                  if full else ((False, True),)):
+                                for pdl in _pdl_variants(direct, full):
+                                    jobs.append(("prefill41", target, fmt, cfg,
+                                                 (direct, dealt, has_len, pdl, fmt_code)))
         for block_h in sorted({c["BLOCK_H"] for opts in CONFIGS[key].values() for c in opts}):
             for dealt in (False, True):
                 for has_max in (False, True):  # decode / sparse prefill
@@ -382,15 +428,23 @@ def _compile_job(job):
     from sm12x.kernels.common.compile_check import compile_kernel
 
     kind, target, fmt, cfg, variant = job
-    if kind in ("prefill", "split"):
-        if kind == "prefill":
+    if kind in ("prefill", "split", "prefill41"):
+        if kind == "prefill41":
+            direct, dealt, has_len, pdl, fmt_code = variant
+            sig, const = _split_signature(cfg, True, 64, 1, built_direct(direct, (fmt_code, 0), cfg),
+                                          dealt, (has_len, False, False), pdl=pdl,
+                                          fmts=(fmt_code, 0), has_max=True)
+            shape = (f"prefill v41 {_BYTES[fmt_code]}{' block-split' if fmt_code in (2, 4) else ''} "
+                     f"H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']}{' L' if has_len else ''}")
+        elif kind == "prefill":
             has_len, direct, dealt, pdl = variant
             sig, const = _split_signature(cfg, fmt == "bf16_512", 1, 1, direct, dealt,
                                           (has_len, False, False), prefill=True, pdl=pdl)
             shape = f"prefill {fmt} H{cfg['BLOCK_H']} N{cfg['BLOCK_N']} w{cfg['num_warps']}{' L' if has_len else ''}"
         else:
             direct, dealt, (page, xpage), inputs, pdl, fmts = variant
-            sig, const = _split_signature(cfg, fmt == "model1", page, xpage, direct, dealt, inputs,
+            sig, const = _split_signature(cfg, fmt == "model1", page, xpage,
+                                          built_direct(direct, fmts, cfg), dealt, inputs,
                                           pdl=pdl, fmts=fmts)
             flags = "".join(f for f, on in zip(("L", "X", "XL"), inputs) if on)
             kind_name = {(0, 0): fmt}.get(fmts, f"v41 {_BYTES[fmts[0]]}/{_BYTES[fmts[1]]}"

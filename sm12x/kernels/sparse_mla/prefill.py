@@ -13,7 +13,17 @@ With P = (q . k) * sm_scale over the valid candidates:
 
 A row with no valid candidate gets out 0, max_logits -inf, lse +inf. Any h_q is accepted (FlashMLA
 takes 64 and 128 only; callers pad to those, with uninitialised heads that stay in their rows).
-Two paths, chosen by shape (``use_pipelined``):
+
+DeepSeek-V4.1's caches in place of the bf16 rows (``kv_format``, a key of
+``kv_cache.V41_FORMATS``: "v41" / "v41_block_split" 528 B e4m3 with UE8M0 per 32, "v41_fp4" /
+"v41_fp4_block_split" 288 B e2m1 with e4m3 per 16): kv is then the uint8 / int8 / fp8 cache view
+[num_blocks, B, 1, 528 | 288], d_qk 512, and indices name cache slots (block * B + offset; invalid:
+< 0 or >= num_blocks * B). The arrangement is declared, never guessed (both have the same size).
+Each tile's rows are gathered and dequantised to bf16 in registers (exact: power-of-two UE8M0
+scales; an e2m1 value times an e4m3 scale has at most 5 significant bits) by the decode kernel's
+load step, and the math is then the bf16 path's: the only error against the float32 reference
+of the dequantised cache is the bf16 rounding of P and of out.
+Two paths, chosen by shape (``use_pipelined``; a V4.1 cache always takes the split path):
 
 - split (the decode kernel): rows are split across programs when there are too few to fill the
   GPU (a few query tokens); the plan and workspace depend on shapes only (CUDA-graph safe).
@@ -32,9 +42,10 @@ import triton.language as tl
 
 from sm12x.kernels.common import checks, configs
 from sm12x.kernels.common.compile_check import interpreting, reports_in_subprocess
-from sm12x.kernels.sparse_mla.decode import LOG2E, _rows_aligned, launch
+from sm12x.kernels.sparse_mla.decode import (LOG2E, V41_CODES, _check_cache, _rows_aligned, launch,
+                                             prefill_max_block_h)
 from sm12x.kernels.sparse_mla.decode_kernels import _dot, _to_bf16
-from sm12x.kernels.sparse_mla.decode_plan import D_V, plan
+from sm12x.kernels.sparse_mla.decode_plan import CONFIGS, D_V, pick_config, plan
 from sm12x.kernels.sparse_mla.online_softmax import online_softmax_step
 
 OP = "flash_mla_sparse_fwd"
@@ -171,8 +182,9 @@ def _launch_pipelined(q, kv, indices, topk_length, attn_sink, sm_scale, out, max
         INTERPRET=interpreting(), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
 
-def validate(op, q, kv, indices, topk_length, attn_sink, d_v):
-    """Raise ValueError naming ``op`` and the argument for anything the kernel does not handle."""
+def validate(op, q, kv, indices, topk_length, attn_sink, d_v, kv_format=None):
+    """Raise ValueError naming ``op`` and the argument for anything the kernel does not handle;
+    returns the kernel's code of ``kv_format`` (0: bf16 rows)."""
     checks.require_dtype(q, (torch.bfloat16,), op, "q")
     checks.require(q.dim() == 3 and q.shape[-1] in (512, 576) and q.stride(-1) == 1, op, "q",
                    lambda: f"shape {list(q.shape)} strides {tuple(q.stride())}",
@@ -181,16 +193,11 @@ def validate(op, q, kv, indices, topk_length, attn_sink, d_v):
     checks.require(s_q > 0 and h_q > 0, op, "q", lambda: f"shape {list(q.shape)}",
                    "non-empty s_q and h_q")
     checks.require(d_v == D_V, op, "d_v", d_v, "512")
-    checks.require_dtype(kv, (torch.bfloat16,), op, "kv")
-    checks.require(kv.dim() == 3 and kv.shape[1] == 1 and kv.shape[2] == d_qk
-                   and kv.stride(-1) == 1, op, "kv",
-                   lambda: f"shape {list(kv.shape)} strides {tuple(kv.stride())}",
-                   f"[s_kv, 1, {d_qk}] with a contiguous last dimension")
-    # The kernel tells the compiler that rows start on 16-byte boundaries (vector loads).
-    checks.require(kv.data_ptr() % 16 == 0 and (kv.shape[0] <= 1 or kv.stride(0) % 8 == 0),
-                   op, "kv", lambda: f"data_ptr % 16 = {kv.data_ptr() % 16}, "
-                   f"stride(0) {kv.stride(0)}", "16-byte aligned rows")
-    checks.require_same_device(op, q, kv=kv)
+    fmt = _kv_code(op, q, kv, kv_format)
+    if fmt:
+        _check_cache(op, kv, "kv", d_qk, q, fmt)
+    else:
+        _check_bf16_rows(op, q, kv)
     checks.require_dtype(indices, (torch.int32,), op, "indices")
     checks.require(indices.dim() == 3 and indices.shape[0] == s_q and indices.shape[1] == 1
                    and indices.shape[2] > 0 and indices.stride(2) == 1, op, "indices",
@@ -205,14 +212,72 @@ def validate(op, q, kv, indices, topk_length, attn_sink, d_v):
         checks.require_dtype(attn_sink, (torch.float32,), op, "attn_sink")
         checks.require_shape(attn_sink, (h_q,), op, "attn_sink")
         checks.require_same_device(op, q, attn_sink=attn_sink)
+    return fmt
+
+
+def _kv_code(op, q, kv, kv_format):
+    """The declared format of ``kv`` -> the kernel's KV_FMT code (0: bf16 rows). A 528 / 288-byte
+    cache without a declaration is refused by name: its two arrangements have the same size."""
+    if kv_format is None:
+        if kv.dim() == 4 and kv.shape[-1] in (528, 288) and kv.dtype != torch.bfloat16:
+            raise checks.bad(op, "kv_format", None, f"one of {sorted(V41_CODES)} for a "
+                             f"{kv.shape[-1]}-byte DeepSeek-V4.1 kv cache (the arrangement is "
+                             f"declared, never guessed)")
+        return 0
+    checks.require(kv_format in V41_CODES, op, "kv_format", repr(kv_format),
+                   f"None (bf16 rows) or one of {sorted(V41_CODES)}")
+    checks.require(q.shape[-1] == 512, op, "kv_format", lambda: f"{kv_format!r} with d_qk "
+                   f"{q.shape[-1]}", "d_qk 512 (the V4.1 caches hold 512 dims)")
+    return V41_CODES[kv_format]
+
+
+_V41_PLANS: dict = {}
+
+
+def _v41_plan(s_q, h_q, topk, fmt, device, num_splits, ragged):
+    """The decode's plan for a V4.1 cache's prefill with ``_v41_config``'s head block, memoised
+    by shape like the decode's own (``decode_plan.plan``)."""
+    key = (s_q, h_q, topk, fmt, configs.arch_key(device), configs.sm_count(device), num_splits, ragged,
+           os.environ.get("SM12X_SPARSE_MLA_CONFIG", ""))
+    hit = _V41_PLANS.get(key)
+    if hit is None:
+        hit = _V41_PLANS[key] = plan(s_q, 1, h_q, topk, 0, device, num_splits,
+                                     _v41_config(h_q, device, fmt, s_q, topk), fmt="model1",
+                                     ragged=ragged)
+    return hit
+
+
+def _v41_config(h_q, device, fmt, s_q, topk):
+    """The decode's MODEL1 config for a V4.1 cache's prefill, within ``prefill_max_block_h``."""
+    cfg = pick_config(h_q, device, "model1", s_q, topk)
+    cap = prefill_max_block_h(fmt)
+    if cfg["BLOCK_H"] > cap and not os.environ.get("SM12X_SPARSE_MLA_CONFIG", "").strip():
+        cfg = max((c for c in configs.pick(CONFIGS, device)["model1"] if c["BLOCK_H"] <= cap),
+                  key=lambda c: c["BLOCK_H"])
+    return cfg
+
+
+def _check_bf16_rows(op, q, kv):
+    d_qk = q.shape[-1]
+    checks.require_dtype(kv, (torch.bfloat16,), op, "kv")
+    checks.require(kv.dim() == 3 and kv.shape[1] == 1 and kv.shape[2] == d_qk
+                   and kv.stride(-1) == 1, op, "kv",
+                   lambda: f"shape {list(kv.shape)} strides {tuple(kv.stride())}",
+                   f"[s_kv, 1, {d_qk}] with a contiguous last dimension")
+    # The kernel tells the compiler that rows start on 16-byte boundaries (vector loads).
+    checks.require(kv.data_ptr() % 16 == 0 and (kv.shape[0] <= 1 or kv.stride(0) % 8 == 0),
+                   op, "kv", lambda: f"data_ptr % 16 = {kv.data_ptr() % 16}, "
+                   f"stride(0) {kv.stride(0)}", "16-byte aligned rows")
+    checks.require_same_device(op, q, kv=kv)
 
 
 def sparse_mla_prefill(q, kv, indices, sm_scale, d_v=D_V, attn_sink=None, topk_length=None,
-                       out=None, num_splits=None, op=OP):
+                       out=None, num_splits=None, op=OP, kv_format=None):
     """-> (out bf16 [s_q, h_q, 512], max_logits fp32 [s_q, h_q], lse fp32 [s_q, h_q]); see the
     module docstring. ``out`` may be given (bf16 [s_q, h_q, 512], 16-byte aligned rows);
-    ``num_splits`` cuts every row into that many parts (default: from shapes and SMs)."""
-    validate(op, q, kv, indices, topk_length, attn_sink, d_v)
+    ``num_splits`` cuts every row into that many parts (default: from shapes and SMs);
+    ``kv_format``: kv is a DeepSeek-V4.1 cache of that declared format (module docstring)."""
+    fmt = validate(op, q, kv, indices, topk_length, attn_sink, d_v, kv_format)
     s_q, h_q, d_qk = q.shape
     if out is None:
         out = torch.empty((s_q, h_q, D_V), dtype=torch.bfloat16, device=q.device)
@@ -224,15 +289,21 @@ def sparse_mla_prefill(q, kv, indices, sm_scale, d_v=D_V, attn_sink=None, topk_l
     lse = torch.empty((s_q, h_q), dtype=torch.float32, device=q.device)
     if not _rows_aligned(q):
         q = q.clone(memory_format=torch.contiguous_format)
-    if num_splits is None and use_pipelined(s_q, h_q, d_qk, q.device):
+    if not fmt and num_splits is None and use_pipelined(s_q, h_q, d_qk, q.device):
         _launch_pipelined(q, kv, indices, topk_length, attn_sink, sm_scale, out, max_logits, lse,
                           pipelined_config(d_qk, q.device))
         return out, max_logits, lse
-    # each query token is a request of one token: [s_q, 1, ...] views of the same memory
-    pl = plan(s_q, 1, h_q, indices.shape[-1], 0, q.device, num_splits, fmt=f"bf16_{d_qk}",
-              ragged=topk_length is not None)
+    # each query token is a request of one token: [s_q, 1, ...] views of the same memory. A V4.1
+    # cache is read as the decode reads it (its tiles have MODEL1's shape: the decode's configs,
+    # head blocks capped by ``prefill_max_block_h``)
+    topk, ragged = indices.shape[-1], topk_length is not None
+    if fmt:
+        pl = _v41_plan(s_q, h_q, topk, fmt, q.device, num_splits, ragged)
+    else:
+        pl = plan(s_q, 1, h_q, topk, 0, q.device, num_splits, fmt=f"bf16_{d_qk}", ragged=ragged)
     launch(q.unsqueeze(1), kv, indices, topk_length, attn_sink, None, None, None, sm_scale, pl,
-           out.unsqueeze(1), lse.unsqueeze(1), max_logits=max_logits.unsqueeze(1), kv_bf16=True)
+           out.unsqueeze(1), lse.unsqueeze(1), max_logits=max_logits.unsqueeze(1),
+           kv_bf16=not fmt, kv_fmts=(fmt, 0))
     return out, max_logits, lse
 
 

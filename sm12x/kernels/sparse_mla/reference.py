@@ -66,12 +66,15 @@ def ref_sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None,
 
 
 def ref_sparse_mla_prefill(q, kv, indices, sm_scale, d_v=512, attn_sink=None, topk_length=None,
-                           chunk=256):
+                           chunk=256, kv_format=None):
     """FlashMLA's ``flash_mla_sparse_fwd`` (contract in ``sparse_mla_prefill``): q bf16 [s_q, h_q,
     d_qk], kv bf16 [s_kv, 1, d_qk], indices int32 [s_q, 1, topk] -> (out bf16 [s_q, h_q, d_v],
     max_logits fp32 [s_q, h_q], lse fp32 [s_q, h_q]); empty rows: 0, -inf, +inf. Each query token
     is a decode request of one token; ``chunk`` of them at a time (the gathered rows are
-    s_q x topk x d_qk fp32)."""
+    s_q x topk x d_qk fp32). ``kv_format`` (a V4.1 format): kv is that cache, dequantised to
+    float32 rows [num_blocks * B, 1, 512] (indices are cache slots)."""
+    if kv_format is not None:
+        kv = dequantize_cache(kv, torch.float32, kv_format).flatten(0, 1).unsqueeze(1)
     parts = []
     for i in range(0, q.shape[0], chunk):
         length = None if topk_length is None else topk_length[i:i + chunk]
@@ -163,11 +166,13 @@ def make_case(fmt="model1", b=2, s_q=1, h_q=64, topk=128, page=256, extra_topk=N
 
 
 def make_prefill_case(d_qk=512, s_q=4, h_q=64, topk=128, s_kv=256, topk_length=False, sink=True,
-                      row_pad=0, device="cpu", seed=0, invalid_frac=0.05):
+                      row_pad=0, device="cpu", seed=0, invalid_frac=0.05, kv_format=None, page=64):
     """Random ``flash_mla_sparse_fwd`` inputs with the decode cases' distribution (q ~ N(0,1)
     clamped to +-1, kv ~ N(0, 0.01) clamped, sm_scale d_qk^-0.55), distinct candidates per query,
     some -1 and some >= s_kv, NaN in every kv row no query reads; ``row_pad`` > 0 makes kv a
-    strided view (rows of d_qk + row_pad elements).
+    strided view (rows of d_qk + row_pad elements). ``kv_format`` (a V4.1 format, d_qk 512): kv
+    becomes that cache in pages of ``page`` tokens placed in random order, the indices its slots
+    (out-of-range ones past the cache's end), unread rows' bytes 0xFF (NaN scales).
     -> dict of keyword arguments for ``sparse_mla_prefill`` / ``ref_sparse_mla_prefill``."""
     gen = torch.Generator(device=device).manual_seed(seed)
     q = torch.randn(s_q, h_q, d_qk, generator=gen, device=device).clamp(-1, 1).to(torch.bfloat16)
@@ -189,8 +194,44 @@ def make_prefill_case(d_qk=512, s_q=4, h_q=64, topk=128, s_kv=256, topk_length=F
     used[torch.where(live < s_kv, live, -1).flatten() + 1] = True
     kv[~used[1:]] = float("nan")
     case = dict(q=q, kv=kv, indices=idx, sm_scale=d_qk ** -0.55, topk_length=length)
+    if kv_format is not None:
+        case.update(_v41_prefill_cache(kv, idx, ~used[1:], kv_format, page, gen))
     if sink:
         s = torch.randn(h_q, generator=gen, device=device)
         r = torch.randn(h_q, generator=gen, device=device)
         case["attn_sink"] = s.masked_fill(r > 1.0, float("inf")).masked_fill(r < -1.0, float("-inf"))
     return case
+
+
+def _v41_prefill_cache(kv, idx, unread, kv_format, page, gen):
+    """A prefill case's bf16 rows [s_kv, 1, 512] as a V4.1 cache of ``kv_format``: token i at slot
+    block_of[i // page] * page + i % page; -> dict(kv=cache, indices=slots, kv_format=...)."""
+    from sm12x.kernels.sparse_mla import kv_cache as kvc
+
+    s_kv, device = kv.shape[0], kv.device
+    nb = -(-s_kv // page)
+    rows = torch.zeros(nb * page, 512, device=device)
+    rows[:s_kv] = kv[:, 0].float().nan_to_num(0.0)
+    bpt, interleaved = kvc.V41_FORMATS[kv_format]
+    quant = kvc.quantize_v41_cache if bpt == 528 else kvc.quantize_v41_fp4_cache
+    cache = quant(rows.view(nb, page, 512), interleaved)
+    block_of = torch.randperm(nb, generator=gen, device=device)
+    i = idx.long()
+    inside = (i >= 0) & (i < s_kv)
+    slots = block_of[(i.clamp(0, s_kv - 1) // page)] * page + i.clamp(0, s_kv - 1) % page
+    slots = torch.where(inside, slots, torch.where(i < 0, -1, i - s_kv + nb * page))
+    # poison the bytes of every row no query reads (its data and its scales)
+    dead = torch.ones(nb * page, dtype=torch.bool, device=device)
+    dead[:s_kv] = unread
+    dead_slots = block_of.repeat_interleave(page) * page + torch.arange(page, device=device).repeat(nb)
+    dead_mask = torch.zeros(nb * page, dtype=torch.bool, device=device)
+    dead_mask[dead_slots[dead]] = True
+    raw = cache.as_strided((nb, cache.stride(0)), (cache.stride(0), 1))
+    data = 512 if bpt == 528 else 256
+    dead_mask = dead_mask.view(nb, page, 1)
+    if interleaved:
+        raw[:, : page * bpt].view(nb, page, bpt).masked_fill_(dead_mask, 0xFF)
+    else:
+        raw[:, : page * data].view(nb, page, data).masked_fill_(dead_mask, 0xFF)
+        raw[:, page * data: page * bpt].view(nb, page, bpt - data).masked_fill_(dead_mask, 0xFF)
+    return dict(kv=cache, indices=slots.to(torch.int32), kv_format=kv_format)

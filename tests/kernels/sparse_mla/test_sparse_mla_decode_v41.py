@@ -86,7 +86,8 @@ def test_quantisers_round_trip():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("arch", ["default", "sm_120"])
-@pytest.mark.parametrize("fmt, xfmt", [("v41", "v41_fp4"), ("v41_block_split", "v41_fp4_block_split")])
+@pytest.mark.parametrize("fmt, xfmt", [("v41", "v41_fp4"), ("v41_block_split", "v41_fp4_block_split"),
+                                       ("v41", "v41")])  # 528 + 528: decode.built_prefetch at 64 heads
 def test_gpu_v41_production(fmt, xfmt, arch, monkeypatch):
     if DEVICE != "cuda" or not torch.cuda.is_available():
         pytest.skip("needs SM12X_TEST_DEVICE=cuda and a GPU")
