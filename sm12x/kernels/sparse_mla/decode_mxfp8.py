@@ -64,14 +64,17 @@ OP = "sparse_mla_decode"
 LOG2E = 1.4426950408889634
 
 # Configurations by head block (a call takes the smallest that covers h_q, else the largest).
-# BLOCK_N 32: the PV product's K is the token axis, and a block-scaled MMA step is 32 deep.
-# Q_TERMS / P_TERMS: e4m3 terms per value (2: error near bf16's). V_PARTS 2: the program holds half
-# of the 512 output dims (both halves compute the logits), which is what lets 32 heads share one
-# gathered tile without spills: sm_120, Triton 3.9, 8 warps, two terms each: BLOCK_H 16 whole rows
-# 241 registers, 32 KB shared; BLOCK_H 32 in halves 248 registers, 40 KB; BLOCK_H 32 whole rows and
-# BLOCK_H 64 in halves spill (64 in halves: 2.3 KB with one Q term). Per 64 heads and tile the 32-head
-# halves issue 4 x 1,147 instructions and 4 x 36 barriers against 4 x 1,121 and 4 x 50 for four
-# 16-head blocks (scripts/isa_report.py).
+# BLOCK_N: a multiple of 32 (the PV product's K is the token axis, and a block-scaled MMA step is
+# 32 deep). Q_TERMS / P_TERMS: e4m3 terms per value; two each keep the error near bf16's and
+# within FlashMLA's own tolerances (one P term: cosine difference 1.7e-4; one Q term: lse errors of
+# 4e-4 on FlashMLA's test data, beyond its decode and prefill bounds for lse). V_PARTS 2: the
+# program holds half of the 512 output dims (both halves compute the logits), which is what lets
+# 32 heads share one gathered tile without spills. sm_120, Triton 3.9, 8 warps: BLOCK_H 16 whole
+# rows 241 registers, 32 KB shared; BLOCK_H 32 in halves 247 registers, 40 KB; 32 heads whole
+# rows, 64 heads in halves and 32 x 64 tokens in halves spill (48-72 B; with one Q term it does
+# not). Per 64 heads and 32 tokens the hot loop of the 32-head halves issues 4 x 1,130
+# instructions and 4 x 28 barriers, four 16-head blocks 4 x 1,121 and 4 x 50
+# (scripts/isa_report.py).
 _H16 = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 8, "num_stages": 1, "Q_TERMS": 2, "P_TERMS": 2,
         "V_PARTS": 1}
 _H32_HALVES = {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 8, "num_stages": 1, "Q_TERMS": 2,

@@ -5,6 +5,7 @@ cache is FP8; packing them back is exact) and on arbitrary bf16 rows (rounded to
 import pytest
 import torch
 
+from sm12x.kernels.common.tolerance import flashmla_prefill_close
 from sm12x.kernels.sparse_mla import prefill_mxfp8 as pm
 from sm12x.kernels.sparse_mla.kv_cache import (dequantize_model1_cache, dequantize_v32_cache,
                                                quantize_model1_cache, quantize_v32_cache)
@@ -39,7 +40,12 @@ def fast(case, **kw):
     return sparse_mla_prefill(**{k: case[k] for k in ARGS if k in case}, **kw)
 
 
-def errors(got, ref):
+def errors(got, ref, flashmla=True):
+    """(cos diff, max abs of out, of max_logits, of lse); with ``flashmla`` also FlashMLA's own
+    prefill criterion (``tolerance.flashmla_prefill_close``)."""
+    if flashmla:
+        for name, v in flashmla_prefill_close(got, ref).items():
+            assert v.ok, f"{name}: {v.detail}"
     out, max_logits, lse = got
     r_out, r_max, r_lse = ref
     fin = torch.isfinite(r_lse)
@@ -101,16 +107,21 @@ def test_pack_is_exact_on_cache_rows(d_qk):
     (16, 3, 64, 200, True, None),
     (5, 2, 96, 40, False, None),      # odd heads; fewer keys than topk (indices >= s_kv)
     (16, 3, 96, 200, True, 2),        # rows cut into parts: the combine merges max_logits too
+    (40, 2, 128, 200, True, None),    # 32-head blocks in V halves, one Q term
 ])
 def test_cache_rows_match_reference(fast_precision, d_qk, h_q, s_q, topk, s_kv, topk_length,
                                     num_splits):
-    """On cache rows the only errors are the decode's (Q and P as two e4m3 terms): cosine
-    difference <= 1e-5, max_logits and lse within 1e-5; empty rows 0 / -inf / +inf."""
+    """On cache rows the only errors are the decode's (P as two e4m3 terms; Q as two, or one for
+    the 32-head blocks): cosine difference <= 1e-5, max_logits and lse within 1e-5 (one Q term:
+    1e-3); empty rows 0 / -inf / +inf."""
+    from sm12x.kernels.sparse_mla.decode_mxfp8 import pick_config
+
     case = cache_rows(make_prefill_case(d_qk, s_q, h_q, topk, s_kv, topk_length, seed=h_q))
     case["indices"][0] = -1  # one row with no valid candidate
     cos, _, max_err, lse_err = errors(fast(case, num_splits=num_splits),
                                       ref_sparse_mla_prefill(**{k: case[k] for k in ARGS if k in case}))
-    assert cos <= 1e-5 and max_err <= 1e-5 and lse_err <= 1e-5, (cos, max_err, lse_err)
+    tol = 1e-5 if pick_config(h_q)["Q_TERMS"] == 2 else 1e-3
+    assert cos <= 1e-5 and max_err <= tol and lse_err <= tol, (cos, max_err, lse_err)
 
 
 @pytest.mark.cpu_only
@@ -121,7 +132,7 @@ def test_arbitrary_bf16_rows(fast_precision, d_qk):
     rows as they are); logits keep 4e-3 absolute."""
     case = make_prefill_case(d_qk, 3, 16, 64, 200, True, seed=5)
     cos, _, max_err, lse_err = errors(fast(case), ref_sparse_mla_prefill(**{k: case[k] for k in ARGS
-                                                                           if k in case}))
+                                                                           if k in case}), False)
     assert 3e-5 < cos <= 1e-3 and max_err <= 4e-3 and lse_err <= 4e-3, (cos, max_err, lse_err)
 
 
@@ -154,7 +165,7 @@ def test_dispatch_by_precision(monkeypatch):
 def test_gpu_production(monkeypatch, d_qk, h_q, topk, s_kv):
     """FlashMLA's prefill performance shapes (s_q 512 of its 4096) on cache rows, the sm_120
     configs (tl.dot_scaled emulated with the same math off SM12x): the issue's bound, cosine
-    difference <= 1e-4."""
+    difference <= 1e-4 (max_logits and lse within 1e-3: one Q term)."""
     monkeypatch.setenv("SM12X_ATTENTION_PRECISION", "fast")
     monkeypatch.setenv("SM12X_KERNEL_CONFIGS", "sm_120")
     case = make_prefill_case(d_qk, 512, h_q, topk, s_kv, device="cpu", seed=0)
@@ -163,4 +174,4 @@ def test_gpu_production(monkeypatch, d_qk, h_q, topk, s_kv):
         **{k: case[k] for k in ARGS if k in case}))
     print(f"d_qk {d_qk} h{h_q} top-{topk}: cos diff {cos:.3g}, max abs {max_abs:.3g}, "
           f"max_logits {max_err:.3g}, lse {lse_err:.3g}")
-    assert cos <= 1e-4 and max_err <= 1e-4 and lse_err <= 1e-4
+    assert cos <= 1e-4 and max_err <= 1e-3 and lse_err <= 1e-3
