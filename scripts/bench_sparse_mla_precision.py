@@ -64,6 +64,8 @@ def cases(device: str, quick: bool):
                                                                extra_topk=64, extra_page=2,
                                                                extra_topk_length=True), 1.0)
         yield ("tiny V3.2-like b1", True, "v32", dict(b=1, s_q=2, h_q=16, topk=64, page=64), 1.0)
+        yield ("tiny h32 CONFIG1-like b1", True, "model1", dict(b=1, s_q=2, h_q=32, topk=64, page=64,
+                                                                extra_topk=64, extra_page=64), 1.0)
         yield ("tiny peaked x4", False, "model1", dict(b=1, s_q=1, h_q=16, topk=64, page=64), 4.0)
         return
     for name, fmt, h_q, topk, page, xtopk, xpage, xlen, batches in PRODUCTION:
@@ -79,7 +81,8 @@ def prefill_cases(device: str, quick: bool, queries: int):
     """(label, production?, make_prefill_case kwargs, cache rows?)."""
     if device != "cuda":
         specs = [("tiny V3.2-like", dict(d_qk=576, s_q=2, h_q=16, topk=64, s_kv=128)),
-                 ("tiny MODEL1-like", dict(d_qk=512, s_q=2, h_q=16, topk=64, s_kv=128))]
+                 ("tiny MODEL1-like", dict(d_qk=512, s_q=2, h_q=16, topk=64, s_kv=128)),
+                 ("tiny h32 MODEL1-like", dict(d_qk=512, s_q=2, h_q=32, topk=64, s_kv=128))]
     else:
         from bench_sparse_mla_prefill import CASES, QUICK
 

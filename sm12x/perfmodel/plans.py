@@ -439,7 +439,7 @@ def _fast_launches(op_name, fmt, b, s_q, h_q, topk, extra, card, prefill=False):
     combine where rows are split) for b requests of s_q query tokens."""
     from sm12x.kernels.sparse_mla import decode_mxfp8 as mx
 
-    cfg = mx.pick_config(h_q)
+    cfg = mx.pick_config(h_q, fmt)
     bh, bn, vp = cfg["BLOCK_H"], cfg["BLOCK_N"], cfg["V_PARTS"]
     d_qk = 512 if fmt == "model1" else 576
     tag = f"mxfp8 {fmt} H{bh} N{bn} w{cfg['num_warps']} q{cfg['Q_TERMS']}p{cfg['P_TERMS']}v{vp} "

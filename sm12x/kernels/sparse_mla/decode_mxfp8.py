@@ -74,12 +74,13 @@ LOG2E = 1.4426950408889634
 # rows, 64 heads in halves and 32 x 64 tokens in halves spill (48-72 B; with one Q term it does
 # not). Per 64 heads and 32 tokens the hot loop of the 32-head halves issues 4 x 1,130
 # instructions and 4 x 28 barriers, four 16-head blocks 4 x 1,121 and 4 x 50
-# (scripts/isa_report.py).
+# (scripts/isa_report.py). V3.2's 32-head halves (512 no-RoPE dims of Q in two terms) take 255
+# registers and spill 16 B under Triton 3.9 (none under 3.6), so V3.2 keeps 16-head blocks.
 _H16 = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 8, "num_stages": 1, "Q_TERMS": 2, "P_TERMS": 2,
         "V_PARTS": 1}
 _H32_HALVES = {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 8, "num_stages": 1, "Q_TERMS": 2,
                "P_TERMS": 2, "V_PARTS": 2}
-CONFIGS = {"sm_120": (_H16, _H32_HALVES)}
+CONFIGS = {"sm_120": {"model1": (_H16, _H32_HALVES), "v32": (_H16,)}}
 
 
 def serves(d_qk: int, device) -> bool:
@@ -91,8 +92,9 @@ def serves(d_qk: int, device) -> bool:
             and native_block_scaled(configs.arch_key(device)))
 
 
-def pick_config(h_q: int) -> dict:
-    options = CONFIGS["sm_120"]
+def pick_config(h_q: int, fmt: str = "model1") -> dict:
+    """The configuration for ``h_q`` heads on cache format ``fmt`` (model1 | v32)."""
+    options = CONFIGS["sm_120"][fmt]
     return next((c for c in options if c["BLOCK_H"] >= h_q), options[-1])
 
 
@@ -589,7 +591,7 @@ def launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_ind
     output). ``cache_tokens``: indices at or past it are invalid (default: every slot of the
     cache's pages)."""
     b, s_q, h_q, _ = q.shape
-    cfg = pick_config(h_q)
+    cfg = pick_config(h_q, "model1" if q.shape[-1] == 512 else "v32")
     bh, bn = cfg["BLOCK_H"], cfg["BLOCK_N"]
     has_extra = extra_k_cache is not None
     topk = indices.shape[-1]
@@ -684,7 +686,7 @@ def compile_reports(targets=("sm_120", "sm_121"), prefill=False):
     for target in targets:
         if not native_block_scaled(target):
             continue
-        for cfg, fmt in ((c, f) for c in CONFIGS["sm_120"] for f in ("model1", "v32")):
+        for fmt, cfg in ((f, c) for f, opts in CONFIGS["sm_120"].items() for c in opts):
             if prefill:
                 sig, const = _signature(cfg, 64, 64, (True, False, False), fmt == "model1",
                                         has_max=True)

@@ -58,7 +58,7 @@ def test_against_reference(fmt, spec, num_splits):
     within 2e-5 cosine difference (bf16 output rounding alone costs ~2e-6 here); lse within 1e-4,
     or 1e-3 with one Q term (its logits keep 4 bits per Q value: 4.3e-4 measured here)."""
     case = make_case(fmt=fmt, **spec)
-    lse_tol = 1e-4 if mx.pick_config(spec["h_q"])["Q_TERMS"] == 2 else 1e-3
+    lse_tol = 1e-4 if mx.pick_config(spec["h_q"], fmt)["Q_TERMS"] == 2 else 1e-3
     _check(_fast(case, num_splits), ref_sparse_mla_decode(**case), 2e-5, lse_tol)
 
 
