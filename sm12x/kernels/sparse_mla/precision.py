@@ -8,7 +8,9 @@ exact). Pure Python (no torch, Triton or CUDA): ``sm12x status`` reads it too.
   through the same kernel after packing its bf16 rows into that cache layout
   (:mod:`sm12x.kernels.sparse_mla.prefill_mxfp8`). Opt-in until it is measured faster than the
   exact path on SM12x and its cosine difference against the float32 reference is <= 1e-4 on
-  every production case (``scripts/bench_sparse_mla_precision.py [--prefill]``).
+  every production case (``scripts/bench_sparse_mla_precision.py [--prefill]``); the
+  performance model puts both below the exact path on the RTX PRO 6000 and RTX 5090 today
+  (docs/performance.md, "Sparse MLA precision").
 
 The V4 "MODEL1" cache stores one UE8M0 byte per 64 values, which the block-scaled MMA takes as it
 is. V3.2 / GLM caches carry float32 scales per 128 values, which frameworks may write as
