@@ -75,7 +75,8 @@ LOG2E = 1.4426950408889634
 # not). Per 64 heads and 32 tokens the hot loop of the 32-head halves issues 4 x 1,130
 # instructions and 4 x 28 barriers, four 16-head blocks 4 x 1,121 and 4 x 50
 # (scripts/isa_report.py). V3.2's 32-head halves (512 no-RoPE dims of Q in two terms) take 255
-# registers and spill 16 B under Triton 3.9 (none under 3.6), so V3.2 keeps 16-head blocks.
+# registers and spill 16-32 B under Triton 3.7.1-3.9 (none under 3.6), so V3.2 keeps 16-head
+# blocks.
 _H16 = {"BLOCK_H": 16, "BLOCK_N": 32, "num_warps": 8, "num_stages": 1, "Q_TERMS": 2, "P_TERMS": 2,
         "V_PARTS": 1}
 _H32_HALVES = {"BLOCK_H": 32, "BLOCK_N": 32, "num_warps": 8, "num_stages": 1, "Q_TERMS": 2,
