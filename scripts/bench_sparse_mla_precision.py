@@ -1,7 +1,8 @@
 #!/usr/bin/env python
-"""Errors and times of the sparse MLA decode's two precisions (``SM12X_ATTENTION_PRECISION``):
-``exact`` (bf16 MMAs on the dequantised cache) and ``fast`` (block-scaled MXFP8 MMAs on the FP8
-cache bytes, ``sm12x.kernels.sparse_mla.decode_mxfp8``), each against the float32 reference on
+"""Errors and times of the sparse MLA decode's and prefill's two precisions
+(``SM12X_ATTENTION_PRECISION``): ``exact`` (bf16 MMAs on the dequantised cache / the bf16 rows)
+and ``fast`` (block-scaled MXFP8 MMAs on the FP8 cache bytes, ``decode_mxfp8``; the prefill packs
+its bf16 rows into that layout first, ``prefill_mxfp8``), each against the float32 reference on
 the same inputs, as FlashMLA's tests measure: cosine difference 1 - 2<a,b>/(|a|^2+|b|^2) and the
 largest absolute difference of ``out``, and the largest absolute difference of ``lse``.
 
@@ -11,11 +12,17 @@ FlashMLA's test data (peaked softmax). The issue's bound for making ``fast``
 the default: cosine difference <= 1e-4 on every production case; the last line says whether it
 holds (exit status 1 where it does not).
 
+``--prefill``: FlashMLA's prefill performance cases (``bench_sparse_mla_prefill.CASES``, the first
+``--prefill-queries`` query tokens of each, default 256) twice: kv rows read back from the FP8
+cache (what frameworks pass where the KV cache is FP8: V4 MODEL1 for d_qk 512, V3.2 for 576;
+the production cases for the bound) and FlashMLA's arbitrary bf16 rows (rounded to e4m3 by the
+fast path).
+
 Off SM12x the sm_120 configurations run (``SM12X_KERNEL_CONFIGS=sm_120``, set here unless given):
 Hopper emulates ``tl.dot_scaled`` with the same math (bf16 MMAs of the exact products), so the
 errors carry over and the times do not.
 
-  python scripts/bench_sparse_mla_precision.py [--quick] [--device cuda|cpu] [--no-time]
+  python scripts/bench_sparse_mla_precision.py [--quick] [--device cuda|cpu] [--no-time] [--prefill]
 """
 from __future__ import annotations
 
@@ -57,6 +64,8 @@ def cases(device: str, quick: bool):
                                                                extra_topk=64, extra_page=2,
                                                                extra_topk_length=True), 1.0)
         yield ("tiny V3.2-like b1", True, "v32", dict(b=1, s_q=2, h_q=16, topk=64, page=64), 1.0)
+        yield ("tiny h32 CONFIG1-like b1", True, "model1", dict(b=1, s_q=2, h_q=32, topk=64, page=64,
+                                                                extra_topk=64, extra_page=64), 1.0)
         yield ("tiny peaked x4", False, "model1", dict(b=1, s_q=1, h_q=16, topk=64, page=64), 4.0)
         return
     for name, fmt, h_q, topk, page, xtopk, xpage, xlen, batches in PRODUCTION:
@@ -68,16 +77,97 @@ def cases(device: str, quick: bool):
                dict(b=8, s_q=2, h_q=64, topk=128, page=256, extra_topk=512, extra_page=64), scale)
 
 
+def prefill_cases(device: str, quick: bool, queries: int):
+    """(label, production?, make_prefill_case kwargs, cache rows?)."""
+    if device != "cuda":
+        specs = [("tiny V3.2-like", dict(d_qk=576, s_q=2, h_q=16, topk=64, s_kv=128)),
+                 ("tiny MODEL1-like", dict(d_qk=512, s_q=2, h_q=16, topk=64, s_kv=128)),
+                 ("tiny h32 MODEL1-like", dict(d_qk=512, s_q=2, h_q=32, topk=64, s_kv=128))]
+    else:
+        from bench_sparse_mla_prefill import CASES, QUICK
+
+        specs = [(f"{name} s_kv {s_kv}", dict(d_qk=d_qk, s_q=min(s_q, queries), h_q=h_q, topk=topk,
+                                             s_kv=s_kv, topk_length=length))
+                 for name, d_qk, s_q, h_q, topk, s_kv, length in (QUICK if quick else CASES)]
+    for label, spec in specs:
+        yield (f"{label}, cache rows", True, spec, True)
+    for label, spec in specs[:2] if device == "cuda" else specs:
+        yield (f"{label}, arbitrary bf16 rows", False, spec, False)
+
+
+def cache_rows(case):
+    """kv replaced by its rows written to the FP8 cache and read back (NaN rows stay NaN)."""
+    import torch
+
+    from sm12x.kernels.sparse_mla import kv_cache as kc
+
+    kv = case["kv"]
+    unused = kv.isnan().any(-1, keepdim=True)
+    rows = torch.nan_to_num(kv.float()).view(1, kv.shape[0], kv.shape[-1])
+    if kv.shape[-1] == 512:
+        back = kc.dequantize_model1_cache(kc.quantize_model1_cache(rows))
+    else:
+        back = kc.dequantize_v32_cache(kc.quantize_v32_cache(rows))
+    return dict(case, kv=back.view(kv.shape).to(torch.bfloat16).masked_fill(unused, float("nan")))
+
+
+def main_prefill(args) -> int:
+    import torch
+    import triton
+
+    from sm12x.kernels.common.timing import time_us
+    from sm12x.kernels.sparse_mla.prefill import sparse_mla_prefill
+    from sm12x.kernels.sparse_mla.reference import make_prefill_case, ref_sparse_mla_prefill
+
+    gpu = torch.cuda.get_device_name() if args.device == "cuda" else "CPU (Triton interpreter)"
+    print(f"{datetime.date.today()}  {gpu}  torch {torch.__version__}  triton {triton.__version__}  "
+          f"configs {os.environ['SM12X_KERNEL_CONFIGS']}  prefill")
+    print("| case | exact cos diff | exact max abs | exact lse max abs | fast cos diff | fast max abs "
+          "| fast lse max abs | exact us | fast us |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    worst = 0.0
+    for label, production, spec, from_cache in prefill_cases(args.device, args.quick,
+                                                               args.prefill_queries):
+        case = make_prefill_case(device=args.device, **spec)
+        if from_cache:
+            case = cache_rows(case)
+        ref = ref_sparse_mla_prefill(**case)
+        row, times = [], []
+        for precision in ("exact", "fast"):
+            os.environ["SM12X_ATTENTION_PRECISION"] = precision
+            out, _, lse = sparse_mla_prefill(**case)
+            row.append(errors((out, lse), (ref[0], ref[2])))
+            times.append(None if args.no_time else time_us(lambda: sparse_mla_prefill(**case),
+                                                           args.device))
+        if production:
+            worst = max(worst, row[1][0])
+        cells = [f"{v:.3g}" for e in row for v in e] + [f"{t:.1f}" if t is not None else "-" for t in times]
+        print(f"| {label} | " + " | ".join(cells) + " |")
+        del case, ref
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+    os.environ.pop("SM12X_ATTENTION_PRECISION", None)
+    ok = worst <= BOUND
+    print(f"\nfast prefill: worst cosine difference on the production cases (cache rows) {worst:.3g} "
+          f"({'meets' if ok else 'exceeds'} the bound {BOUND:g})")
+    return 0 if ok else 1
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", default="cuda")
     p.add_argument("--quick", action="store_true", help="two batch sizes per production config")
     p.add_argument("--no-time", action="store_true")
+    p.add_argument("--prefill", action="store_true", help="the sparse prefill's cases instead")
+    p.add_argument("--prefill-queries", type=int, default=256,
+                   help="query tokens per prefill case (FlashMLA's have 4096)")
     args = p.parse_args()
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
     os.environ.setdefault("SM12X_KERNEL_CONFIGS", "sm_120")
 
+    if args.prefill:
+        return main_prefill(args)
     import torch
     import triton
 

@@ -376,11 +376,35 @@ def prenorm_cases(card) -> list:
 BUILDERS["prenorm"] = prenorm_cases
 
 
+def _fast_launches(op_name, fmt, b, s_q, h_q, topk, extra, card, prefill=False):
+    """The MXFP8 kernel's launches (``decode_mxfp8``: head blocks x V parts x row parts, then the
+    combine where rows are split) for b requests of s_q query tokens."""
+    from sm12x.kernels.sparse_mla import decode_mxfp8 as mx
+
+    cfg = mx.pick_config(h_q, fmt)
+    bh, bn, vp = cfg["BLOCK_H"], cfg["BLOCK_N"], cfg["V_PARTS"]
+    d_qk = 512 if fmt == "model1" else 576
+    tag = f"mxfp8 {fmt} H{bh} N{bn} w{cfg['num_warps']} q{cfg['Q_TERMS']}p{cfg['P_TERMS']}v{vp} "
+    kind = "prefill" if prefill else "p"
+    rep = find(op_name, card.target, lambda k, c: c.startswith(tag) and (" prefill " in c) == prefill,
+               tag + kind)
+    tiles = -(-topk // bn) + -(-extra // bn)
+    rows = b * s_q * -(-h_q // bh)
+    splits = mx.splits_for(rows * vp, tiles, card.sms)
+    per = -(-tiles // splits)
+    # per program and tile: QK with the no-RoPE part as Q_TERMS block-scaled MMAs and RoPE in bf16
+    # (every V part computes it), PV over the part's share of the 512 output dims in P_TERMS MMAs
+    issued = 2.0 * bh * bn * ((d_qk - 64) * cfg["Q_TERMS"] + 64 + D_V * cfg["P_TERMS"] / vp) * rows * vp * tiles
+    launches = [Launch(rep, rows * vp * splits, issued, 0.0, trips=per)]
+    if splits > 1:
+        comb = find("sparse_mla_decode", card.target, lambda k, c: k == "_sparse_mla_combine_kernel", "combine")
+        launches.append(Launch(comb, 1, 0.0, rows * splits * bh * D_V * 4 * 2))
+    return launches
+
+
 def decode_fast_cases(card) -> list:
     """The decode's fast precision (``SM12X_ATTENTION_PRECISION=fast``: block-scaled MXFP8 MMAs,
     ``decode_mxfp8``) on the same production cases; SM12x targets only (sm_90 emulates it)."""
-    from sm12x.kernels.sparse_mla import decode_mxfp8 as mx
-
     if not card.target.startswith("sm_12"):
         return []
     out = []
@@ -388,32 +412,43 @@ def decode_fast_cases(card) -> list:
         for name, fmt, h_q, topk, extra, batches in DECODE:
             bpt = 584 if fmt == "model1" else 656
             d_qk = 512 if fmt == "model1" else 576
-            cfg = mx.pick_config(h_q)
-            bh, bn = cfg["BLOCK_H"], cfg["BLOCK_N"]
-            tag = f"mxfp8 {fmt} H{bh} N{bn} w{cfg['num_warps']}"
-            rep = find("sparse_mla_decode", card.target, lambda k, c: c.startswith(tag), tag)
             for b in batches:
-                tiles = -(-topk // bn) + -(-extra // bn)
-                head_blocks = -(-h_q // bh)
-                rows = b * 2 * head_blocks
-                splits = mx.splits_for(rows, tiles, card.sms)
-                per = -(-tiles // splits)
+                launches = _fast_launches("sparse_mla_decode", fmt, b, 2, h_q, topk, extra, card)
                 # every head block gathers its rows again: bytes per head block, from L2 after the first
                 dram = b * 2 * (topk + extra) * bpt + b * 2 * h_q * (d_qk + D_V) * 2
-                # QK: no-RoPE part as Q_TERMS block-scaled MMAs, RoPE in bf16; PV as P_TERMS MMAs
-                issued = 2.0 * bh * bn * ((d_qk - 64) * cfg["Q_TERMS"] + 64 + D_V * cfg["P_TERMS"]) * rows * tiles
-                launches = [Launch(rep, rows * splits, issued, dram, trips=per)]
-                if splits > 1:
-                    comb = find("sparse_mla_decode", card.target, lambda k, c: k == "_sparse_mla_combine_kernel",
-                                "combine")
-                    launches.append(Launch(comb, 1, 0.0, rows * splits * bh * D_V * 4 * 2))
+                launches[0].dram_bytes = dram
                 flops = 2.0 * b * 2 * h_q * (topk + extra) * (d_qk + D_V)
                 out.append(Case("sparse_mla_decode (fast)", f"{name} b {b}", launches, flops, "mxf8", dram,
                                 ("sparse_mla_decode_fast", name, b)))
     return out
 
 
+def prefill_fast_cases(card) -> list:
+    """The sparse prefill's fast precision (``prefill_mxfp8``: kv packed into the FP8 cache layout,
+    then the MXFP8 kernel) on the prefill production cases; SM12x targets only."""
+    from sm12x.kernels.sparse_mla import prefill_mxfp8 as pm
+
+    if not card.target.startswith("sm_12"):
+        return []
+    out = []
+    with as_card(card):
+        for name, d_qk, s_q, h_q, topk, s_kv in PREFILL:
+            fmt = "model1" if d_qk == 512 else "v32"
+            bpt = 584 if fmt == "model1" else 656
+            pack = find("sparse_mla_prefill", card.target, lambda k, c: c == f"mxfp8 pack d{d_qk}",
+                        f"pack d{d_qk}")
+            launches = [Launch(pack, -(-s_kv // pm.BLOCK_T), 0.0, s_kv * (d_qk * 2 + bpt))]
+            launches += _fast_launches("sparse_mla_prefill", fmt, s_q, 1, h_q, topk, 0, card, prefill=True)
+            dram = s_kv * bpt + s_q * h_q * (d_qk + D_V) * 2 + s_q * topk * 4
+            launches[1].dram_bytes = dram
+            flops = 2.0 * s_q * h_q * topk * (d_qk + D_V)
+            out.append(Case("sparse_mla_prefill (fast)", f"{name} s_kv {s_kv}", launches, flops, "mxf8",
+                            dram + s_kv * (d_qk * 2 + bpt), ("sparse_mla_prefill_fast", name, s_kv)))
+    return out
+
+
 BUILDERS["decode_fast"] = decode_fast_cases
+BUILDERS["prefill_fast"] = prefill_fast_cases
 
 
 # ----------------------------------------------------------------------------------------------

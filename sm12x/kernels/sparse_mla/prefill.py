@@ -23,7 +23,9 @@ Each tile's rows are gathered and dequantised to bf16 in registers (exact: power
 scales; an e2m1 value times an e4m3 scale has at most 5 significant bits) by the decode kernel's
 load step, and the math is then the bf16 path's: the only error against the float32 reference
 of the dequantised cache is the bf16 rounding of P and of out.
-Two paths, chosen by shape (``use_pipelined``; a V4.1 cache always takes the split path):
+With ``SM12X_ATTENTION_PRECISION=fast`` on SM12x the block-scaled MXFP8 path serves bf16 rows
+(:mod:`sm12x.kernels.sparse_mla.prefill_mxfp8`); otherwise two exact paths, chosen by shape
+(``use_pipelined``; a V4.1 cache always takes the split path):
 
 - split (the decode kernel): rows are split across programs when there are too few to fill the
   GPU (a few query tokens); the plan and workspace depend on shapes only (CUDA-graph safe).
@@ -42,6 +44,7 @@ import triton.language as tl
 
 from sm12x.kernels.common import checks, configs
 from sm12x.kernels.common.compile_check import interpreting, reports_in_subprocess
+from sm12x.kernels.sparse_mla import prefill_mxfp8
 from sm12x.kernels.sparse_mla.decode import (LOG2E, V41_CODES, _check_cache, _rows_aligned, launch,
                                              prefill_max_block_h)
 from sm12x.kernels.sparse_mla.decode_kernels import _dot, _to_bf16
@@ -289,6 +292,12 @@ def sparse_mla_prefill(q, kv, indices, sm_scale, d_v=D_V, attn_sink=None, topk_l
     lse = torch.empty((s_q, h_q), dtype=torch.float32, device=q.device)
     if not _rows_aligned(q):
         q = q.clone(memory_format=torch.contiguous_format)
+    # the fast path packs bf16 rows into the FP8 cache layout itself; a V4.1 cache is read in place
+    # by the exact split path
+    if not fmt and prefill_mxfp8.serves(d_qk, q.device):  # SM12X_ATTENTION_PRECISION=fast
+        prefill_mxfp8.launch(q, kv, indices, topk_length, attn_sink, sm_scale, out, max_logits, lse,
+                             num_splits)
+        return out, max_logits, lse
     if not fmt and num_splits is None and use_pipelined(s_q, h_q, d_qk, q.device):
         _launch_pipelined(q, kv, indices, topk_length, attn_sink, sm_scale, out, max_logits, lse,
                           pipelined_config(d_qk, q.device))
@@ -327,8 +336,9 @@ def _pipelined_signature(cfg, d_qk, has_len):
 
 def compile_reports(targets=("sm_120", "sm_121"), cfgs=None):
     """Compile the pipelined path's configs (``cfgs``: {d_qk: cfg}, default the targets' own)
-    for ``targets``, with and without per-query lengths -> list of CompileReport. Under the
-    Triton interpreter this re-runs itself in a subprocess without TRITON_INTERPRET."""
+    for ``targets``, with and without per-query lengths, and (default configs) the fast
+    precision's (``prefill_mxfp8``) -> list of CompileReport. Under the Triton interpreter this
+    re-runs itself in a subprocess without TRITON_INTERPRET."""
     from sm12x.kernels.common.compile_check import compile_kernel
 
     if interpreting():
@@ -344,4 +354,6 @@ def compile_reports(targets=("sm_120", "sm_121"), cfgs=None):
                 reports.append(compile_kernel(_sparse_prefill_kernel, sig, const, target=target,
                                               num_warps=cfg["num_warps"],
                                               num_stages=cfg["num_stages"], config_name=name))
+    if cfgs is None:
+        reports += prefill_mxfp8.compile_reports(targets)
     return reports

@@ -35,10 +35,15 @@ def test_sm12x_all_variants_compile_within_limits():
     assert not bad, format_reports(bad)
 
 
-def test_sm12x_pipelined_prefill_configs_compile_within_limits():
+def test_sm12x_prefill_configs_compile_within_limits():
+    """The pipelined path and the fast precision's (the pack kernel, the MXFP8 kernel with
+    max_logits)."""
     reports = prefill.compile_reports(("sm_120", "sm_121"))
     print("\n" + format_reports(reports))
-    assert len(reports) == 2 * 2 * 2  # targets x d_qk x with / without lengths
+    pipelined = [r for r in reports if r.kernel == "_sparse_prefill_kernel"]
+    assert len(pipelined) == 2 * 2 * 2  # targets x d_qk x with / without lengths
+    assert {r.kernel for r in reports if r.target == "sm_120"} >= {"_pack_kernel",
+                                                                   "_mxfp8_decode_kernel"}
     for r in reports:
         assert r.ok, f"{r.kernel} {r.config} {r.target}: {r.problem}"
         assert r.shared_bytes <= SM12X_SHARED_LIMIT and r.spill_bytes == 0
