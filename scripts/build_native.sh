@@ -74,8 +74,9 @@ fi
 # The device image's Python links extensions with a static libstdc++: inside a torch process that
 # private copy's locale and stream state disagrees with the shared one torch loaded, and DeepGEMM's
 # first kernel compile (std::regex, ostringstream) then segfaults. Linking the shared libstdc++
-# first leaves nothing to take from the static archive.
-export LDFLAGS="-Wl,--no-as-needed -lstdc++${LDFLAGS:+ $LDFLAGS}"
+# first leaves nothing to take from the static archive; it is named by its file because a toolchain
+# without the unversioned libstdc++.so link resolves -lstdc++ to the archive.
+export LDFLAGS="-Wl,--no-as-needed -l:libstdc++.so.6${LDFLAGS:+ $LDFLAGS}"
 python3 -c 'import torch; print(f"torch {torch.__version__} (CUDA {torch.version.cuda}); GPU:",
     torch.cuda.get_device_name() if torch.cuda.is_available() else "none")'
 
@@ -127,7 +128,11 @@ else
     ls "$S"/flashmla/flash_mla/cuda*.so >/dev/null 2>&1 || die "FlashMLA's build made no flash_mla/cuda*.so"
     [ "$dg_pkg" != . ] || die "DeepGEMM's build made no deep_gemm/_C*.so"
     for so in "$dg_pkg"/_C*.so "$S"/flashmla/flash_mla/cuda*.so; do
-        readelf -d "$so" | grep -q 'libstdc++\.so' || die "$so does not load the shared libstdc++ (a static copy crashes inside torch)"
+        if ! readelf -d "$so" | grep -q 'libstdc++\.so'; then
+            echo "g++ finds libstdc++.so at: $(g++ -print-file-name=libstdc++.so); LDFLAGS=$LDFLAGS"
+            grep -h -- ' -shared' "$WORK"/deepgemm.log "$WORK"/flashmla.log | tail -2 | cut -c1-1500
+            die "$so does not load the shared libstdc++ (a static copy crashes inside torch)"
+        fi
     done
     rm -rf "$TARGET/flash_mla" "$TARGET/deep_gemm"
     cp -r "$S/flashmla/flash_mla" "$TARGET/"
