@@ -21,7 +21,7 @@ import os
 
 import torch
 
-from sm12x.kernels.common import checks
+from sm12x.kernels.common import checks, configs
 from sm12x.kernels.common.compile_check import interpreting, reports_in_subprocess
 from sm12x.kernels.sparse_mla import decode_mxfp8
 from sm12x.kernels.sparse_mla.decode_kernels import _sparse_mla_combine_kernel, _sparse_mla_split_kernel
@@ -202,6 +202,8 @@ def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, ext
     # the DeepSeek-V4.1 cache formats take the exact path
     fast = fmts == (0, 0) and decode_mxfp8.serves(d_qk, q.device)
     pl = None if fast else plan(b, s_q, h_q, topk, xtopk, q.device, num_splits, fmt=fmt, ragged=ragged)
+    if pl is not None and not pl.dealt and not fp4_split_form_ok(fmts, pl.cfg):
+        pl = _dealt_plan(b, s_q, h_q, topk, xtopk, q.device, num_splits, pl.cfg, ragged)
     if not _rows_aligned(q):
         q = q.clone(memory_format=torch.contiguous_format)
     if out is None:
@@ -225,13 +227,36 @@ def sparse_mla_decode(q, k_cache, indices, topk_length=None, attn_sink=None, ext
 
 
 # The FP4 cache's load step holds each prefetched byte twice (``_gather_tile``): at BLOCK_H 64,
-# next to the 64 x 512 fp32 accumulator, the DIRECT specialisation of a 528 + 288-byte decode
-# spilled 8 B under Triton 3.7.1 while the general form (which writes a whole row the same way,
-# after one branch per row) compiles clean under 3.6.0-3.9.0. Those calls run the general form.
+# next to the 64 x 512 fp32 accumulator, a 528 + 288-byte decode spilled 8 B under Triton 3.7.1 in
+# its DIRECT specialisation and in the split (not dealt) form, while the dealt general form (which
+# writes a whole row the same way, after one branch per row; a dealt plan with a multiple of the
+# rows as its program count cuts each row into near-equal parts as the split form does) compiles
+# clean under 3.6.0-3.9.0. Those calls run the dealt general form.
 def built_direct(direct, kv_fmts, cfg):
     """The DIRECT constexpr a call of plan form ``direct`` is built with (see above)."""
     fp4 = any(f in (3, 4) for f in kv_fmts)
     return direct and not (fp4 and cfg["BLOCK_H"] >= 64)
+
+
+def fp4_split_form_ok(kv_fmts, cfg):
+    """Whether a call with the caches' ``kv_fmts`` codes may run the split (not dealt) form."""
+    return not (any(f in (3, 4) for f in kv_fmts) and cfg["BLOCK_H"] >= 64)
+
+
+_DEALT_PLANS: dict = {}
+
+
+def _dealt_plan(b, s_q, h_q, topk, xtopk, device, num_splits, cfg, ragged):
+    """``plan``'s program count in the dealt form (memoised by shape like ``plan``)."""
+    from sm12x.kernels.sparse_mla import decode_plan
+
+    key = (b, s_q, h_q, topk, xtopk, configs.arch_key(device), configs.sm_count(device), num_splits,
+           ragged, tuple(sorted(cfg.items())))
+    hit = _DEALT_PLANS.get(key)
+    if hit is None:
+        hit = _DEALT_PLANS[key] = decode_plan._plan(b, s_q, h_q, topk, xtopk, device, num_splits, cfg,
+                                                    ragged, dealt_only=True)
+    return hit
 
 
 # Two 528-byte lists (main and extra) at BLOCK_H 64 with the next tile's rows held ahead
@@ -384,6 +409,8 @@ def compile_reports(targets=("sm_120", "sm_121"), full=False):
                     for fmts in (_V41_VARIANTS if full else _V41_VARIANTS[:1]):
                         for direct, dealt in (((False, False), (False, True), (True, True)) if full
                                               else ((False, True),)):
+                            if not dealt and not fp4_split_form_ok(fmts, cfg):
+                                continue  # never launched (``fp4_split_form_ok``)
                             for pdl in _pdl_variants(direct, full):
                                 jobs.append(("split", target, fmt, cfg,
                                              (direct, dealt, _PAGE_VARIANTS[0], _INPUT_VARIANTS[0],

@@ -117,3 +117,20 @@ def test_flash_mla_front_end_reads_the_declared_arrangement():
     with pytest.raises(ValueError, match="flash_mla_with_kvcache: argument 'use_legacy'"):
         api.flash_mla_with_kvcache(case["q"], case["k_cache"], None, None, 512, None, is_fp8_kvcache=True,
                                    indices=case["indices"])
+
+
+def test_fp4_at_64_heads_runs_the_dealt_form(monkeypatch):
+    """A 528 + 288 decode at BLOCK_H 64 never runs the split (not dealt) form, which spills under
+    Triton 3.7.1 (``decode.fp4_split_form_ok``); it matches the reference through the dealt one."""
+    from sm12x.kernels.sparse_mla import decode
+    from sm12x.kernels.sparse_mla import decode_plan
+
+    monkeypatch.setenv("SM12X_SPARSE_MLA_CONFIG", "BLOCK_H=64,BLOCK_N=16,num_warps=8,PREFETCH=2")
+    plans = []
+    real = decode.launch
+    monkeypatch.setattr(decode, "launch", lambda *a, **k: plans.append(a[9]) or real(*a, **k))
+    case = make_case("v41", b=1, s_q=1, h_q=64, topk=32, page=64, extra_topk=32, extra_page=64,
+                     extra_fmt="v41_fp4", seed=8)
+    assert not decode_plan.plan(1, 1, 64, 32, 32, case["q"].device, 2, fmt="model1").dealt
+    check_case(case, num_splits=2)
+    assert plans[-1].dealt and plans[-1].programs == 2
