@@ -109,8 +109,8 @@ def _check_native(dg, fmla, layers) -> bool:
 def _warm_native(index: int) -> int:
     """Run step ``index`` of the scenario once through the native row's layer, so DeepGEMM compiles
     that step's kernels (``scripts/build_native.sh --warm`` runs every step at once, one process
-    each). The requests get the lengths they have at that step; their caches stay empty (the
-    kernels' shapes are the step's, the values are not looked at)."""
+    each). The steps before it run first (untimed): a step's layer reads the caches and the
+    compressor's raw rows its predecessors wrote, so they must exist."""
     import time
 
     from sm12x.layer.config import V4_FLASH
@@ -127,9 +127,8 @@ def _warm_native(index: int) -> int:
     dg, fmla = native
     stack = LayerStack(V4_FLASH, 1, PRODUCTION, "cuda", dg=dg, fmla=fmla, native=True, check_ops=False,
                        reference=False)
-    for _, reqs, counts, _ in steps[:index]:
-        for r, n in zip(reqs, counts):
-            stack.lengths[r] += n
+    for _, reqs, counts, decode in steps[:index]:
+        stack.step(reqs, counts, decode, compare=False)
     name, reqs, counts, decode = steps[index]
     t0 = time.perf_counter()
     stack.step(reqs, counts, decode, compare=False)

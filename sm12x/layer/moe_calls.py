@@ -106,7 +106,11 @@ def routed_experts(be, step, h, ids, weights, w13, w2):
         d2 = gemm(yq, ys, w2, sf2, cfg.hidden)
     else:
         name = masked
-        m_max = max(16, -(-t_rows // 16) * 16)
+        # rows per expert: in the SM90 FP8 call form (no recipe) DeepGEMM's masked kernel stores
+        # whole 64 / 128-row blocks, so a narrower group lets one expert's block overwrite the
+        # next expert's rows (no error, wrong output); sm12x's kernel stores only each expert's rows
+        align = 16 if recipe else 128
+        m_max = max(align, -(-t_rows // align) * align)
         e_sorted = flat_e[order]
         rank = torch.arange(order.numel(), device=h.device) - (torch.cumsum(counts, 0) - counts)[e_sorted]
         masked_m = counts.to(torch.int32).contiguous()

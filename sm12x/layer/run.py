@@ -245,9 +245,13 @@ def time_layer(cfg: LayerConfig, scenario: Scenario, device, layers: int = 1, re
     reference backend alone instead (``reference_dtype`` in ``kwargs``, e.g. bf16)."""
     kwargs = dict(kwargs, check_ops=False, reference=reference, patched=not reference)
     if warm:
+        # the warm-up takes every step the timed pass takes (decode steps ``repeats`` times): each
+        # decode step lengthens the requests, and a length a kernel has not seen yet can mean a
+        # new specialisation (Triton) or kernel (DeepGEMM's JIT) compiled inside the timed step
         first = LayerStack(cfg, layers, scenario, device, **kwargs)
         for _, reqs, counts, decode in scenario_steps(scenario):
-            first.step(reqs, counts, decode)
+            for _ in range(repeats if decode else 1):
+                first.step(reqs, counts, decode)
         del first
     stack = LayerStack(cfg, layers, scenario, device, **kwargs)
     if torch.device(device).type == "cuda":
