@@ -111,11 +111,30 @@ def cache_rows(case):
     return dict(case, kv=back.view(kv.shape).to(torch.bfloat16).masked_fill(unused, float("nan")))
 
 
+def exact_and_fast(label, call, measure, args) -> float:
+    """Run ``call`` under each precision, print the markdown row of ``measure(result)`` errors
+    and times; returns the fast path's cosine difference."""
+    import torch
+
+    from sm12x.kernels.common.timing import time_us
+
+    row, times = [], []
+    for precision in ("exact", "fast"):
+        os.environ["SM12X_ATTENTION_PRECISION"] = precision
+        row.append(measure(call()))
+        times.append(None if args.no_time else time_us(call, args.device))
+    os.environ.pop("SM12X_ATTENTION_PRECISION", None)
+    cells = [f"{v:.3g}" for e in row for v in e] + [f"{t:.1f}" if t is not None else "-" for t in times]
+    print(f"| {label} | " + " | ".join(cells) + " |")
+    if args.device == "cuda":
+        torch.cuda.empty_cache()
+    return row[1][0]
+
+
 def main_prefill(args) -> int:
     import torch
     import triton
 
-    from sm12x.kernels.common.timing import time_us
     from sm12x.kernels.sparse_mla.prefill import sparse_mla_prefill
     from sm12x.kernels.sparse_mla.reference import make_prefill_case, ref_sparse_mla_prefill
 
@@ -132,21 +151,11 @@ def main_prefill(args) -> int:
         if from_cache:
             case = cache_rows(case)
         ref = ref_sparse_mla_prefill(**case)
-        row, times = [], []
-        for precision in ("exact", "fast"):
-            os.environ["SM12X_ATTENTION_PRECISION"] = precision
-            out, _, lse = sparse_mla_prefill(**case)
-            row.append(errors((out, lse), (ref[0], ref[2])))
-            times.append(None if args.no_time else time_us(lambda: sparse_mla_prefill(**case),
-                                                           args.device))
+        fast = exact_and_fast(label, lambda: sparse_mla_prefill(**case),
+                              lambda got: errors((got[0], got[2]), (ref[0], ref[2])), args)
         if production:
-            worst = max(worst, row[1][0])
-        cells = [f"{v:.3g}" for e in row for v in e] + [f"{t:.1f}" if t is not None else "-" for t in times]
-        print(f"| {label} | " + " | ".join(cells) + " |")
+            worst = max(worst, fast)
         del case, ref
-        if args.device == "cuda":
-            torch.cuda.empty_cache()
-    os.environ.pop("SM12X_ATTENTION_PRECISION", None)
     ok = worst <= BOUND
     print(f"\nfast prefill: worst cosine difference on the production cases (cache rows) {worst:.3g} "
           f"({'meets' if ok else 'exceeds'} the bound {BOUND:g})")
@@ -171,7 +180,6 @@ def main() -> int:
     import torch
     import triton
 
-    from sm12x.kernels.common.timing import time_us
     from sm12x.kernels.sparse_mla.decode import sparse_mla_decode
     from sm12x.kernels.sparse_mla.reference import make_case, ref_sparse_mla_decode
 
@@ -188,20 +196,10 @@ def main() -> int:
             case["q"] = (case["q"].float() * scale).to(torch.bfloat16)
             case["softmax_scale"] *= scale
         ref = ref_sparse_mla_decode(**case)
-        row, times = [], []
-        for precision in ("exact", "fast"):
-            os.environ["SM12X_ATTENTION_PRECISION"] = precision
-            got = sparse_mla_decode(**case)
-            row.append(errors(got, ref))
-            times.append(None if args.no_time else time_us(lambda: sparse_mla_decode(**case), args.device))
+        fast = exact_and_fast(label, lambda: sparse_mla_decode(**case), lambda got: errors(got, ref), args)
         if production:
-            worst = max(worst, row[1][0])
-        cells = [f"{v:.3g}" for e in row for v in e] + [f"{t:.1f}" if t is not None else "-" for t in times]
-        print(f"| {label} | " + " | ".join(cells) + " |")
+            worst = max(worst, fast)
         del case, ref
-        if args.device == "cuda":
-            torch.cuda.empty_cache()
-    os.environ.pop("SM12X_ATTENTION_PRECISION", None)
     ok = worst <= BOUND
     print(f"\nfast: worst cosine difference on the production cases {worst:.3g} "
           f"({'meets' if ok else 'exceeds'} the bound {BOUND:g} for making it the default)")
