@@ -126,7 +126,10 @@ def test_a_name_in_one_place_only_fails(monkeypatch):
 # records whose factory the manifest does not list: gates and expert-method choices, which run no op
 GATES = {"sglang.gb10.deep_gemm_gate", "sglang.moe.Fp8Config.get_quant_method",
          "sglang.moe.HybridFp8NvFp4Config.get_quant_method", "sglang.moe.runner_choice",
-         "vllm.fused_moe.DeepGemmFP4Experts._supports_current_device", "vllm.platforms.cuda.support_deep_gemm"}
+         "vllm.fused_moe.DeepGemmFP4Experts._supports_current_device", "vllm.platforms.cuda.support_deep_gemm",
+         # answers yes only while the FP4 logits vLLM resolves are sm12x's (so a guard refusal of
+         # those logits turns the gate off with them)
+         "vllm.indexer.mxfp4_cache_gate"}
 
 
 def test_every_record_that_runs_an_op_takes_its_factory_from_the_manifest():
