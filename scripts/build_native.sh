@@ -14,7 +14,7 @@
 # --out       also pack what was installed into DIR/native-build.tar.xz (split into 15 MiB parts
 #             .partNN where larger) and, after --warm, DeepGEMM's kernel cache into
 #             DIR/native-jit.tar.xz, so that a later run can take them with --prebuilt instead of
-#             compiling (default: $OUT where that is set)
+#             compiling (default: not packed)
 # --prebuilt  unpack DIR/native-build.tar.xz* (and DIR/native-jit.tar.xz if there) into --target
 #             and the kernel cache instead of building
 # --warm      compile DeepGEMM's kernels for every step of bench_layer.py's scenario now, one
@@ -23,19 +23,17 @@
 #             /tmp/sm12x-native/jit, which bench_layer.py must then be given too)
 # --jobs      parallel compiler jobs (default 16, FlashMLA's MAX_JOBS)
 #
-# Time on a 16-core H100 machine, estimated from the translation units: FlashMLA's setup.py
-# compiles 24 (11 SM90 kernel files, 10 SM100 ones whose kernels FLASH_MLA_DISABLE_SM100=1 leaves
-# empty, 2 SM-independent, api.cpp); one SM90 sparse-prefill instantiation took 91 s on one core
-# with nvcc 13.0 (1.8 GB of memory), so 16 jobs take about 3-5 minutes. DeepGEMM compiles one host
-# file (csrc/python_api.cpp) meanwhile, and its kernels later, at run time (--warm). Nothing is
-# downloaded.
+# Time: on a 16-core machine with an H100 and nvcc 13.0, both builds ran side by side in 100-170 s
+# (FlashMLA's setup.py compiles 24 translation units; FLASH_MLA_DISABLE_SM100=1 leaves the SM100
+# ones empty); DeepGEMM compiles its kernels later, at run time (--warm), with nvcc (its NVRTC
+# mode, DG_JIT_USE_NVRTC=1, produced images the driver rejected there). Nothing is downloaded.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
 SRC=.native/src.tar.xz
 TARGET=/tmp/sm12x-native/site
 WORK=/tmp/sm12x-native/build
-PACK=${OUT:-}
+PACK=
 PREBUILT=
 WARM=0
 JOBS=16
@@ -71,7 +69,8 @@ echo "nvcc: $(nvcc --version | grep -o 'release [0-9.]*') ($CUDA_HOME)"
 if [ -d "$CUDA_HOME/include/cccl" ]; then
     export CPLUS_INCLUDE_PATH=$CUDA_HOME/include/cccl${CPLUS_INCLUDE_PATH:+:$CPLUS_INCLUDE_PATH}
 fi
-# The device image's Python links extensions with a static libstdc++: inside a torch process that
+# A toolchain that links extensions with a static libstdc++ (seen on a CUDA 13 machine) gives
+# each extension a private copy: inside a torch process that
 # private copy's locale and stream state disagrees with the shared one torch loaded, and DeepGEMM's
 # first kernel compile (std::regex, ostringstream) then segfaults. Linking the shared libstdc++
 # first leaves nothing to take from the static archive; it is named by its file because a toolchain

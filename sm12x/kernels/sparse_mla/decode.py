@@ -26,7 +26,7 @@ from sm12x.kernels.common.compile_check import interpreting, reports_in_subproce
 from sm12x.kernels.sparse_mla import decode_mxfp8
 from sm12x.kernels.sparse_mla.decode_kernels import _sparse_mla_combine_kernel, _sparse_mla_split_kernel
 from sm12x.kernels.sparse_mla.decode_plan import (COMBINE_CONFIG, CONFIGS, D_V, DECODE_FORMATS, WIDE_PRODUCT,
-                                                  _combine_grid, plan)
+                                                  _combine_grid, plan, split_signature)
 
 OP = "sparse_mla_decode"
 LOG2E = 1.4426950408889634
@@ -345,17 +345,6 @@ _V41_VARIANTS = ((1, 3), (2, 4), (1, 1), (2, 2))
 
 def _split_signature(cfg, is_model1, page, xpage, direct, dealt=False,
                      inputs=_INPUT_VARIANTS[0], prefill=False, pdl=False, fmts=(0, 0), has_max=None):
-    sig = {n: "*u8" for n in ("cache_ptr", "xcache_ptr")}
-    sig.update({n: "*i32" for n in ("idx_ptr", "len_ptr", "xidx_ptr", "xlen_ptr")})
-    sig.update({"q_ptr": "*bf16", "ows_ptr": "*fp32", "lsews_ptr": "*fp32", "mws_ptr": "*fp32",
-                "out_ptr": "*bf16", "lse_ptr": "*fp32", "sink_ptr": "*fp32", "max_ptr": "*fp32",
-                "qk_scale": "fp32"})
-    for n in ("stride_qb", "stride_qs", "stride_qh", "cache_ntok", "stride_ib", "stride_is",
-              "xcache_ntok", "stride_xb", "stride_xs", "stride_ob", "stride_os", "stride_oh", "S_Q",
-              "H", "TOPK", "XTOPK", "QUERIES", "HEAD_BLOCKS", "HEAD_MAJOR", "TILES", "SPLITS",
-              "TILES_PER_SPLIT", "PROGRAMS"):
-        sig[n] = "i32"
-    sig["cache_stride0"] = sig["xcache_stride0"] = "i64"
     has_len, has_extra, has_xlen = inputs
     const = dict(PAGE=page, XPAGE=xpage, IS_MODEL1=is_model1, KV_BF16=prefill, HAS_LEN=has_len,
                  HAS_EXTRA=has_extra, HAS_XLEN=has_xlen, HAS_SINK=True,
@@ -364,10 +353,7 @@ def _split_signature(cfg, is_model1, page, xpage, direct, dealt=False,
                  DEALT=dealt, WIDE=False, BLOCK_H=cfg["BLOCK_H"], BLOCK_N=cfg["BLOCK_N"],
                  PREFETCH=built_prefetch(fmts, cfg), PDL=pdl, INTERPRET=False, KV_FMT=fmts[0],
                  XKV_FMT=fmts[1])
-    for k in const:
-        sig[k] = "constexpr"
-    names = _sparse_mla_split_kernel.arg_names
-    return {n: sig[n] for n in names}, const
+    return split_signature(_sparse_mla_split_kernel, const)
 
 
 def compile_reports(targets=("sm_120", "sm_121"), full=False):

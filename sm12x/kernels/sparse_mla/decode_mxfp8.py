@@ -57,7 +57,7 @@ from sm12x.kernels.common.compile_check import interpreting, reports_in_subproce
 from sm12x.kernels.common.fp8_dot import native_block_scaled
 from sm12x.kernels.sparse_mla.decode_kernels import (_dot, _sparse_mla_combine_kernel, _to_bf16,
                                                      _write_final)
-from sm12x.kernels.sparse_mla.decode_plan import COMBINE_CONFIG, D_V, _combine_grid
+from sm12x.kernels.sparse_mla.decode_plan import COMBINE_CONFIG, D_V, _combine_grid, split_signature
 from sm12x.kernels.sparse_mla.precision import attention_precision
 
 OP = "sparse_mla_decode"
@@ -654,24 +654,12 @@ def launch(q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_ind
 
 
 def _signature(cfg, page, xpage, inputs, is_model1=True, has_max=False):
-    sig = {n: "*u8" for n in ("cache_ptr", "xcache_ptr")}
-    sig.update({n: "*i32" for n in ("idx_ptr", "len_ptr", "xidx_ptr", "xlen_ptr")})
-    sig.update({"q_ptr": "*bf16", "ows_ptr": "*fp32", "lsews_ptr": "*fp32", "mws_ptr": "*fp32",
-                "out_ptr": "*bf16", "lse_ptr": "*fp32", "sink_ptr": "*fp32", "max_ptr": "*fp32",
-                "qk_scale": "fp32"})
-    for n in ("stride_qb", "stride_qs", "stride_qh", "cache_ntok", "stride_ib", "stride_is",
-              "xcache_ntok", "stride_xb", "stride_xs", "stride_ob", "stride_os", "stride_oh", "S_Q",
-              "H", "TOPK", "XTOPK", "HEAD_BLOCKS", "TILES", "SPLITS", "TILES_PER_SPLIT"):
-        sig[n] = "i32"
-    sig["cache_stride0"] = sig["xcache_stride0"] = "i64"
     has_len, has_extra, has_xlen = inputs
     const = dict(PAGE=page, XPAGE=xpage, HAS_LEN=has_len, HAS_EXTRA=has_extra,
                  HAS_XLEN=has_xlen, HAS_SINK=True, HAS_MAX=has_max, BLOCK_H=cfg["BLOCK_H"],
                  BLOCK_N=cfg["BLOCK_N"], Q_TERMS=cfg["Q_TERMS"], P_TERMS=cfg["P_TERMS"], V_PARTS=cfg["V_PARTS"],
                  IS_MODEL1=is_model1, INTERPRET=False)
-    for k in const:
-        sig[k] = "constexpr"
-    return {n: sig[n] for n in _mxfp8_decode_kernel.arg_names}, const
+    return split_signature(_mxfp8_decode_kernel, const)
 
 
 def compile_reports(targets=("sm_120", "sm_121"), prefill=False):

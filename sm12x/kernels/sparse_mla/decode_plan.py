@@ -274,3 +274,25 @@ def _best_program_count(rows, tiles, sms, part_bytes, head_blocks=1, ragged=Fals
         if cost < 0.95 * best_cost:  # another count must win clearly: the model is rough
             best, best_cost = (programs, head_major), cost
     return best
+
+
+# the split kernels' (exact and MXFP8) runtime arguments, for their compile checks
+_SIGNATURE = {**{n: "*u8" for n in ("cache_ptr", "xcache_ptr")},
+              **{n: "*i32" for n in ("idx_ptr", "len_ptr", "xidx_ptr", "xlen_ptr")},
+              "q_ptr": "*bf16", "ows_ptr": "*fp32", "lsews_ptr": "*fp32", "mws_ptr": "*fp32",
+              "out_ptr": "*bf16", "lse_ptr": "*fp32", "sink_ptr": "*fp32", "max_ptr": "*fp32",
+              "qk_scale": "fp32", "cache_stride0": "i64", "xcache_stride0": "i64",
+              **{n: "i32" for n in ("stride_qb", "stride_qs", "stride_qh", "cache_ntok", "stride_ib",
+                                    "stride_is", "xcache_ntok", "stride_xb", "stride_xs", "stride_ob",
+                                    "stride_os", "stride_oh", "S_Q", "H", "TOPK", "XTOPK", "QUERIES",
+                                    "HEAD_BLOCKS", "HEAD_MAJOR", "TILES", "SPLITS", "TILES_PER_SPLIT",
+                                    "PROGRAMS")}}
+
+
+def split_signature(kernel, const: dict):
+    """(signature, const) of a sparse-MLA split kernel (``_sparse_mla_split_kernel`` or the MXFP8
+    decode's) for the compile check: its runtime arguments as the launchers pass them, ``const``
+    as constexprs."""
+    sig = dict(_SIGNATURE, **{k: "constexpr" for k in const})
+    return {n: sig[n] for n in kernel.arg_names}, const
+
