@@ -7,13 +7,15 @@ Decode rows of 32 index heads (head_dim 128, FP4 index-K pool of 64-slot pages),
 published blocks of 8 positions; contexts in compressed positions. Prints one markdown table: the
 time of each, the keys each reads per row, and the ratio.
 
-A second table races vLLM 0.34's V4.1 decode step on SM12x (64 FP8 index heads, 64-slot pages,
-top-1024, 18 candidate blocks of 64, ``max_model_len`` wide) against sm12x's fused candidate top-k
+A second table (per ``--candidates`` shape: 18 blocks of 64, 512 of 8) races vLLM 0.34's V4.1
+decode step on SM12x (64 FP8 index heads, 64-slot pages, top-1024, ``max_model_len`` wide) against sm12x's fused candidate top-k
 (``sm12x.kernels.indexer.candidate_topk``), for the candidate source and a consumer layer: the
 materialised side is sm12x's paged logits (what the DeepGEMM records serve) with the block
 selection / mask of ``sm12x.kernels.indexer.reference`` and ``torch.topk`` standing for vLLM's
 Triton steps and radix top-k (those run as vLLM's own in ``scripts/prove_1m_indexer.py --v41``,
-which times both paths through vLLM's indexer). Needs a CUDA GPU.
+which times both paths through vLLM's indexer). Its consumer rows also give the fused top-k's
+other consumer structure, every visible key scored and masked, where the default ranks the
+candidate keys only (``sm12x.kernels.indexer.candidate_gather``). Needs a CUDA GPU.
 
     python3 scripts/bench_v41_indexer.py [--rows 64] [--contexts 32768,131072,262144]
 """
@@ -35,6 +37,8 @@ def main() -> int:
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--blocks", type=int, default=512, help="published blocks per row (8 positions each)")
     ap.add_argument("--contexts", default="32768,131072,262144", help="compressed positions per row")
+    ap.add_argument("--candidates", default="18x64,512x8",
+                    help="second table: candidate blocks per row x positions per block, comma-separated")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("bench_v41_indexer: needs a CUDA GPU", file=sys.stderr)
@@ -72,7 +76,9 @@ def main() -> int:
         dense = do_bench(lambda: indexer.fp8_fp4_paged_mqa_logits(qq, cache, w, lens[:, None], table, sched, ctx))
         print(f"| {ctx} | {sparse * 1e3:.1f} | {args.blocks * bs} | {dense * 1e3:.1f} | {ctx} | "
               f"{dense / sparse:.1f}x |")
-    candidate_topk_table(args, dev)
+    for spec in args.candidates.split(","):
+        kb, block = (int(x) for x in spec.split("x"))
+        candidate_topk_table(args, dev, block=block, kb=kb)
     return 0
 
 
@@ -81,6 +87,7 @@ def candidate_topk_table(args, dev, topk=1024, block=64, kb=18, heads=64, model_
     from triton.testing import do_bench
 
     from sm12x.frontends.deep_gemm import indexer
+    from sm12x.kernels.indexer import candidate_gather as cg
     from sm12x.kernels.indexer import candidate_topk as ct
     from sm12x.kernels.indexer.cache import quant_fp8_paged_cache
     from sm12x.kernels.indexer.reference import ref_candidate_mask, ref_select_candidate_blocks
@@ -89,8 +96,9 @@ def candidate_topk_table(args, dev, topk=1024, block=64, kb=18, heads=64, model_
     print(f"V4.1 decode step, {args.rows} rows, {heads} FP8 heads, top-{topk}, {kb} candidate blocks of {block}, "
           f"max_model_len {model_len}")
     print()
-    print("| context | layer | materialised (us) | fused (us) | materialised / fused | logits (MiB) |")
-    print("|---|---|---|---|---|---|")
+    print("| context | layer | materialised (us) | fused (us) | materialised / fused | fused, every key scored (us) "
+          "| logits (MiB) |")
+    print("|---|---|---|---|---|---|---|")
     g = torch.Generator(device=dev).manual_seed(1)
     for ctx in (int(c) for c in args.contexts.split(",")):
         pages = -(-ctx // 64)
@@ -118,7 +126,15 @@ def candidate_topk_table(args, dev, topk=1024, block=64, kb=18, heads=64, model_
         for write, layer in ((True, "source"), (False, "consumer")):
             m = do_bench(lambda: materialised(write))
             f = do_bench(lambda: fused(write))
-            print(f"| {ctx} | {layer} | {m * 1e3:.1f} | {f * 1e3:.1f} | {m / f:.2f}x | "
+            every = "-"
+            if not write and cg.worthwhile(model_len, kb, block):
+                # the consumer's other structure: score every visible key, mask outside the candidates
+                ratio, cg.MIN_WIDTH_RATIO = cg.MIN_WIDTH_RATIO, 1 << 62
+                try:
+                    every = f"{do_bench(lambda: fused(write)) * 1e3:.1f}"
+                finally:
+                    cg.MIN_WIDTH_RATIO = ratio
+            print(f"| {ctx} | {layer} | {m * 1e3:.1f} | {f * 1e3:.1f} | {m / f:.2f}x | {every} | "
                   f"{args.rows * model_len * 4 / 2 ** 20:.0f} |")
 
 

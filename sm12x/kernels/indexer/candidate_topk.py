@@ -33,6 +33,11 @@ keys survive (a row of at most topk keys returns all of its positions). Here mas
 keys tied at the bottom taken lowest position first (vLLM's kernels take an unspecified subset of
 those tied keys, as of any tie at the k-th score).
 
+Consumers whose width is at least ``candidate_gather.MIN_WIDTH_RATIO`` times their candidate keys
+(V4.1 at long context: 512 blocks of 8 against 262,144 keys at 1M) rank those keys only
+(:mod:`sm12x.kernels.indexer.candidate_gather`: the same scores and order, without scoring the
+rest of the row); narrower ones score every visible key and mask, as below.
+
 Index outputs and order are those of :mod:`sm12x.kernels.indexer.fused_topk`. No host sync: every
 step is shaped by the call's shapes only (CUDA-graph safe).
 """
@@ -43,7 +48,8 @@ import triton
 import triton.language as tl
 
 from sm12x.kernels.common.checks import require, require_dtype
-from sm12x.kernels.indexer import fused_topk
+from sm12x.kernels.indexer import candidate_gather, fused_topk
+from sm12x.kernels.indexer.validation import check_mqa, check_paged
 
 OP = "candidate_topk"
 MASKED = -3.4028234663852886e38  # -FLT_MAX: a masked key's score (see the module docstring)
@@ -187,6 +193,12 @@ def mqa_candidate_topk_indices(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_
     _check(candidates, rows, width, block_size, write, qv.device)
     ks, ke = cu_seq_len_k_start, cu_seq_len_k_end
     result = out if out is not None else torch.empty((rows, topk), dtype=torch.int32, device=qv.device)
+    if not write and candidate_gather.worthwhile(width, candidates.shape[1], block_size):
+        qs = q[1] if isinstance(q, (tuple, list)) else None
+        check_mqa(OP, qv, qs, kv[0], kv[1], weights, ks, ke)
+        fused_topk.check_topk(OP, topk, out, rows, qv.device)
+        return candidate_gather.flat_consumer_topk(q, kv, weights, ks, ke, topk, width, block_size, candidates,
+                                                   result, workspace_bytes)
     nblocks = -(-width // block_size)
     step = _group_rows(rows, nblocks)
     for g0 in range(0, rows, step):
@@ -213,6 +225,13 @@ def paged_mqa_candidate_topk_indices(q, kv_cache, weights, context_lens, block_t
     rows = batch * next_n
     _check(candidates, rows, max_context_len, block_size, write, qv.device)
     result = out if out is not None else torch.empty((rows, topk), dtype=torch.int32, device=qv.device)
+    if not write and candidate_gather.worthwhile(max_context_len, candidates.shape[1], block_size):
+        qs = q[1] if isinstance(q, (tuple, list)) else None
+        kv_cache = check_paged(OP, qv, qs, kv_cache, weights, context_lens, block_table, None, max_context_len)
+        fused_topk.check_topk(OP, topk, out, rows, qv.device)
+        return candidate_gather.paged_consumer_topk(q, kv_cache, weights, context_lens, block_table,
+                                                    max_context_len, topk, block_size, candidates, result,
+                                                    workspace_bytes)
     nblocks = -(-max_context_len // block_size)
     step = _group_rows(rows, nblocks, next_n)
     for r0 in range(0, rows, step):

@@ -162,7 +162,7 @@ def mqa_topk_indices(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, topk:
     qv, qs = _split_q(q)
     k, k_sf = kv
     check_mqa("mqa_topk_indices", qv, qs, k, k_sf, weights, cu_seq_len_k_start, cu_seq_len_k_end)
-    _check_topk("mqa_topk_indices", topk, out, qv.shape[0], qv.device)
+    check_topk("mqa_topk_indices", topk, out, qv.shape[0], qv.device)
     ks, ke = cu_seq_len_k_start, cu_seq_len_k_end
     s, s_kv = qv.shape[0], k.shape[0]
     cfg = configs.pick(_mqa.CONFIGS, qv.device)["fp4" if qs is not None else "fp8"]
@@ -207,7 +207,7 @@ def paged_mqa_topk_indices(q, kv_cache, weights, context_lens, block_table, max_
     kv_cache = check_paged("paged_mqa_topk_indices", qv, qs, kv_cache, weights, context_lens, block_table, None,
                  max_context_len)
     rows = qv.shape[0] * qv.shape[1]
-    _check_topk("paged_mqa_topk_indices", topk, out, rows, qv.device)
+    check_topk("paged_mqa_topk_indices", topk, out, rows, qv.device)
     cfg = configs.pick(_paged.CONFIGS, qv.device)["fp4" if qs is not None else "fp8"]
     block_kv = kv_cache.shape[1]
     unit = block_kv * cfg["N_ITERS"]
@@ -252,7 +252,7 @@ def row_ends(context_lens: torch.Tensor, next_n: int, max_context_len: int) -> t
     return ends.clamp(0, max_context_len).to(torch.int32).contiguous()
 
 
-def _check_topk(op, topk, out, rows, device):
+def check_topk(op, topk, out, rows, device):
     from sm12x.kernels.common.checks import require, require_dtype, require_shape
 
     require(isinstance(topk, int) and topk >= 1, op, "topk", topk, "an int >= 1")
