@@ -6,7 +6,7 @@ import functools
 import json
 import time
 
-from prove_1m.common import FRAMEWORK_CALL, PASS_LABEL, TIE_TOL, passes_for
+from prove_1m.common import FRAMEWORK_CALL, PASS_CALL, PASS_LABEL, TIE_TOL, passes_for
 
 def _gib(b):
     return "n/a" if b is None else f"{b / 2 ** 30:.2f} GiB"
@@ -37,7 +37,7 @@ def table(args, rows):
     failures = []
     by = {(r["release"], r["mode"], r["pass"], r["keys"]): r for r in rows}
     for release in args.release_list:
-        for kind in passes_for(release, getattr(args, "v41", False)):
+        for kind in passes_for(release, getattr(args, "v41", False), getattr(args, "glm5next", False)):
             un = [r for r in rows if r["release"] == release and r["mode"] == "unpatched" and r["pass"] == kind]
             stop = next((r for r in un if not r["ok"]), None)
             shown = sorted({r["keys"] for r in rows if r["release"] == release and r["pass"] == kind} | {args.keys})
@@ -58,7 +58,8 @@ def table(args, rows):
                 unpatched = (f"{_gib(u['peak'])} | {_ms(u['ms'])}" if u_ok
                              else f"{'failed' if u else 'not run'} | ")
                 mine = f"{_gib(p['peak'])} | {_ms(p['ms'])}" if p_ok else f"{'FAILED' if p else 'not run'} | "
-                lines.append(f"| {FRAMEWORK_CALL[release]} | {PASS_LABEL.get((release, kind), kind)} | {keys:,} | "
+                call = PASS_CALL.get((release, kind), FRAMEWORK_CALL[release])
+                lines.append(f"| {call} | {PASS_LABEL.get((release, kind), kind)} | {keys:,} | "
                              f"{unpatched} | {mine} | {ratio} | {speed} | {calls} | {check} | {note} |")
     for r in rows:
         if r["mode"] == "patched" and r.get("ok") and r.get("wrong"):
