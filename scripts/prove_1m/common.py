@@ -38,8 +38,8 @@ PASS_LABEL = {("sglang-0.5.23", "prefill"): "prefill (paged: TileLang, SM120 def
               ("sglang-0.5.23", "decode"): "decode (paged: TileLang)",
               ("vllm-0.34.0", "prefill-v41"): "V4.1 prefill (candidate source + consumer layer)",
               ("vllm-0.34.0", "decode-v41"): "V4.1 decode (candidate source + consumer layer)",
-              ("vllm-0.34.0", "prefill-glm5next"): "GLM-5-next prefill (keys: pools of --index-kpool tokens)",
-              ("vllm-0.34.0", "decode-glm5next"): "GLM-5-next decode (keys: pools of --index-kpool tokens)"}
+              ("vllm-0.34.0", "prefill-glm5next"): "GLM-5-next prefill (keys: pools)",
+              ("vllm-0.34.0", "decode-glm5next"): "GLM-5-next decode (keys: pools)"}
 # the framework function of a pass whose release runs several
 PASS_CALL = {("vllm-0.34.0", "prefill-glm5next"): "vllm 0.34.0 glm5next SparseAttnIndexerKpool",
              ("vllm-0.34.0", "decode-glm5next"): "vllm 0.34.0 glm5next SparseAttnIndexerKpool"}

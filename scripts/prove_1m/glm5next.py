@@ -145,8 +145,8 @@ def glm5next_pass(module, kind, inputs, keys, topk, kpool):
 def compare_glm5next(kind, inputs, keys, got, want, topk, kpool):
     """Rows of (sm12x's, the unpatched op's) indices [rows, topk + kpool - 1]: (same, tied,
     differing). The tail columns must be equal and the row's tail tokens (``tails_wrong``), each
-    history column group a whole pool (its ``kpool`` tokens in order, or -1s); the pool sets may differ only by pools within ``TIE_TOL``
-    of the row's (topk // kpool)-th reference pool score."""
+    history column group a whole pool (its ``kpool`` tokens in order, or -1s); the pool sets may
+    differ only by pools within ``TIE_TOL`` of the row's (topk // kpool)-th reference pool score."""
     import torch
 
     from sm12x.kernels.indexer.cache import dequant_paged_cache
