@@ -4,7 +4,8 @@ What runs as vLLM's code: ``vllm/models/glm5next/sparse_indexer.py`` (the platfo
 picks ``nvidia/sparse_indexer.py`` off ROCm), ``nvidia/sparse_indexer.py`` itself
 (``SparseAttnIndexerKpool``: its ``forward_cuda`` and ``sparse_attn_indexer_kpool``, prefill and
 decode), ``common/sparse_indexer.py`` (its shared helpers) and ``nvidia/ops/kpool_compress.py``
-(its Triton pool expansion, ``expand_pools_and_append_tail``), beside the modules the V3.2 passes
+(its Triton pool expansion, ``expand_pools_and_append_tail``; the kernels that write the pool
+cache and its tail are not run: the cache is written beforehand), beside the modules the V3.2 passes
 run (``sparse_attn_indexer``: ``as_fp32_logits``, ``_merge_dcp_topk_global``; ``indexer_topk``:
 ``get_indexer_topk``; ``fused_mqa_topk``: the fused seam). Stand-ins, besides those listed in
 :mod:`prove_1m.stand_ins`:
@@ -35,16 +36,19 @@ context's pool count, as the V3.2 passes take ``max_model_len`` = keys.
 
 The patched and unpatched indices must agree: the tail columns exactly, the history columns as
 sets of whole pools, a differing pool allowed only where it ties with the row's (topk //
-kpool)-th reference pool score (``sm12x.kernels.indexer.reference``).
+kpool)-th reference pool score (``sm12x.kernels.indexer.reference``); rows spread over each pass
+are also checked against the reference alone (``compare_glm5next``). The dense-prefill pass
+(``VLLM_USE_FUSED_MQA_TOPK=0``) shows the path the fused seam leaves to layers it does not take:
+vLLM's top-k over real logits, patched and not.
 """
 from __future__ import annotations
 
+import sys
 import types
 
 from prove_1m.common import BLOCK, RUN, TIE_TOL, logits_topk
 from prove_1m.stand_ins import VllmDecodeMetadata, VllmIndexerMetadata
 
-PASSES = ("prefill-glm5next", "decode-glm5next")
 MODULE = "vllm.models.glm5next.sparse_indexer"  # the switch vLLM's model imports
 
 
@@ -91,9 +95,11 @@ def _geometry(kind, keys, kpool, rows, device):
 def glm5next_pass(module, kind, inputs, keys, topk, kpool):
     """A call running GLM-5-next's ``SparseAttnIndexerKpool`` (``module``: vLLM's
     ``models/glm5next/sparse_indexer``) as its attention layer does, for ``kind``
-    "prefill-glm5next" (one chunk: the context's last rows) or "decode-glm5next" (next_n 1) at
-    ``keys`` pools; it returns the op's index buffer columns, int32 [rows, topk + kpool - 1]
-    (token positions: the selected pools' tokens, then the row's tail tokens, -1 padded)."""
+    "prefill-glm5next" (one chunk: the context's last rows), "prefill-dense-glm5next" (the same
+    with ``VLLM_USE_FUSED_MQA_TOPK=0``: the module's dense prefill, which keeps real logits
+    patched too) or "decode-glm5next" (next_n 1) at ``keys`` pools; it returns the op's index
+    buffer columns, int32 [rows, topk + kpool - 1] (token positions: the selected pools' tokens,
+    then the row's tail tokens, -1 padded)."""
     import torch
 
     from prove_1m.run import _forward_context, block_table
@@ -134,61 +140,87 @@ def glm5next_pass(module, kind, inputs, keys, topk, kpool):
     op = module.SparseAttnIndexerKpool(k_cache, 128, "ue8m0", topk, dim, keys, keys, buffer,
                                        skip_k_cache_insert=True, use_fp4_cache=False, tail_cache=None)
     hidden = torch.empty(rows, 1, device=device)
+    envs = sys.modules["vllm.envs"]
+    fused = "dense" not in kind
 
     def call():
-        op.forward_cuda(hidden, q, None, w, index_kpool=kpool, positions=positions)
+        envs.VLLM_USE_FUSED_MQA_TOPK = fused  # read by use_fused_mqa_topk (vLLM's and sm12x's) per call
+        try:
+            op.forward_cuda(hidden, q, None, w, index_kpool=kpool, positions=positions)
+        finally:
+            envs.VLLM_USE_FUSED_MQA_TOPK = True
         return buffer[:, :width]
 
     return call
 
 
+SAMPLE_ROWS = 32  # rows of a pass (spread over it) also checked against the reference alone
+
+
+def _pools(x, topk, kpool):
+    """(pool ids int [rows, topk // kpool], -1 for empty slots; bool [rows]: every history column
+    group is a whole pool, its ``kpool`` tokens in order, or all -1)."""
+    import torch
+
+    groups = x[:, :topk].reshape(x.shape[0], topk // kpool, kpool)
+    first = groups[:, :, :1]
+    offsets = torch.arange(kpool, device=x.device, dtype=x.dtype)
+    whole = torch.where(first >= 0, first + offsets, torch.full_like(groups, -1))
+    ok = (groups == whole).all(dim=(1, 2)) & ((first < 0) | (first % kpool == 0)).all(dim=(1, 2))
+    return torch.where(first[:, :, 0] >= 0, first[:, :, 0] // kpool, -1), ok
+
+
 def compare_glm5next(kind, inputs, keys, got, want, topk, kpool):
     """Rows of (sm12x's, the unpatched op's) indices [rows, topk + kpool - 1]: (same, tied,
-    differing). The tail columns must be equal and the row's tail tokens (``tails_wrong``), each
-    history column group a whole pool (its ``kpool`` tokens in order, or -1s); the pool sets may
-    differ only by pools within ``TIE_TOL`` of the row's (topk // kpool)-th reference pool score."""
+    wrong). A row is wrong when its history columns are not whole pools (``_pools``), its tail
+    columns are not its incomplete pool's tokens (``tails_wrong``) or differ from the unpatched
+    run's, its pool set differs from the unpatched run's by a pool not within ``TIE_TOL`` of the
+    row's (topk // kpool)-th reference pool score (``sm12x.kernels.indexer.reference``), or, for
+    the rows checked against the reference alone (those that differ and ``SAMPLE_ROWS`` spread
+    over the pass: what catches a fault both runs share), it does not hold min(topk // kpool,
+    visible pools) visible pools all scoring at least that k-th score (less the tolerance)."""
     import torch
 
     from sm12x.kernels.indexer.cache import dequant_paged_cache
     from sm12x.kernels.indexer.reference import ref_mqa_logits
 
-    select = topk // kpool
-    rows = got.shape[0]
-    offsets = torch.arange(kpool, device=got.device, dtype=torch.int32)
-
-    def pools(x):
-        groups = x[:, :topk].reshape(rows, select, kpool)
-        first = groups[:, :, :1]
-        whole = torch.where(first >= 0, first + offsets, torch.full_like(groups, -1))
-        ok = (groups == whole).all(dim=(1, 2)) & ((first < 0) | (first % kpool == 0)).all(dim=(1, 2))
-        return torch.where(first[:, :, 0] >= 0, first[:, :, 0] // kpool, -1), ok
-
-    got_pools, got_ok = pools(got)
-    want_pools, want_ok = pools(want)
-    broken = ~got_ok | ~want_ok | tails_wrong(kind, keys, got, topk, kpool) | (got[:, topk:] != want[:, topk:]).any(1)
+    select, rows, device = topk // kpool, got.shape[0], got.device
+    got_pools, got_ok = _pools(got, topk, kpool)
+    want_pools, want_ok = _pools(want, topk, kpool)
+    bad = ~got_ok | ~want_ok | tails_wrong(kind, keys, got, topk, kpool) | (got[:, topk:] != want[:, topk:]).any(1)
     differ = (torch.sort(got_pools, dim=1).values != torch.sort(want_pools, dim=1).values).any(dim=1)
-    ties, wrong = 0, int(broken.sum())
-    check = (differ & ~broken).nonzero().flatten().tolist()
-    if check:
-        prefill = kind.startswith("prefill")
-        q, w = (inputs.q_prefill, inputs.w_prefill) if prefill else (inputs.q_decode, inputs.w_decode)
-        _, ends = _geometry(kind, keys, kpool, rows, got.device)
-        dim = q.shape[-1]
-        k = dequant_paged_cache(inputs.cache[:-(-keys // BLOCK)], dim, fp4=False).reshape(-1, dim)[:keys]
+    sample = torch.linspace(0, rows - 1, min(rows, SAMPLE_ROWS), device=device).round().long()
+    checked = torch.zeros(rows, dtype=torch.bool, device=device)
+    checked[sample] = True
+    check = ((differ | checked) & ~bad).nonzero().flatten().tolist()
+    q, w = (inputs.q_prefill, inputs.w_prefill) if kind.startswith("prefill") else (inputs.q_decode, inputs.w_decode)
+    _, ends = _geometry(kind, keys, kpool, rows, device)
+    dim = q.shape[-1]
+    k = dequant_paged_cache(inputs.cache[:-(-keys // BLOCK)], dim, fp4=False).reshape(-1, dim)[:keys]
+    ties = 0
     for i in range(0, len(check), 64):  # reference pool scores for 64 rows at a time
         part = check[i:i + 64]
-        idx = torch.tensor(part, device=got.device)
-        scores = ref_mqa_logits(q[idx].float(), k, torch.ones(keys, device=got.device), w[idx],
-                                torch.zeros(len(part), dtype=torch.int32, device=got.device), ends[idx])
+        idx = torch.tensor(part, device=device)
+        scores = ref_mqa_logits(q[idx].float(), k, torch.ones(keys, device=device), w[idx],
+                                torch.zeros(len(part), dtype=torch.int32, device=device), ends[idx])
         for s, row in zip(scores, part):
-            kth = torch.topk(s, min(select, s.numel())).values[-1]
+            visible = int(torch.isfinite(s).sum())
+            n = min(select, visible)
+            kth = torch.topk(s, n).values[-1] if n else s.new_tensor(0.0)
+            tol = TIE_TOL * kth.abs().clamp(min=1e-6)
             mine, theirs = set(got_pools[row].tolist()) - {-1}, set(want_pools[row].tolist()) - {-1}
-            extra = torch.tensor(sorted(mine ^ theirs), device=s.device, dtype=torch.long)
-            tied = len(mine) == len(theirs) and bool(
-                ((s[extra] - kth).abs() <= TIE_TOL * kth.abs().clamp(min=1e-6)).all())
-            ties += tied
-            wrong += not tied
-    return rows - int((differ | broken).sum()), ties, wrong
+            if not all(0 <= p < keys for p in mine | theirs):  # a pool past the cache
+                bad[row] = True
+                continue
+            held = torch.tensor(sorted(mine), device=device, dtype=torch.long)
+            right = len(mine) == n and bool((s[held] >= kth - tol).all())
+            extra = torch.tensor(sorted(mine ^ theirs), device=device, dtype=torch.long)
+            tied = len(mine) == len(theirs) and bool(((s[extra] - kth).abs() <= tol).all())
+            if not (right and tied):
+                bad[row] = True
+            elif differ[row]:
+                ties += 1
+    return rows - int((differ | bad).sum()), ties, int(bad.sum())
 
 
 def tails_wrong(kind, keys, got, topk, kpool):
