@@ -225,3 +225,70 @@ def test_a_disagreeing_top_k_or_expansion_fails_the_proof(tmp_path):
     for pass_ in ("prefill-glm5next", "prefill-dense-glm5next", "decode-glm5next"):
         assert f"FAIL: vllm-0.34.0 {pass_} at 256 keys" in proc.stderr
         assert rows["patched", pass_]["wrong"] > 0, rows
+
+
+@pytest.fixture
+def glm(monkeypatch):
+    monkeypatch.syspath_prepend(os.path.join(REPO, "scripts"))
+    from prove_1m import glm5next, run
+
+    return glm5next, run
+
+
+def _rows_for(glm5next, pools, positions, kpool):
+    """Index rows as the op writes them: each pool's tokens, then the row's tail tokens."""
+    import torch
+
+    rows = [[t for p in row for t in (range(p * kpool, p * kpool + kpool) if p >= 0 else [-1] * kpool)]
+            + [t if t <= pos else -1 for t in range((pos + 1) // kpool * kpool, (pos + 1) // kpool * kpool + kpool - 1)]
+            for row, pos in zip(pools, positions)]
+    return torch.tensor(rows, dtype=torch.int32)
+
+
+def _decode_case(glm, same_keys):
+    """Three decode rows over 64 pools (kpool 4, top-8 tokens = 2 pools): the inputs, the rows'
+    positions and their reference pool scores; ``same_keys``: every pool has the same key (every
+    pool ties)."""
+    import torch
+
+    from sm12x.kernels.indexer.cache import dequant_paged_cache, quant_fp8_paged_cache
+    from sm12x.kernels.indexer.reference import ref_mqa_logits
+
+    glm5next, run = glm
+    g = torch.Generator().manual_seed(0)
+    values = torch.randn(1, 64, 32, generator=g)
+    if same_keys:
+        values[:] = values[0, 0]
+    cache = quant_fp8_paged_cache(values)
+    q = torch.randn(3, 4, 32, generator=g).to(torch.float8_e4m3fn)
+    w = torch.rand(3, 4, generator=g)
+    positions, ends = glm5next._geometry("decode-glm5next", 64, 4, 3, torch.device("cpu"))
+    k = dequant_paged_cache(cache, 32, fp4=False).reshape(-1, 32)
+    scores = ref_mqa_logits(q.float(), k, torch.ones(64), w, torch.zeros(3, dtype=torch.int32), ends)
+    return run.Inputs(cache, q, w, q, w), positions.tolist(), scores
+
+
+def test_compare_takes_whole_pools_tails_and_ties(glm):
+    """compare_glm5next with the reference's own top pools as the unpatched run: the same rows
+    (pool order free), rows whose pools differ only by ties, and wrong rows (a lower pool, a
+    pool's tokens out of order, a tail token the row's last pool does not hold)."""
+    import torch
+
+    glm5next, _ = glm
+    compare = glm5next.compare_glm5next
+    inputs, positions, scores = _decode_case(glm, same_keys=False)
+    best = torch.topk(scores, 2).indices.tolist()
+    want = _rows_for(glm5next, best, positions, 4)
+    swapped = torch.cat([want[:, 4:8], want[:, :4], want[:, 8:]], dim=1)
+    assert compare("decode-glm5next", inputs, 64, swapped, want, 8, 4) == (3, 0, 0)
+    lowest = torch.topk(scores[0], int(torch.isfinite(scores[0]).sum())).indices[-1].item()
+    wrong = want.clone()
+    wrong[0, :4] = torch.arange(lowest * 4, lowest * 4 + 4)
+    wrong[1, 4:8] = wrong[1, 4:8].flip(0)
+    wrong[2, 8] = 0
+    assert compare("decode-glm5next", inputs, 64, wrong, want, 8, 4) == (0, 0, 3)
+
+    inputs, positions, _ = _decode_case(glm, same_keys=True)  # every pool ties: any two are a top 2
+    want = _rows_for(glm5next, [[0, 1]] * 3, positions, 4)
+    tied = _rows_for(glm5next, [[7, 1], [0, 1], [30, 2]], positions, 4)
+    assert compare("decode-glm5next", inputs, 64, tied, want, 8, 4) == (1, 2, 0)
