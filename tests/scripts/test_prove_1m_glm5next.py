@@ -235,7 +235,7 @@ def glm(monkeypatch):
     return glm5next, run
 
 
-def _rows_for(glm5next, pools, positions, kpool):
+def _rows_for(pools, positions, kpool):
     """Index rows as the op writes them: each pool's tokens, then the row's tail tokens."""
     import torch
 
@@ -278,7 +278,7 @@ def test_compare_takes_whole_pools_tails_and_ties(glm):
     compare = glm5next.compare_glm5next
     inputs, positions, scores = _decode_case(glm, same_keys=False)
     best = torch.topk(scores, 2).indices.tolist()
-    want = _rows_for(glm5next, best, positions, 4)
+    want = _rows_for(best, positions, 4)
     swapped = torch.cat([want[:, 4:8], want[:, :4], want[:, 8:]], dim=1)
     assert compare("decode-glm5next", inputs, 64, swapped, want, 8, 4) == (3, 0, 0)
     lowest = torch.topk(scores[0], int(torch.isfinite(scores[0]).sum())).indices[-1].item()
@@ -289,6 +289,6 @@ def test_compare_takes_whole_pools_tails_and_ties(glm):
     assert compare("decode-glm5next", inputs, 64, wrong, want, 8, 4) == (0, 0, 3)
 
     inputs, positions, _ = _decode_case(glm, same_keys=True)  # every pool ties: any two are a top 2
-    want = _rows_for(glm5next, [[0, 1]] * 3, positions, 4)
-    tied = _rows_for(glm5next, [[7, 1], [0, 1], [30, 2]], positions, 4)
+    want = _rows_for([[0, 1]] * 3, positions, 4)
+    tied = _rows_for([[7, 1], [0, 1], [30, 2]], positions, 4)
     assert compare("decode-glm5next", inputs, 64, tied, want, 8, 4) == (1, 2, 0)
