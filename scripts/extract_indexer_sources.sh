@@ -6,7 +6,7 @@
 #   scripts/extract_indexer_sources.sh WHEEL_DIR [OUT_DIR]      (OUT_DIR defaults to .proof-src)
 #
 # WHEEL_DIR holds vllm-0.34.0-*.whl, vllm-0.25.1-*.whl and sglang-0.5.23-*.whl (a missing one
-# is reported and skipped). OUT_DIR/<dist>-<version>/ gets the files; about 300 KB in all, so
+# is reported and skipped). OUT_DIR/<dist>-<version>/ gets the files; about 400 KB in all, so
 # it can be carried to a device machine. OUT_DIR is git-ignored: nothing of theirs is committed.
 set -euo pipefail
 
@@ -18,7 +18,11 @@ declare -A MODULES=(
   [vllm-0.34.0]="vllm/model_executor/layers/sparse_attn_indexer.py
                  vllm/model_executor/layers/indexer_topk.py
                  vllm/model_executor/kernels/attention/dsa/fused_mqa_topk.py
-                 vllm/model_executor/kernels/attention/dsa/candidate_blocks.py"
+                 vllm/model_executor/kernels/attention/dsa/candidate_blocks.py
+                 vllm/models/glm5next/sparse_indexer.py
+                 vllm/models/glm5next/nvidia/sparse_indexer.py
+                 vllm/models/glm5next/common/sparse_indexer.py
+                 vllm/models/glm5next/nvidia/ops/kpool_compress.py"
   [vllm-0.25.1]="vllm/model_executor/layers/sparse_attn_indexer.py"
   [sglang-0.5.23]="sglang/srt/layers/attention/dsv4/indexer.py"
 )

@@ -5,7 +5,10 @@ decode rows), run with sm12x's indexer top-k records applied and without them. W
 vLLM 0.34.0 also runs DeepSeek-V4.1's two-level selection: for a prefill chunk and for decode
 rows, the candidate source layer (``candidate_write``: publishes each row's best blocks) and a
 consumer layer (ranks only keys in them), through vLLM's own ``candidate_blocks`` kernels when
-unpatched; the index sets of both layers and the published blocks are compared exactly.
+unpatched; the index sets of both layers and the published blocks are compared exactly. With
+``--glm5next``, vLLM 0.34.0 also runs GLM-5-next's pool indexer (``SparseAttnIndexerKpool`` from
+``models/glm5next``, a prefill chunk and decode rows; keys are pools of ``--index-kpool`` tokens;
+``scripts/prove_1m/glm5next.py`` says what runs and how the indices are compared).
 
     scripts/extract_indexer_sources.sh /tmp/moe-wheels .proof-src
     python3 scripts/prove_1m_indexer.py --src .proof-src                          # on a GPU
@@ -100,6 +103,10 @@ def parse_args(argv=None):
     p.add_argument("--candidate-blocks", type=int, default=0,
                    help="V4.1 candidate blocks per row (default: topk / block size + 2, so that a consumer row "
                         "of more than topk keys keeps at least topk of them)")
+    p.add_argument("--glm5next", action="store_true",
+                   help="also run GLM-5-next's passes (vLLM 0.34.0: SparseAttnIndexerKpool, prefill and decode; "
+                        "keys are pools)")
+    p.add_argument("--index-kpool", type=int, default=4, help="GLM-5-next tokens per indexer pool (default 4)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--release", help=argparse.SUPPRESS)
     p.add_argument("--mode", help=argparse.SUPPRESS)
@@ -120,6 +127,8 @@ def parse_args(argv=None):
     unknown = set(args.release_list) - set(RELEASES)
     if unknown:
         p.error(f"--releases: {sorted(unknown)} not among {RELEASES}")
+    if args.glm5next and (args.index_kpool < 2 or args.topk % args.index_kpool):
+        p.error(f"--index-kpool: {args.index_kpool} must be at least 2 and divide --topk {args.topk}")
     if args.keys < args.queries or min(args.context_list) < args.queries:
         p.error("every context needs at least --queries keys (the chunk's rows are its last tokens)")
     return args

@@ -22,18 +22,29 @@ FRAMEWORK_CALL = {"vllm-0.34.0": "vllm 0.34.0 sparse_attn_indexer", "vllm-0.25.1
 # DeepSeek-V4.1's two-level selection through vLLM 0.34's indexer (--v41): the candidate source
 # layer and a consumer layer, a prefill chunk and decode rows
 V41_PASSES = {"vllm-0.34.0": ("prefill-v41", "decode-v41")}
+# GLM-5-next's pool indexer through vLLM 0.34's own module (--glm5next; prove_1m.glm5next)
+# (its dense prefill too: what layers outside the fused seam take, with real logits either way)
+GLM5NEXT_PASSES = {"vllm-0.34.0": ("prefill-glm5next", "prefill-dense-glm5next", "decode-glm5next")}
 
 
-def passes_for(release, v41=False):
-    """The passes a release runs (with ``v41``, its DeepSeek-V4.1 passes too)."""
-    return PASSES[release] + (V41_PASSES.get(release, ()) if v41 else ())
+def passes_for(release, v41=False, glm5next=False):
+    """The passes a release runs (with ``v41`` / ``glm5next``, its DeepSeek-V4.1 / GLM-5-next
+    passes too)."""
+    return (PASSES[release] + (V41_PASSES.get(release, ()) if v41 else ())
+            + (GLM5NEXT_PASSES.get(release, ()) if glm5next else ()))
 
 
 PASS_LABEL = {("sglang-0.5.23", "prefill"): "prefill (paged: TileLang, SM120 default)",
               ("sglang-0.5.23", "prefill-nonpaged"): "prefill (non-paged: TileLang and torch logits off)",
               ("sglang-0.5.23", "decode"): "decode (paged: TileLang)",
               ("vllm-0.34.0", "prefill-v41"): "V4.1 prefill (candidate source + consumer layer)",
-              ("vllm-0.34.0", "decode-v41"): "V4.1 decode (candidate source + consumer layer)"}
+              ("vllm-0.34.0", "decode-v41"): "V4.1 decode (candidate source + consumer layer)",
+              ("vllm-0.34.0", "prefill-glm5next"): "GLM-5-next prefill (keys: pools)",
+              ("vllm-0.34.0", "prefill-dense-glm5next"): "GLM-5-next dense prefill (VLLM_USE_FUSED_MQA_TOPK=0)",
+              ("vllm-0.34.0", "decode-glm5next"): "GLM-5-next decode (keys: pools)"}
+# the framework function of a pass whose release runs several
+PASS_CALL = {("vllm-0.34.0", kind): "vllm 0.34.0 glm5next SparseAttnIndexerKpool"
+             for kind in ("prefill-glm5next", "prefill-dense-glm5next", "decode-glm5next")}
 BLOCK = 64  # key-cache page size (vLLM's indexer cache and SGLang's C4 pages)
 TIE_TOL = 1e-5  # relative: a key this close to the k-th score counts as tied with it
 SEED = 1234

@@ -6,7 +6,7 @@ import functools
 import json
 import time
 
-from prove_1m.common import FRAMEWORK_CALL, PASS_LABEL, TIE_TOL, passes_for
+from prove_1m.common import FRAMEWORK_CALL, PASS_CALL, PASS_LABEL, TIE_TOL, passes_for
 
 def _gib(b):
     return "n/a" if b is None else f"{b / 2 ** 30:.2f} GiB"
@@ -22,8 +22,13 @@ def table(args, rows):
     head = (f"Indexer pass through the frameworks' own functions, one {args.queries}-row prefill chunk (the "
             f"last {args.queries} tokens of the context) and {args.decode_rows} decode rows, {args.heads} heads x "
             f"{args.dim}, top-{args.topk}. Keys are indexer keys: a token each for DeepSeek-V3.2 / GLM-5, four "
-            f"tokens each for DeepSeek-V4's C4 indexer (262,144 keys: a 1M-token V4 prompt). "
-            f"sm12x: every indexer top-k record applied; unpatched: those records "
+            f"tokens each for DeepSeek-V4's C4 indexer (262,144 keys: a 1M-token V4 prompt)"
+            + (f", a pool of {args.index_kpool} tokens each for GLM-5-next (a context of K pools is "
+               f"{args.index_kpool}K + {args.index_kpool - 1} tokens; its indices are the top-"
+               f"{args.topk // args.index_kpool} pools' tokens plus the row's last incomplete pool)"
+               if getattr(args, "glm5next", False) else "")
+            + ". "
+            "sm12x: every indexer top-k record applied; unpatched: those records "
             f"skipped ([rows, keys] logits from sm12x's DeepGEMM-surface kernels, then the framework's top-k). "
             f"Peak: most memory allocated during the pass above its inputs; time: median of {args.reps} calls "
             f"after a warm-up. The unpatched function steps up the context until a pass fails or passes the "
@@ -37,7 +42,7 @@ def table(args, rows):
     failures = []
     by = {(r["release"], r["mode"], r["pass"], r["keys"]): r for r in rows}
     for release in args.release_list:
-        for kind in passes_for(release, getattr(args, "v41", False)):
+        for kind in passes_for(release, getattr(args, "v41", False), getattr(args, "glm5next", False)):
             un = [r for r in rows if r["release"] == release and r["mode"] == "unpatched" and r["pass"] == kind]
             stop = next((r for r in un if not r["ok"]), None)
             shown = sorted({r["keys"] for r in rows if r["release"] == release and r["pass"] == kind} | {args.keys})
@@ -58,7 +63,8 @@ def table(args, rows):
                 unpatched = (f"{_gib(u['peak'])} | {_ms(u['ms'])}" if u_ok
                              else f"{'failed' if u else 'not run'} | ")
                 mine = f"{_gib(p['peak'])} | {_ms(p['ms'])}" if p_ok else f"{'FAILED' if p else 'not run'} | "
-                lines.append(f"| {FRAMEWORK_CALL[release]} | {PASS_LABEL.get((release, kind), kind)} | {keys:,} | "
+                call = PASS_CALL.get((release, kind), FRAMEWORK_CALL[release])
+                lines.append(f"| {call} | {PASS_LABEL.get((release, kind), kind)} | {keys:,} | "
                              f"{unpatched} | {mine} | {ratio} | {speed} | {calls} | {check} | {note} |")
     for r in rows:
         if r["mode"] == "patched" and r.get("ok") and r.get("wrong"):

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from prove_1m.common import BLOCK, REPO, RUN, SCRIPT, SEED, TIE_TOL, passes_for
 from prove_1m.finder import install_framework
+from prove_1m.glm5next import MODULE as GLM5NEXT_MODULE
+from prove_1m.glm5next import compare_glm5next, glm5next_pass
 from prove_1m.stand_ins import (SGLANG_ENV, ForwardMode, PagedIndexerMetadata, VllmDecodeMetadata,
                                 VllmIndexerMetadata, dense_logits_rows)
 
@@ -356,15 +358,13 @@ def worker(args):
                         else "sglang.srt.layers.attention.dsv4.indexer", fromlist=["_"])
     from sm12x import apply
 
-    records = set(indexer_topk_record_names())
-    outcomes = {k: v[0] for k, v in apply.OUTCOMES.items() if k in records}
     if device.type == "cuda" and args.memory_cap_gib:
         index = torch.cuda.current_device() if device.index is None else device.index
         total = torch.cuda.get_device_properties(index).total_memory
         torch.cuda.set_per_process_memory_fraction(min(1.0, args.memory_cap_gib * 2 ** 30 / total), index)
     inputs = make_inputs(args, device)
     results, call, out, want = [], None, None, None
-    for kind in passes_for(args.release, args.v41):
+    for kind in passes_for(args.release, args.v41, args.glm5next):
         for keys in args.context_list:
             row = {"release": args.release, "mode": args.mode, "pass": kind, "keys": keys}
             if args.deadline and time.time() > args.deadline:
@@ -373,7 +373,10 @@ def worker(args):
                 results.append(row)
                 continue
             try:
-                if top == "vllm":
+                if kind.endswith("-glm5next"):
+                    call = glm5next_pass(__import__(GLM5NEXT_MODULE, fromlist=["_"]), kind, inputs, keys, args.topk,
+                                         args.index_kpool)
+                elif top == "vllm":
                     call = vllm_pass(module, args.release, kind, inputs, keys, args.topk,
                                      (args.candidate_blocks, args.candidate_block_size))
                 else:
@@ -386,8 +389,12 @@ def worker(args):
                     torch.save(out.cpu(), path + ".pt")
                 elif os.path.exists(path + ".pt"):
                     want = torch.load(path + ".pt").to(device)
-                    check = compare_v41(out, want, args.topk) if kind.endswith("-v41") else \
-                        compare(kind, inputs, keys, out, want, args.topk)
+                    if kind.endswith("-v41"):
+                        check = compare_v41(out, want, args.topk)
+                    elif kind.endswith("-glm5next"):
+                        check = compare_glm5next(kind, inputs, keys, out, want, args.topk, args.index_kpool)
+                    else:
+                        check = compare(kind, inputs, keys, out, want, args.topk)
                     row["same"], row["ties"], row["wrong"] = check
             except torch.cuda.OutOfMemoryError as e:
                 row.update(ok=False, error=f"out of memory under the {args.memory_cap_gib} GiB cap: "
@@ -403,6 +410,9 @@ def worker(args):
             print(json.dumps(row), flush=True)
             if args.mode == "unpatched" and (not row["ok"] or (row.get("peak") or 0) > args.memory_cap_gib * 2 ** 30):
                 break
+    # read last: a pass's module (GLM-5-next's) imports, and its records apply, during the run
+    records = set(indexer_topk_record_names())
+    outcomes = {k: v[0] for k, v in apply.OUTCOMES.items() if k in records}
     print(json.dumps({"outcomes": outcomes, "release": args.release, "mode": args.mode}), flush=True)
 
 
@@ -437,6 +447,8 @@ def run_worker(args, release, mode, work):
            "--candidate-blocks", str(args.candidate_blocks), "--candidate-block-size", str(args.candidate_block_size)]
     if args.v41:
         cmd.append("--v41")
+    if args.glm5next:
+        cmd += ["--glm5next", "--index-kpool", str(args.index_kpool)]
     rows, outcomes, other = [], None, []
     with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO) as proc:
         for line in proc.stdout:

@@ -135,6 +135,9 @@ class _Platform:
     def is_cuda(self):
         return True
 
+    def is_cuda_alike(self):
+        return True
+
     def is_rocm(self):
         return False
 
