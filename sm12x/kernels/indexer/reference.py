@@ -117,6 +117,32 @@ def ref_indexer_topk(logits: torch.Tensor, topk: int, starts=None, ends=None) ->
     return out
 
 
+def topk_rows_differing(got: torch.Tensor, want: torch.Tensor, logits: torch.Tensor, starts=None,
+                        rel_tol: float = 1e-5) -> int:
+    """Rows whose index sets differ other than by ties: got / want int32 [R, topk] (-1 padded,
+    relative to starts), logits [R, N] the scores ``want`` ranks. A row passes when both hold the
+    same number of indices and every index in one set only scores within ``rel_tol`` (relative) of
+    the row's k-th score in ``logits``: a tie that a kernel summing in another order may break
+    the other way."""
+    lo = starts.long() if starts is not None else torch.zeros(got.shape[0], dtype=torch.long, device=got.device)
+    bad = 0
+    unequal = (got.sort(dim=1).values != want.sort(dim=1).values).any(dim=1)
+    for r in unequal.nonzero().flatten().tolist():
+        g = set(got[r].tolist()) - {-1}
+        w = set(want[r].tolist()) - {-1}
+        if len(g) != len(w):
+            bad += 1
+            continue
+        diff = sorted(g ^ w)
+        if not diff:
+            continue
+        row = logits[r].float()
+        kth = float(row[[i + int(lo[r]) for i in w]].min())
+        worst = max(abs(float(row[i + int(lo[r])]) - kth) for i in diff)
+        bad += worst > rel_tol * max(abs(kth), 1e-6)
+    return bad
+
+
 def ref_topk_sort_keys(x: torch.Tensor, col_start: int = 0, base=None) -> torch.Tensor:
     """The int64 sort key of every entry of a float32 logits window [R, W] as ``topk_select`` builds
     them: the float's order-preserving int32 in the high half, 2**31-1 - (col_start + j - base[r])
