@@ -39,7 +39,8 @@ PATHS = (
               _VLLM_LOGITS, otherwise="the vendored DeepGEMM's own SM120 logits; " + _KEPT),
     ModelPath("vllm", ">=0.34,<0.35", "DeepSeek-V4.1 indexer top-k",
               "sm12x's fused candidate top-k: the candidate source publishes its blocks and the consumers rank "
-              "keys inside theirs without the logits matrix (prefill chunks and decode; real logits under DCP)",
+              "keys inside theirs without the logits matrix (rows wider than 4x their candidate keys score those "
+              "keys only; prefill chunks and decode; real logits under DCP)",
               _VLLM_V41_TOPK, otherwise=_DENSE),
     ModelPath("vllm", ">=0.34,<0.35", "GLM-5-next indexer top-k",
               "sm12x's fused top-k over the pools: prefill through vLLM's fused_mqa_topk seam, decode through "
