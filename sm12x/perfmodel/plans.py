@@ -487,7 +487,8 @@ BUILDERS["sparse_logits"] = sparse_logits_cases
 
 # ----------------------------------------------------------------------------------------------
 # The fused indexer top-k: logits windows and the select / fold / merge kernels of each call
-# (its own module, sm12x/perfmodel/topk_plan.py)
+# (its own module, sm12x/perfmodel/topk_plan.py), and DeepSeek-V4.1's candidate top-k, the same
+# calls with a window hook and a block selection (sm12x/perfmodel/candidate_plan.py)
 
 def topk_cases(card) -> list:
     from sm12x.perfmodel import topk_plan
@@ -495,7 +496,14 @@ def topk_cases(card) -> list:
     return topk_plan.cases(card)
 
 
+def candidate_cases(card) -> list:
+    from sm12x.perfmodel import candidate_plan
+
+    return candidate_plan.cases(card)
+
+
 BUILDERS["indexer_topk"] = topk_cases
+BUILDERS["candidate_topk"] = candidate_cases
 
 
 # Every op of the manifest (sm12x.kernels.manifest.OPS) and the builders that model its production
@@ -506,6 +514,7 @@ MODELED = {
     "mqa_logits": ("indexer",),
     "paged_mqa_logits": ("indexer",),
     "indexer_topk": ("indexer_topk",),
+    "candidate_topk": ("candidate_topk",),
     "paged_sparse_mqa_logits": ("sparse_logits",),
     "fp8_gemm_nt": ("fp8_gemm_nt", "anchors"),
     "fp8_einsum": ("fp8_gemm_nt",),
@@ -513,8 +522,4 @@ MODELED = {
     "m_grouped_fp8_fp4_gemm_nt_contiguous": ("moe",),
     "m_grouped_fp8_fp4_gemm_nt_masked": ("moe",),
 }
-UNMODELED: dict = {
-    "candidate_topk": "DeepSeek-V4.1's candidate top-k launches the fused top-k's kernels (modeled under "
-                      "indexer_topk) over each row's candidate windows, after a torch.topk block selection; "
-                      "the plan that says which windows a row's candidate blocks touch is not written yet",
-}
+UNMODELED: dict = {}
