@@ -1,8 +1,8 @@
 """The performance model covers the manifest: every op has builders for its production cases, or a
 stated reason it has none; the fused indexer top-k's plan (many launches per call) walks its
 windows as the op does, V4.1's candidate top-k adds its hooks and block selection to those windows
-and its consumers' masked windows change the top-k's path. No compile: the plans run on stand-in
-compile reports."""
+and its consumers' masked windows change the top-k's path; the logits have FP4 rows. No compile:
+the plans run on stand-in compile reports."""
 import dataclasses
 
 import pytest
@@ -101,3 +101,14 @@ def test_candidate_plan_adds_its_hooks_to_the_fused_topk(monkeypatch):
     assert sg and all(c.kind == "mxf4" for c in sg)
     assert all(l.report.config.startswith("fp4 H") for c in sg for l in c.launches if l.flops)
 
+
+def test_indexer_logits_have_fp4_rows(monkeypatch):
+    monkeypatch.setattr(plans, "find", _stand_in)
+    cases = plans.indexer_cases(cards.GB10)
+    fp4 = [c for c in cases if c.key[-1] == "fp4"]
+    fp8 = [c for c in cases if c.key[-1] != "fp4"]
+    assert len(fp4) == len(fp8) == len(plans.MQA_PREFILL) + len(plans.PAGED_DECODE)
+    for a, b in zip(fp8, fp4):
+        assert b.name == "FP4 " + a.name and b.kind == "mxf4" and b.flops == a.flops
+        assert b.dram_bytes < a.dram_bytes  # 68-byte keys against 132
+        assert b.launches[0].report.config.startswith("fp4 H")
