@@ -15,7 +15,11 @@ selection / mask of ``sm12x.kernels.indexer.reference`` and ``torch.topk`` stand
 Triton steps and radix top-k (those run as vLLM's own in ``scripts/prove_1m_indexer.py --v41``,
 which times both paths through vLLM's indexer). Needs a CUDA GPU.
 
-    python3 scripts/bench_v41_indexer.py [--rows 64] [--contexts 32768,131072,262144]
+    python3 scripts/bench_v41_indexer.py [--rows 64] [--contexts 32768,131072,262144] [--graph]
+
+``--graph`` adds a column to the second table: the fused call captured in a CUDA graph and timed
+by replay, as the frameworks run decode (no host launch gaps between its kernels; the performance
+model's sm_90 validation rows, ``scripts/perf_model.py`` ``MEASURED_H100``, take this column).
 """
 from __future__ import annotations
 
@@ -35,6 +39,7 @@ def main() -> int:
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--blocks", type=int, default=512, help="published blocks per row (8 positions each)")
     ap.add_argument("--contexts", default="32768,131072,262144", help="compressed positions per row")
+    ap.add_argument("--graph", action="store_true", help="also time the fused candidate top-k by CUDA-graph replay")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("bench_v41_indexer: needs a CUDA GPU", file=sys.stderr)
@@ -89,8 +94,9 @@ def candidate_topk_table(args, dev, topk=1024, block=64, kb=18, heads=64, model_
     print(f"V4.1 decode step, {args.rows} rows, {heads} FP8 heads, top-{topk}, {kb} candidate blocks of {block}, "
           f"max_model_len {model_len}")
     print()
-    print("| context | layer | materialised (us) | fused (us) | materialised / fused | logits (MiB) |")
-    print("|---|---|---|---|---|---|")
+    graph_col = " fused, CUDA graph (us) |" if args.graph else ""
+    print(f"| context | layer | materialised (us) | fused (us) | materialised / fused | logits (MiB) |{graph_col}")
+    print("|---|---|---|---|---|---|" + ("---|" if args.graph else ""))
     g = torch.Generator(device=dev).manual_seed(1)
     for ctx in (int(c) for c in args.contexts.split(",")):
         pages = -(-ctx // 64)
@@ -118,8 +124,22 @@ def candidate_topk_table(args, dev, topk=1024, block=64, kb=18, heads=64, model_
         for write, layer in ((True, "source"), (False, "consumer")):
             m = do_bench(lambda: materialised(write))
             f = do_bench(lambda: fused(write))
+            replay = f" {do_bench(graphed(lambda: fused(write))) * 1e3:.1f} |" if args.graph else ""
             print(f"| {ctx} | {layer} | {m * 1e3:.1f} | {f * 1e3:.1f} | {m / f:.2f}x | "
-                  f"{args.rows * model_len * 4 / 2 ** 20:.0f} |")
+                  f"{args.rows * model_len * 4 / 2 ** 20:.0f} |{replay}")
+
+
+def graphed(fn):
+    """``fn`` (no host syncs) captured in a CUDA graph after a warm-up run on a side stream: its replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
 
 
 if __name__ == "__main__":
