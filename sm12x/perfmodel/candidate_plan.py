@@ -67,7 +67,7 @@ SOURCE_TORCH_LAUNCHES = 17
 CONSUMER_TORCH_LAUNCHES = 9
 TOPK_PASSES = 4  # torch.topk's radix passes over float32 scores (8 bits each), then one gather
 
-# (framework, label, rows as (ks, ke) or None, s_kv / width, top-k, K blocks, block size, fp4)
+# (framework, label, the rows' (ks, ke) (a function), keys = width, top-k, K blocks, block size, fp4)
 PREFILL = [
     ("vLLM", "prefill chunk S 2048 x 65,536 keys, top-1024, 18 blocks of 64", lambda: topk_plan._causal(2048, 65536),
      65536, 1024, 18, 64, False),
@@ -120,9 +120,13 @@ class _Hook:
 
 
 def _group_extras(call, card, rows, write, k_blocks, nblocks):
+    """A row group's torch launches: the block state's fill (float32 scores or uint8 flags), the
+    small ones on [rows] / [rows, K] tensors, and the source's torch.topk."""
     torch_rep = _torch_report(card.target)
     small = SOURCE_TORCH_LAUNCHES if write else CONSUMER_TORCH_LAUNCHES
-    call.launches += [Launch(torch_rep, 1, 0.0, rows * 8) for _ in range(small)]
+    fill = rows * nblocks * 4 if write else rows * (nblocks + 2)
+    call.launches.append(Launch(torch_rep, 1, 0.0, fill))
+    call.launches += [Launch(torch_rep, 1, 0.0, rows * 8) for _ in range(small - 1)]
     if write:
         k = min(k_blocks, nblocks)
         scores = rows * nblocks * 4
