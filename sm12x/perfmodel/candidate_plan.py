@@ -82,6 +82,16 @@ DECODE = [
     ("SGLang", 1, 262144, 1, 512, 512, 8, True, ("source",)),
 ]
 
+# The H100 run the sm_90 model is held against (``scripts/prove_1m_indexer.py --v41 --topk 1024
+# --candidate-blocks 512 --candidate-block-size 8``, docs/performance.md): both layers in turn (the
+# source, then a consumer) through vLLM 0.34's ``sparse_attn_indexer``, FP8 keys, 64 heads, over
+# 1,048,576 indexer keys: the last 8,192 rows of one prompt (width 1,048,576), and 64 decode rows of
+# 1,048,576 - 7 b keys (width ``max_model_len`` 1,048,576). Four times the model's limit, so built
+# for sm_90 only, as the validation's cases: (label, kind, rows / requests, keys).
+VALIDATION = [("prefill chunk S 8192 x 1,048,576 keys", "prefill", 8192, 1 << 20),
+              ("decode B 64 x ctx ~1,048,576", "decode", 64, 1 << 20)]
+VALIDATION_TOPK, VALIDATION_BLOCKS = 1024, (512, 8)
+
 
 def _torch_report(target):
     """A stand-in report for a torch launch: no instructions, so the engine costs it by its bytes
@@ -156,22 +166,51 @@ def _prefill(card, make_rows, s_kv, topk, k_blocks, bs, fp4, write):
 
 
 def _decode(card, b, ctx, next_n, topk, k_blocks, bs, fp4, write, width=MODEL_LEN):
+    """``b`` requests of context ``ctx`` (an int, or a list of one per request)."""
+    ctxs = list(ctx) if isinstance(ctx, (list, tuple)) else [ctx] * b
     nblocks = -(-width // bs)
     rows = b * next_n
     call = topk_plan._Call(card, topk, " ends")
     for g0, g1 in _groups(rows, nblocks):  # whole requests: the groups are multiples of next_n
         hook = _Hook(card, write, k_blocks, bs, width)
-        topk_plan.decode_windows(call, card, [ctx] * ((g1 - g0) // next_n), next_n, topk, width, fp4=fp4, hook=hook)
+        topk_plan.decode_windows(call, card, ctxs[g0 // next_n:g1 // next_n], next_n, topk, width, fp4=fp4,
+                                 hook=hook)
         _group_extras(call, card, g1 - g0, write, k_blocks, nblocks)
     key_bytes = D // 2 + 4 if fp4 else D + 4
-    flops = 2.0 * rows * ctx * H * D
-    dram = b * ctx * key_bytes + rows * (topk * 4 + k_blocks * 4)
+    flops = 2.0 * next_n * sum(ctxs) * H * D
+    dram = sum(ctxs) * key_bytes + rows * (topk * 4 + k_blocks * 4)
     return call.launches, flops, dram
 
 
-def cases(card) -> list:
-    """The candidate top-k's production cases on ``card`` (see the module docstring)."""
+def validation_cases(card) -> list:
+    """The H100 run's passes (``VALIDATION``: source and consumer layer in one case), on sm_90."""
+    if card.target != "sm_90":
+        return []
+    kb, bs = VALIDATION_BLOCKS
     out = []
+    with as_card(card):
+        for label, kind, n, keys in VALIDATION:
+            launches, flops, dram = [], 0.0, 0.0
+            for write in (True, False):
+                if kind == "prefill":
+                    part = _prefill(card, lambda: topk_plan._causal(n, keys), keys, VALIDATION_TOPK, kb, bs, False,
+                                    write)
+                else:
+                    part = _decode(card, n, [keys - 7 * i for i in range(n)], 1, VALIDATION_TOPK, kb, bs, False,
+                                   write, width=keys)
+                launches += part[0]
+                flops += part[1]
+                dram += part[2]
+            out.append(Case("candidate_topk", f"vLLM V4.1 source + consumer: {label}, top-{VALIDATION_TOPK}, "
+                            f"{kb} blocks of {bs}", launches, flops, "mxf8", dram,
+                            ("candidate_topk", "vLLM", "source + consumer", kind, n, keys)))
+    return out
+
+
+def cases(card) -> list:
+    """The candidate top-k's production cases on ``card`` (see the module docstring), and on sm_90
+    the validation's cases."""
+    out = validation_cases(card)
     with as_card(card):
         for fw, label, make_rows, s_kv, topk, kb, bs, fp4 in PREFILL:
             for layer in ("source", "consumer"):

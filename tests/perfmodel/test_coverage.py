@@ -96,6 +96,13 @@ def test_candidate_plan_adds_its_hooks_to_the_fused_topk(monkeypatch):
     assert not full(src) and full(con)
     zero = dataclasses.replace(card, launch_us=0.0)
     assert engine.estimate_case(con.launches, zero).time_us > engine.estimate_case(src.launches, zero).time_us
+    # the H100 run's two-layer passes are sm_90 cases only, each layer's hooks in them
+    assert not cp.validation_cases(card)
+    val = cp.validation_cases(cards.H100)
+    assert [c.key[2:4] for c in val] == [("source + consumer", "prefill"), ("source + consumer", "decode")]
+    for c in val:
+        hooks = {l.report.config for l in c.launches if l.report.config.startswith("candidate")}
+        assert hooks == {"candidate block max B8", "candidate mask B8"}
     # SGLang's source is FP4: its logits are the e2m1 kernel's, its roofline the MXFP4 rate
     sg = [c for c in cases if c.key[1] == "SGLang"]
     assert sg and all(c.kind == "mxf4" for c in sg)
