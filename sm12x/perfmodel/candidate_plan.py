@@ -48,6 +48,9 @@ FP4 of 68 B):
   its own tiles: not this op.
 - GLM-5-next's pool decode (``sparse_attn_indexer_kpool``) runs the plain fused paged top-k
   (``indexer_topk``), not this op.
+
+On sm_90 the cases also include the shapes of the H100 run the model is checked against
+(``VALIDATION``: both layers of one vLLM pass over 1,048,576 keys), not production shapes.
 """
 from __future__ import annotations
 
