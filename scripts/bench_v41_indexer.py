@@ -17,7 +17,11 @@ which times both paths through vLLM's indexer). Its consumer rows also give the 
 other consumer structure, every visible key scored and masked, where the default ranks the
 candidate keys only (``sm12x.kernels.indexer.candidate_gather``). Needs a CUDA GPU.
 
-    python3 scripts/bench_v41_indexer.py [--rows 64] [--contexts 32768,131072,262144]
+    python3 scripts/bench_v41_indexer.py [--rows 64] [--contexts 32768,131072,262144] [--graph]
+
+``--graph`` adds a column to the second table: the fused call captured in a CUDA graph and timed
+by replay, as the frameworks run decode (no host launch gaps between its kernels; the performance
+model's sm_90 validation rows, ``scripts/perf_model.py`` ``MEASURED_H100``, take this column).
 """
 from __future__ import annotations
 
@@ -39,6 +43,7 @@ def main() -> int:
     ap.add_argument("--contexts", default="32768,131072,262144", help="compressed positions per row")
     ap.add_argument("--candidates", default="18x64,512x8",
                     help="second table: candidate blocks per row x positions per block, comma-separated")
+    ap.add_argument("--graph", action="store_true", help="also time the fused candidate top-k by CUDA-graph replay")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("bench_v41_indexer: needs a CUDA GPU", file=sys.stderr)
@@ -96,9 +101,10 @@ def candidate_topk_table(args, dev, topk=1024, block=64, kb=18, heads=64, model_
     print(f"V4.1 decode step, {args.rows} rows, {heads} FP8 heads, top-{topk}, {kb} candidate blocks of {block}, "
           f"max_model_len {model_len}")
     print()
+    graph_col = " fused, CUDA graph (us) |" if args.graph else ""
     print("| context | layer | materialised (us) | fused (us) | materialised / fused | fused, every key scored (us) "
-          "| logits (MiB) |")
-    print("|---|---|---|---|---|---|---|")
+          f"| logits (MiB) |{graph_col}")
+    print("|---|---|---|---|---|---|---|" + ("---|" if args.graph else ""))
     g = torch.Generator(device=dev).manual_seed(1)
     for ctx in (int(c) for c in args.contexts.split(",")):
         pages = -(-ctx // 64)
@@ -134,8 +140,22 @@ def candidate_topk_table(args, dev, topk=1024, block=64, kb=18, heads=64, model_
                     every = f"{do_bench(lambda: fused(write)) * 1e3:.1f}"
                 finally:
                     cg.MIN_WIDTH_RATIO = ratio
+            replay = f" {do_bench(graphed(lambda: fused(write))) * 1e3:.1f} |" if args.graph else ""
             print(f"| {ctx} | {layer} | {m * 1e3:.1f} | {f * 1e3:.1f} | {m / f:.2f}x | {every} | "
-                  f"{args.rows * model_len * 4 / 2 ** 20:.0f} |")
+                  f"{args.rows * model_len * 4 / 2 ** 20:.0f} |{replay}")
+
+
+def graphed(fn):
+    """``fn`` (no host syncs) captured in a CUDA graph after a warm-up run on a side stream: its replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 """The performance model's tables: every production case of every modelled op on RTX PRO 6000,
 RTX 5090 and DGX Spark (GB10), modeled from the sm_120 / sm_121 machine code, with the roofline
 bound beside it; and (``--validate``) the same model for sm_90 on an H200 against the times
-measured there (``MEASURED``, from docs/performance.md), with its error per case and per op.
+measured there (``MEASURED``, from docs/performance.md), with its error per case and per op; the
+same on an H100 for the cases measured there (``MEASURED_H100``).
 
 No GPU needed: Triton compiles each configuration for the target here. Takes a few minutes (every
 configuration of every op is compiled once per target).
@@ -76,6 +77,20 @@ MEASURED = {
 }
 MEASURED_NOTE = ("H200 (132 SMs), sm_90 configs, torch 2.11.0+cu130, Triton 3.6.0, docs/performance.md "
                  "(2026-12-04 / 05)")
+# H100 measurements, in µs, by case key (the rows' ``key``). DeepSeek-V4.1's fused candidate top-k:
+# both layers of one pass through vLLM 0.34's sparse_attn_indexer over 1,048,576 indexer keys
+# (docs/performance.md, the 1M-token indexer pass, --v41: median of timed calls, CUDA events, not
+# graph-replayed); ``scripts/bench_v41_indexer.py --graph``'s "fused, CUDA graph" column adds the
+# production decode rows, one entry per context and layer, e.g.
+# ("candidate_topk", "vLLM", "source", "decode", 64, 32768, 1, 1024, 18, 64, False): µs.
+MEASURED_H100 = {
+    ("candidate_topk", "vLLM", "source + consumer", "prefill", 8192, 1 << 20): 792600,
+    ("candidate_topk", "vLLM", "source + consumer", "decode", 64, 1 << 20): 7700,
+}
+MEASURED_H100_NOTE = ("NVIDIA H100 80GB HBM3 (132 SMs), sm_90 configs, torch 2.11.0+cu130, Triton 3.6.0, "
+                      "docs/performance.md (2026-12-06: scripts/prove_1m_indexer.py --v41)")
+# the cards the validation models, each with its measurements and where they come from
+VALIDATION = {"H200": (MEASURED, MEASURED_NOTE), "H100 SXM": (MEASURED_H100, MEASURED_H100_NOTE)}
 ERROR_LIMIT = 0.30
 
 
@@ -120,20 +135,21 @@ def sm12x_tables(rows, card_list) -> str:
     return "\n".join(out)
 
 
-def validation(rows):
+def validation(rows, card="H200"):
+    """The rows of ``card`` (a ``VALIDATION`` card) with a measured time, and their error."""
     val = []
     for r in rows:
-        if r["target"] != "sm_90":
+        if r["target"] != "sm_90" or r["card"] != card:
             continue
-        measured = MEASURED.get(tuple(r["key"]))
+        measured = VALIDATION[card][0].get(tuple(r["key"]))
         if measured is None:
             continue
         val.append(dict(r, measured_us=measured, error=round(r["model_us"] / measured - 1, 3)))
     return val
 
 
-def validation_table(val) -> str:
-    out = [f"Measured: {MEASURED_NOTE}. Error = modeled / measured - 1.", "",
+def validation_table(val, card="H200") -> str:
+    out = [f"Measured: {VALIDATION[card][1]}. Error = modeled / measured - 1.", "",
            "| op | cases | mean abs error | worst case | worst error | within 30% |", "|---|---:|---:|---|---:|---|"]
     for op in dict.fromkeys(v["op"] for v in val):
         vs = [v for v in val if v["op"] == op]
@@ -155,7 +171,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ops", help="comma-separated: " + ", ".join(plans.BUILDERS))
     ap.add_argument("--cards", help="comma-separated card names (default: the three SM12x cards)")
-    ap.add_argument("--validate", action="store_true", help="also model sm_90 on an H200 against MEASURED")
+    ap.add_argument("--validate", action="store_true",
+                    help="also model sm_90 on an H200 against MEASURED (and an H100 against MEASURED_H100)")
     ap.add_argument("--markdown", help="write the tables here too")
     ap.add_argument("--json", help="write every row here")
     args = ap.parse_args()
@@ -168,14 +185,16 @@ def main():
     builders = [(n, plans.BUILDERS[n]) for n in names]
     import triton
 
-    rows = model(builders, card_list + ([cards.H200] if args.validate and cards.H200 not in card_list else []))
+    checked = [c for c in (cards.H200, cards.H100) if args.validate and VALIDATION[c.name][0]]
+    rows = model(builders, card_list + [c for c in checked if c not in card_list])
     stamp = (f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, Triton {triton.__version__} "
              f"(the SASS read), model constants CPI / BARRIER in sm12x/perfmodel/engine.py")
     sm12x_cards = [c for c in card_list if c.target != "sm_90"]
     text = [f"Modeled {stamp}.", "", sm12x_tables(rows, sm12x_cards) if sm12x_cards else ""]
-    if args.validate:
-        text += ["### Validation on the H200 (sm_90 builds, modeled against measured)", "",
-                 validation_table(validation(rows))]
+    val = [v for c in checked for v in validation(rows, c.name)]
+    for c in (c for c in checked if validation(rows, c.name)):
+        text += [f"### Validation on the {c.name} (sm_90 builds, modeled against measured)", "",
+                 validation_table(validation(rows, c.name), c.name), ""]
     doc = "\n".join(text)
     print(doc)
     if args.markdown:
@@ -183,7 +202,7 @@ def main():
             f.write(doc + "\n")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(stamp=stamp, rows=rows, validation=validation(rows) if args.validate else []), f, indent=1)
+            json.dump(dict(stamp=stamp, rows=rows, validation=val), f, indent=1)
     return 0
 
 

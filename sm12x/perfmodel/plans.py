@@ -256,7 +256,7 @@ BUILDERS["moe"] = moe_cases
 
 
 # ----------------------------------------------------------------------------------------------
-# Indexer logits (DeepGEMM fp8_mqa_logits / fp8_paged_mqa_logits), H 64, D 128, FP8
+# Indexer logits (DeepGEMM fp8_fp4_mqa_logits / fp8_fp4_paged_mqa_logits), H 64, D 128, FP8 and FP4
 
 IDX_H, IDX_D = 64, 128
 # (S, S_kv): causal prefill rows at the end of S_kv keys (scripts/bench_indexer.py)
@@ -267,6 +267,10 @@ PAGED_DECODE = [(b, ctx, nn) for b, ctx in ((256, 8192), (1024, 8192), (256, 655
 
 
 def indexer_cases(card) -> list:
+    """The logits' production cases in both cache forms: FP8 (e4m3 keys + a float32 scale, 132 B per
+    key: the frameworks' default) and FP4 (``fp8_fp4_*`` with FP4 q and keys: e2m1 + UE8M0 scales,
+    68 B per key; DeepSeek-V4 / V4.1's MXFP4 indexer cache, which vLLM 0.34 takes on SM12x through
+    sm12x's record and SGLang 0.5.23's V4.1 pools use), at the same shapes."""
     import torch
 
     from sm12x.kernels.common import configs
@@ -276,41 +280,47 @@ def indexer_cases(card) -> list:
     out = []
     cpu = torch.device("cpu")
     with as_card(card):
-        cfg = configs.pick(ml.CONFIGS, cpu)["fp8"]
-        tag = f"fp8 H{IDX_H} D{IDX_D} out0"
-        # the unit-scale block-scaled variant names itself "fp8 mx ..." (the configs that use it)
-        rep = find("mqa_logits", card.target,
-                   lambda k, c: c.replace(" mx", "").startswith(tag) and "clean" not in c, tag)
-        bq = ml._block_q(IDX_H, cfg["rows"])
-        for s, s_kv in MQA_PREFILL:
-            eff = s * (s_kv - s) + s * (s + 1) // 2  # visible (row, key) pairs
-            tiles = -(-s_kv // cfg["BLOCK_N"])
-            n_iters = configs.fit_iters(cfg["N_ITERS"], tiles, -(-s // bq), cpu)
-            grid = -(-s // bq) * -(-tiles // n_iters)
-            visible = eff / (s * s_kv)  # programs past every row's last key exit at once
-            ctas = max(1, round(grid * visible))
-            issued = 2.0 * bq * IDX_H * IDX_D * cfg["BLOCK_N"] * (eff / (bq * cfg["BLOCK_N"]))
-            dram = s_kv * (IDX_D + 4) + s * IDX_H * (IDX_D + 4) + eff * 4
-            out.append(Case("mqa_logits", f"prefill S {s} x S_kv {s_kv}", [Launch(rep, ctas, issued, dram)],
-                            2.0 * eff * IDX_H * IDX_D, "mxf8", dram, ("mqa_logits", s, s_kv)))
-        pcfg = configs.pick(pml.CONFIGS, cpu)["fp8"]
-        for b, ctx, nn in PAGED_DECODE:
-            bt = pml.block_t(IDX_H, nn, pcfg["rows"])
-            pair = pml.pair_tokens(pcfg, bt, IDX_H, nn, False)
-            row_programs = b * -(-nn // (2 * bt if pair else bt))
-            blocks = -(-ctx // 64)
-            cols, _, multi = pml.grid_columns(blocks, row_programs, cpu, pcfg)
-            want = f"fp8 H{IDX_H} D{IDX_D} bkv64 T{bt}{'x2' if pair else ''} out0"
-            rep = find("paged_mqa_logits", card.target,
-                       lambda k, c: c.replace(" mx", "").startswith(want) and ("multi-chunk" in c) == multi
-                       and "clean" not in c, want)
-            ctas = row_programs * cols
-            rows_per = (2 * bt if pair else bt) * IDX_H
-            issued = 2.0 * rows_per * IDX_D * 64 * blocks * row_programs
-            dram = b * ctx * (IDX_D + 4) + b * nn * ctx * 4
-            out.append(Case("paged_mqa_logits", f"decode B {b} x ctx {ctx}, next_n {nn}",
-                            [Launch(rep, ctas, issued, dram)], 2.0 * b * nn * ctx * IDX_H * IDX_D, "mxf8", dram,
-                            ("paged_mqa_logits", b, ctx, nn)))
+        for form in ("fp8", "fp4"):
+            fp4 = form == "fp4"
+            key = IDX_D // 2 + 4 if fp4 else IDX_D + 4  # bytes per key (and per q head)
+            label = "FP4 " if fp4 else ""
+            kind = "mxf4" if fp4 else "mxf8"
+            cfg = configs.pick(ml.CONFIGS, cpu)[form]
+            tag = f"{form} H{IDX_H} D{IDX_D} out0"
+            # the unit-scale block-scaled variant names itself "fp8 mx ..." (the configs that use it)
+            rep = find("mqa_logits", card.target,
+                       lambda k, c: c.replace(" mx", "").startswith(tag) and "clean" not in c, tag)
+            bq = ml._block_q(IDX_H, cfg["rows"])
+            for s, s_kv in MQA_PREFILL:
+                eff = s * (s_kv - s) + s * (s + 1) // 2  # visible (row, key) pairs
+                tiles = -(-s_kv // cfg["BLOCK_N"])
+                n_iters = configs.fit_iters(cfg["N_ITERS"], tiles, -(-s // bq), cpu)
+                grid = -(-s // bq) * -(-tiles // n_iters)
+                visible = eff / (s * s_kv)  # programs past every row's last key exit at once
+                ctas = max(1, round(grid * visible))
+                issued = 2.0 * bq * IDX_H * IDX_D * cfg["BLOCK_N"] * (eff / (bq * cfg["BLOCK_N"]))
+                dram = s_kv * key + s * IDX_H * key + eff * 4
+                out.append(Case("mqa_logits", f"{label}prefill S {s} x S_kv {s_kv}", [Launch(rep, ctas, issued, dram)],
+                                2.0 * eff * IDX_H * IDX_D, kind, dram,
+                                ("mqa_logits", s, s_kv) + (("fp4",) if fp4 else ())))
+            pcfg = configs.pick(pml.CONFIGS, cpu)[form]
+            for b, ctx, nn in PAGED_DECODE:
+                bt = pml.block_t(IDX_H, nn, pcfg["rows"])
+                pair = pml.pair_tokens(pcfg, bt, IDX_H, nn, fp4)
+                row_programs = b * -(-nn // (2 * bt if pair else bt))
+                blocks = -(-ctx // 64)
+                cols, _, multi = pml.grid_columns(blocks, row_programs, cpu, pcfg)
+                want = f"{form} H{IDX_H} D{IDX_D} bkv64 T{bt}{'x2' if pair else ''} out0"
+                rep = find("paged_mqa_logits", card.target,
+                           lambda k, c: c.replace(" mx", "").startswith(want) and ("multi-chunk" in c) == multi
+                           and "clean" not in c, want)
+                ctas = row_programs * cols
+                rows_per = (2 * bt if pair else bt) * IDX_H
+                issued = 2.0 * rows_per * IDX_D * 64 * blocks * row_programs
+                dram = b * ctx * key + b * nn * ctx * 4
+                out.append(Case("paged_mqa_logits", f"{label}decode B {b} x ctx {ctx}, next_n {nn}",
+                                [Launch(rep, ctas, issued, dram)], 2.0 * b * nn * ctx * IDX_H * IDX_D, kind, dram,
+                                ("paged_mqa_logits", b, ctx, nn) + (("fp4",) if fp4 else ())))
     return out
 
 
@@ -487,7 +497,8 @@ BUILDERS["sparse_logits"] = sparse_logits_cases
 
 # ----------------------------------------------------------------------------------------------
 # The fused indexer top-k: logits windows and the select / fold / merge kernels of each call
-# (its own module, sm12x/perfmodel/topk_plan.py)
+# (its own module, sm12x/perfmodel/topk_plan.py), and DeepSeek-V4.1's candidate top-k, the same
+# calls with a window hook and a block selection (sm12x/perfmodel/candidate_plan.py)
 
 def topk_cases(card) -> list:
     from sm12x.perfmodel import topk_plan
@@ -495,7 +506,14 @@ def topk_cases(card) -> list:
     return topk_plan.cases(card)
 
 
+def candidate_cases(card) -> list:
+    from sm12x.perfmodel import candidate_plan
+
+    return candidate_plan.cases(card)
+
+
 BUILDERS["indexer_topk"] = topk_cases
+BUILDERS["candidate_topk"] = candidate_cases
 
 
 # Every op of the manifest (sm12x.kernels.manifest.OPS) and the builders that model its production
@@ -506,6 +524,7 @@ MODELED = {
     "mqa_logits": ("indexer",),
     "paged_mqa_logits": ("indexer",),
     "indexer_topk": ("indexer_topk",),
+    "candidate_topk": ("candidate_topk",),
     "paged_sparse_mqa_logits": ("sparse_logits",),
     "fp8_gemm_nt": ("fp8_gemm_nt", "anchors"),
     "fp8_einsum": ("fp8_gemm_nt",),
@@ -513,8 +532,4 @@ MODELED = {
     "m_grouped_fp8_fp4_gemm_nt_contiguous": ("moe",),
     "m_grouped_fp8_fp4_gemm_nt_masked": ("moe",),
 }
-UNMODELED: dict = {
-    "candidate_topk": "DeepSeek-V4.1's candidate top-k launches the fused top-k's kernels (modeled under "
-                      "indexer_topk) over each row's candidate windows, after a torch.topk block selection; "
-                      "the plan that says which windows a row's candidate blocks touch is not written yet",
-}
+UNMODELED: dict = {}

@@ -134,9 +134,11 @@ class _Call:
         rep = _report(self.card, lambda k, c: c == name, name)
         self.add(rep, active, active * width * 8 * 2, trips=0)
 
-    def window(self, vis, seen, n, starts, first):
+    def window(self, vis, seen, n, starts, first, real=None, real_seen=None):
         """Fold one window of logits ([rows, n], ``vis`` visible columns per row, ``seen`` visible
-        before it) into the running top-k."""
+        before it) into the running top-k. ``real`` / ``real_seen`` (a candidate consumer's masked
+        window, :mod:`sm12x.perfmodel.candidate_plan`): per row, the keys of this window and of the
+        earlier ones that keep their scores; the others score -FLT_MAX. None: every key does."""
         from sm12x.kernels.indexer import topk_filter as tf
         from sm12x.kernels.indexer import topk_fold as tfo
 
@@ -151,23 +153,40 @@ class _Call:
                 seg = self.sel.segment_width(rows, n, torch.device("cpu"))
                 width = self.sel.SEGMENT if seg == self.sel.SEGMENT else self.sel.BLOCK
                 programs = sum(max(1, math.ceil(v / seg)) for v in vis if v)
+                # a masked row whose sample holds fewer real keys than the threshold's rank gets a
+                # -FLT_MAX threshold: every key reaches it, more than the candidate row holds, and
+                # the row takes the full radix select after the filter's passes
+                fails = [0.0] * rows
+                if real is not None:
+                    fails = [1.0 if v >= tf.SAMPLE and v > cap and 2 * tf.sample_rank(k_w, v) <= tf.SAMPLE
+                             and tf.SAMPLE * r / v < tf.sample_rank(k_w, v) else 0.0 for v, r in zip(vis, real)]
                 self.add(_by_name(self.card, "filter threshold"), rows, rows * tf.SAMPLE * 4, trips=0)
                 self.add(_by_name(self.card, f"filter count S{width}"), programs, read * 4,
                          trips=read / max(programs, 1) / self.sel.BLOCK)
-                kept = [min(cap, v * tf.sample_rank(k_w, v) / tf.SAMPLE) if v >= tf.SAMPLE else v for v in vis]
-                self.add(_by_name(self.card, f"filter gather S{width}"), programs, read * 4 + sum(kept) * 8,
-                         trips=read / max(programs, 1) / self.sel.BLOCK)
+                kept = [0.0 if f else min(cap, v * tf.sample_rank(k_w, v) / tf.SAMPLE) if v >= tf.SAMPLE else v
+                        for v, f in zip(vis, fails)]
+                good = [v * (1.0 - f) for v, f in zip(vis, fails)]
+                g_programs = sum(max(1, math.ceil(v / seg)) for v in good if v)
+                self.add(_by_name(self.card, f"filter gather S{width}"), programs, sum(good) * 4 + sum(kept) * 8,
+                         trips=sum(good) / max(g_programs, 1) / self.sel.BLOCK)
                 # the radix select over each row's candidates: four histogram passes and a write
+                ok_rows = rows - sum(fails)
                 rep = _by_name(self.card, "row candidates B")
-                self.add(rep, rows, sum(kept) * 8 + rows * k_w * 8, trips=sum(kept) / rows / self.sel.BLOCK,
-                         passes=self.sel.PASSES + 1)
+                self.add(rep, ok_rows, sum(kept) * 8 + ok_rows * k_w * 8,
+                         trips=sum(kept) / max(ok_rows, 1e-9) / self.sel.BLOCK, passes=self.sel.PASSES + 1)
+                if any(fails):
+                    self.select(vis, n, k_w, lambda i: self.sel.PASSES + 1, skip_share=[1.0 - f for f in fails])
             else:
                 self.select(vis, n, k_w, lambda i: self.sel.PASSES + 1)
             self.merge(rows, 1 << (k - 1).bit_length(), first=True)
             return
         limit, _ = tfo.fold_limits(k)
-        # expected keys above the floor per row, and the share of rows the fold takes
-        lam = [k * v / s if s else float(v) for v, s in zip(vis, seen)]
+        # expected keys above the floor per row, and the share of rows the fold takes; in a masked
+        # window every real key beats a floor that is still a masked (-FLT_MAX) key
+        if real is None:
+            lam = [k * v / s if s else float(v) for v, s in zip(vis, seen)]
+        else:
+            lam = [float(r) if rs < k else k * r / rs for r, rs in zip(real, real_seen)]
         share = [_folded_share(x, limit) if k <= tfo.MAX_K else 0.0 for x in lam]
         if k <= tfo.MAX_K:
             ctag = " starts ends" if starts else " ends"
@@ -187,7 +206,12 @@ class _Call:
                  rows * self.topk * 12, trips=0)
 
 
-def _prefill_case(card, label, s_kv, topk, make_rows):
+def prefill_windows(call, card, ranges, s_kv, topk, fp4=False, hook=None):
+    """Add one ``mqa_topk_indices`` call's launches to ``call``: rows ``ranges`` ((ks, ke) in a flat
+    key buffer of ``s_kv``), FP8 or FP4 (``fp4``) q and keys. ``hook(call, vis, totals, n)``, when
+    given, adds the window hook's launches after each window's logits (``vis``: each row's visible
+    columns in the window, ``totals``: its visible keys in all) and returns each row's keys that
+    keep their scores, or None when all do."""
     import torch
 
     from sm12x.kernels.common import configs
@@ -195,17 +219,19 @@ def _prefill_case(card, label, s_kv, topk, make_rows):
     from sm12x.kernels.indexer import mqa_logits as ml
 
     cpu = torch.device("cpu")
-    ranges = make_rows()
     s = len(ranges)
-    cfg = configs.pick(ml.CONFIGS, cpu)["fp8"]
-    logits = _report(card, lambda k, c: c.replace(" mx", "").startswith(f"fp8 H{H} D{D} out0")
-                     and "clean" not in c and "comp" not in c, "mqa logits out0")
+    form = "fp4" if fp4 else "fp8"
+    cfg = configs.pick(ml.CONFIGS, cpu)[form]
+    logits = _report(card, lambda k, c: c.replace(" mx", "").startswith(f"{form} H{H} D{D} out0")
+                     and "clean" not in c and "comp" not in c, f"mqa logits {form} out0")
+    key_bytes = D // 2 + 4 if fp4 else D + 4
     bq = ml._block_q(H, cfg["rows"])
     row_block, win = ft._plan(s, s_kv, cfg["BLOCK_N"] * cfg["N_ITERS"], topk, ft.DEFAULT_WORKSPACE_BYTES)
-    call = _Call(card, topk, " starts ends")
     for r0 in range(0, s, row_block):
         rows = ranges[r0:r0 + row_block]
+        totals = [ke - ks for ks, ke in rows]
         seen = [0] * len(rows)
+        real_seen = [0.0] * len(rows)
         for c0 in range(0, s_kv, win):
             n = min(win, s_kv - c0)
             vis = [max(0, min(ke, c0 + n) - max(ks, c0)) for ks, ke in rows]
@@ -214,16 +240,29 @@ def _prefill_case(card, label, s_kv, topk, make_rows):
             n_iters = configs.fit_iters(cfg["N_ITERS"], tiles, -(-len(rows) // bq), cpu)
             grid = -(-len(rows) // bq) * -(-tiles // n_iters)
             call.add(logits, max(1, grid * pairs / (len(rows) * n)),
-                     n * (D + 4) + len(rows) * H * (D + 4) + pairs * 4, flops=2.0 * H * D * pairs)
-            call.window(vis, seen, n, True, c0 == 0)
+                     n * key_bytes + len(rows) * H * key_bytes + pairs * 4, flops=2.0 * H * D * pairs)
+            real = hook(call, vis, totals, n) if hook else None
+            call.window(vis, seen, n, True, c0 == 0, real=real, real_seen=real_seen)
             seen = [a + b for a, b in zip(seen, vis)]
+            if real is not None:
+                real_seen = [a + b for a, b in zip(real_seen, real)]
         call.keys_to_indices(len(rows))
+
+
+def _prefill_case(card, label, s_kv, topk, make_rows):
+    ranges = make_rows()
+    s = len(ranges)
+    call = _Call(card, topk, " starts ends")
+    prefill_windows(call, card, ranges, s_kv, topk)
     flops = 2.0 * H * D * sum(ke - ks for ks, ke in ranges)
     dram = s_kv * (D + 4) + s * H * (D + 4) + s * topk * 4
     return call.launches, flops, dram
 
 
-def _decode_case(card, b, ctx, next_n, topk, model_len):
+def decode_windows(call, card, ctxs, next_n, topk, mcl, fp4=False, hook=None):
+    """Add one ``paged_mqa_topk_indices`` call's launches to ``call``: requests of contexts ``ctxs``,
+    ``next_n`` rows each, a window of ``mcl`` (``max_context_len``) columns, FP8 or FP4 (``fp4``);
+    ``hook`` as for :func:`prefill_windows`."""
     import torch
 
     from sm12x.kernels.common import configs
@@ -231,37 +270,52 @@ def _decode_case(card, b, ctx, next_n, topk, model_len):
     from sm12x.kernels.indexer import paged_mqa_logits as pml
 
     cpu = torch.device("cpu")
-    mcl = model_len or -(-int(1.3 * ctx) // BLOCK_KV) * BLOCK_KV
-    pcfg = configs.pick(pml.CONFIGS, cpu)["fp8"]
+    b = len(ctxs)
+    form = "fp4" if fp4 else "fp8"
+    pcfg = configs.pick(pml.CONFIGS, cpu)[form]
+    key_bytes = D // 2 + 4 if fp4 else D + 4
     bt = pml.block_t(H, next_n, pcfg["rows"])
-    pair = pml.pair_tokens(pcfg, bt, H, next_n, False)
+    pair = pml.pair_tokens(pcfg, bt, H, next_n, fp4)
     per_req = -(-next_n // (2 * bt if pair else bt))
     rows = b * next_n
     row_block, win = ft._plan(rows, mcl, BLOCK_KV * pcfg["N_ITERS"], topk, ft.DEFAULT_WORKSPACE_BYTES)
     req_block = max(1, row_block // next_n)
-    ends = [ctx - next_n + 1 + t for _ in range(b) for t in range(next_n)]
-    call = _Call(card, topk, " ends")
+    ends = [min(ctx - next_n + 1 + t, mcl) for ctx in ctxs for t in range(next_n)]
     for b0 in range(0, b, req_block):
         nb = min(b, b0 + req_block) - b0
         row_ends = ends[b0 * next_n:(b0 + nb) * next_n]
         seen = [0] * len(row_ends)
+        real_seen = [0.0] * len(row_ends)
         for c0 in range(0, mcl, win):
             n = min(win, mcl - c0)
             vis = [max(0, min(e - c0, n)) for e in row_ends]
             blocks = -(-n // BLOCK_KV)
             cols, _, multi = pml.grid_columns(blocks, nb * per_req, cpu, pcfg)
-            want = f"fp8 H{H} D{D} bkv{BLOCK_KV} T{bt}{'x2' if pair else ''} out0"
+            want = f"{form} H{H} D{D} bkv{BLOCK_KV} T{bt}{'x2' if pair else ''} out0"
             rep = _report(card, lambda k, c: c.replace(" mx", "").startswith(want) and " ctx2d" in c
                           and "clean" not in c and ("multi-chunk" in c) == multi, want)
-            req_vis = max(0, min(ctx - c0, n))  # positions of a request in this window
-            vblocks = -(-req_vis // BLOCK_KV)
-            ctas = nb * per_req * math.ceil(cols * vblocks / blocks) if vblocks else 0
-            rows_per = (2 * bt if pair else bt) * H
-            call.add(rep, ctas, nb * req_vis * (D + 4) + sum(vis) * 4,
-                     flops=2.0 * rows_per * D * BLOCK_KV * vblocks * nb * per_req)
-            call.window(vis, seen, n, False, c0 == 0)
+            ctas = 0
+            flops = 0.0
+            key_reads = 0
+            for ctx in ctxs[b0:b0 + nb]:
+                req_vis = max(0, min(ctx - c0, n))  # positions of a request in this window
+                vblocks = -(-req_vis // BLOCK_KV)
+                ctas += per_req * math.ceil(cols * vblocks / blocks) if vblocks else 0
+                flops += 2.0 * (2 * bt if pair else bt) * H * D * BLOCK_KV * vblocks * per_req
+                key_reads += req_vis
+            call.add(rep, ctas, key_reads * key_bytes + sum(vis) * 4, flops=flops)
+            real = hook(call, vis, row_ends, n) if hook else None
+            call.window(vis, seen, n, False, c0 == 0, real=real, real_seen=real_seen)
             seen = [a + c for a, c in zip(seen, vis)]
+            if real is not None:
+                real_seen = [a + c for a, c in zip(real_seen, real)]
         call.keys_to_indices(len(row_ends))
+
+
+def _decode_case(card, b, ctx, next_n, topk, model_len):
+    mcl = model_len or -(-int(1.3 * ctx) // BLOCK_KV) * BLOCK_KV
+    call = _Call(card, topk, " ends")
+    decode_windows(call, card, [ctx] * b, next_n, topk, mcl)
     flops = 2.0 * b * next_n * ctx * H * D
     dram = b * ctx * (D + 4) + b * next_n * topk * 4
     return call.launches, flops, dram, mcl

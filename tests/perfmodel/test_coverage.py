@@ -1,6 +1,8 @@
 """The performance model covers the manifest: every op has builders for its production cases, or a
-stated reason it has none; and the fused indexer top-k's plan (many launches per call) walks its
-windows as the op does. No compile: the plan runs on stand-in compile reports."""
+stated reason it has none; the fused indexer top-k's plan (many launches per call) walks its
+windows as the op does, V4.1's candidate top-k adds its hooks and block selection to those windows
+and its consumers' masked windows change the top-k's path; the logits have FP4 rows. No compile:
+the plans run on stand-in compile reports."""
 import dataclasses
 
 import pytest
@@ -23,7 +25,7 @@ def test_every_manifest_op_has_a_plan_or_a_reason():
 def _stand_in(op_name, target, match, what):
     """A compile report with a plausible SASS summary: the logits kernels a block-scaled MMA loop,
     the top-k kernels two column loops (or none: the merges and the collect)."""
-    logits = "logits" in what or what.startswith("fp8 H")
+    logits = "logits" in what or what.startswith(("fp8 H", "fp4 H"))
     if logits:
         mma = {"QMMA.SF.16832.F32.E4M3.E4M3.E8": 16}
         isa = dict(mma=mma, loop_mma=mma, loop_instructions=120, loop_widen=0, loop_class={}, instructions=600)
@@ -55,3 +57,65 @@ def test_topk_plan_walks_the_windows(monkeypatch):
         est = engine.estimate_case(c.launches, dataclasses.replace(card, launch_us=0.0))
         logits = engine.estimate_case([l for l in c.launches if l.flops], dataclasses.replace(card, launch_us=0.0))
         assert est.time_us > logits.time_us > 0, c.name  # the top-k kernels cost time of their own
+
+
+def _configs(launches):
+    return [l.report.config for l in launches]
+
+
+def test_candidate_plan_adds_its_hooks_to_the_fused_topk(monkeypatch):
+    from sm12x.perfmodel import candidate_plan as cp
+    from sm12x.perfmodel import topk_plan
+
+    monkeypatch.setattr(compiled, "find", _stand_in)
+    card = cards.RTX_PRO_6000
+    cases = cp.cases(card)
+    assert len(cases) == 2 * len(cp.PREFILL) + sum(len(d[-1]) for d in cp.DECODE)
+    assert all(c.op == "candidate_topk" for c in cases)
+    by_key = {c.key: c for c in cases}
+    # a source's launches are the plain fused top-k's, each window's followed by its block-max fold,
+    # then the block selection (torch launches)
+    _, label, make_rows, s_kv, topk, kb, bs, fp4 = cp.PREFILL[0]
+    src = by_key[("candidate_topk", "vLLM", "source", label)]
+    with compiled.as_card(card):
+        plain = topk_plan._Call(card, topk, " starts ends")
+        topk_plan.prefill_windows(plain, card, make_rows(), s_kv, topk)
+    kernels = [l for l in src.launches if not l.report.config.startswith(("candidate", "torch"))]
+    assert _configs(kernels) == _configs(plain.launches)
+    windows = sum(1 for l in src.launches if l.flops)
+    assert sum(1 for l in src.launches if l.report.config == f"candidate block max B{bs}") == windows
+    assert sum(l.flops for l in src.launches) == pytest.approx(src.flops)
+    torch_launches = [l for l in src.launches if l.report.config.startswith("torch")]
+    assert len(torch_launches) == cp.SOURCE_TORCH_LAUNCHES + 1
+    # a consumer masks each window; a long decode row with 18 x 64 candidate keys draws a -FLT_MAX
+    # filter threshold: the full radix select follows the filter, which the source does not run
+    dec = [c for c in cases if c.key[3] == "decode" and c.key[4] == 64 and c.key[5] == 262144]
+    src, con = sorted(dec, key=lambda c: c.key[2] != "source")
+    assert sum(1 for l in con.launches if l.report.config == "candidate mask B64") == 1
+    full = lambda c: [x for x in _configs(c.launches) if x.startswith(("segment histogram", "row ends B"))]
+    assert not full(src) and full(con)
+    zero = dataclasses.replace(card, launch_us=0.0)
+    assert engine.estimate_case(con.launches, zero).time_us > engine.estimate_case(src.launches, zero).time_us
+    # the H100 run's two-layer passes are sm_90 cases only, each layer's hooks in them
+    assert not cp.validation_cases(card)
+    val = cp.validation_cases(cards.H100)
+    assert [c.key[2:4] for c in val] == [("source + consumer", "prefill"), ("source + consumer", "decode")]
+    for c in val:
+        hooks = {l.report.config for l in c.launches if l.report.config.startswith("candidate")}
+        assert hooks == {"candidate block max B8", "candidate mask B8"}
+    # SGLang's source is FP4: its logits are the e2m1 kernel's, its roofline the MXFP4 rate
+    sg = [c for c in cases if c.key[1] == "SGLang"]
+    assert sg and all(c.kind == "mxf4" for c in sg)
+    assert all(l.report.config.startswith("fp4 H") for c in sg for l in c.launches if l.flops)
+
+
+def test_indexer_logits_have_fp4_rows(monkeypatch):
+    monkeypatch.setattr(plans, "find", _stand_in)
+    cases = plans.indexer_cases(cards.GB10)
+    fp4 = [c for c in cases if c.key[-1] == "fp4"]
+    fp8 = [c for c in cases if c.key[-1] != "fp4"]
+    assert len(fp4) == len(fp8) == len(plans.MQA_PREFILL) + len(plans.PAGED_DECODE)
+    for a, b in zip(fp8, fp4):
+        assert b.name == "FP4 " + a.name and b.kind == "mxf4" and b.flops == a.flops
+        assert b.dram_bytes < a.dram_bytes  # 68-byte keys against 132
+        assert b.launches[0].report.config.startswith("fp4 H")

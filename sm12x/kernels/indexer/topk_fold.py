@@ -157,8 +157,8 @@ def fold_above_floor(x: torch.Tensor, best: torch.Tensor, col_start: int, base: 
 
 
 def compile_reports(targets=("sm_120", "sm_121")):
-    """Compile the fold for ``targets`` at top-512 and top-2048 (its widest best row) -> list of
-    CompileReport."""
+    """Compile the fold for ``targets`` at top-512, top-1024 (DeepSeek-V4.1's index top-k) and
+    top-2048 (its widest best row) -> list of CompileReport."""
     from sm12x.kernels.common.compile_check import compile_kernel
     from sm12x.kernels.common.compile_check import interpreting, reports_in_subprocess
 
@@ -174,7 +174,7 @@ def compile_reports(targets=("sm_120", "sm_121")):
                  for starts, ends in ((False, False), (False, True), (True, True))],
                *[(_merge_kernel, merge, {"CAND": cand, "KP": kp, "STEPS_K": kp.bit_length(),
                                          "STEPS_C": cand.bit_length()}, warps, f"merge K{kp} C{cand}")
-                 for kp, (cand, warps) in ((512, fold_limits(512)), (MAX_K, fold_limits(MAX_K)))]]
+                 for kp, (cand, warps) in ((k, fold_limits(k)) for k in (512, 1024, MAX_K))]]
     reports = []
     for fn, sig, const, warps, name in kernels:
         sig = {**sig, **{c: "constexpr" for c in const}}
