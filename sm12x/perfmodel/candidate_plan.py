@@ -25,6 +25,15 @@ a window hook between each window's logits and its top-k:
   the filter's passes and then the full radix select; later windows fold in only their real keys
   while the running set's floor is a masked key.
 
+- a consumer whose width is at least ``candidate_gather.MIN_WIDTH_RATIO`` times its candidate keys
+  (every production consumer here: the widths are 65,536-262,144, the candidate keys 1,153 or
+  4,097) takes ``candidate_gather`` instead: per row group (``candidate_gather._group_rows``) the
+  positions list (``GATHER_POSITION_LAUNCHES`` torch launches on [rows, K x block_size + 1] int64,
+  two of them sorts), the key rows gathered and packed into pages (read and written twice, at the
+  key's bytes), the fused paged top-k over one "request" per row of min(visible, K x block_size)
+  keys in a window of the padded candidate count, and the fill / map back
+  (``GATHER_FILL_LAUNCHES`` launches on [rows, topk + candidates]).
+
 What the SASS cannot say is taken as in ``topk_plan`` (independent scores), and: the source's best
 blocks are then uniform over each row's visible blocks, so a consumer row's candidate keys
 (min(K x block_size, visible)) are spread evenly over its visible columns.
@@ -68,6 +77,12 @@ MODEL_LEN = topk_plan.MODEL_LEN
 # ends, flag fill, int64 cast, the edge and -1 slots (4) and the scatter
 SOURCE_TORCH_LAUNCHES = 17
 CONSUMER_TORCH_LAUNCHES = 9
+# candidate_gather's torch launches per row group: the positions list (casts, edge / last-block
+# tests, the two sorts, the repeat test, the offsets, the ends' clip, the count) and the slot
+# arithmetic with the two row gathers and the page pack; the fill and map back (gather, counts,
+# the candidate flags' scatter, the free-position cumsum, the two scatters and the copy)
+GATHER_POSITION_LAUNCHES = 34
+GATHER_FILL_LAUNCHES = 22
 TOPK_PASSES = 4  # torch.topk's radix passes over float32 scores (8 bits each), then one gather
 
 # (framework, label, the rows' (ks, ke) (a function), keys = width, top-k, K blocks, block size, fp4)
@@ -153,8 +168,37 @@ def _groups(rows, nblocks):
     return [(g0, min(rows, g0 + step)) for g0 in range(0, rows, step)]
 
 
+def _gathered(call, card, visible, topk, k_blocks, bs, fp4):
+    """A consumer on ``candidate_gather``: rows that see ``visible`` keys each (see the module
+    docstring); adds its launches to ``call``."""
+    from sm12x.kernels.indexer import candidate_gather as cg
+
+    torch_rep = _torch_report(card.target)
+    key_bytes = D // 2 + 4 if fp4 else D + 4
+    n = k_blocks * bs + 1
+    n_pad = -(-n // cg.PAGE) * cg.PAGE
+    step = cg._group_rows(len(visible), k_blocks * bs + cg.PAGE, key_bytes)
+    for g0 in range(0, len(visible), step):
+        rows = visible[g0:g0 + step]
+        r = len(rows)
+        call.launches += [Launch(torch_rep, 1, 0.0, r * n * 8 * 2) for _ in range(GATHER_POSITION_LAUNCHES)]
+        # the candidates' key rows gathered (scattered reads of whole rows), then packed into pages
+        call.launches += [Launch(torch_rep, 1, 0.0, r * n_pad * key_bytes * 2) for _ in range(2)]
+        topk_plan.decode_windows(call, card, [min(v, k_blocks * bs) for v in rows], 1, topk, n_pad, fp4=fp4)
+        call.launches += [Launch(torch_rep, 1, 0.0, r * (topk + n_pad) * 9) for _ in range(GATHER_FILL_LAUNCHES)]
+
+
 def _prefill(card, make_rows, s_kv, topk, k_blocks, bs, fp4, write):
+    from sm12x.kernels.indexer import candidate_gather as cg
+
     ranges = make_rows()
+    if not write and cg.worthwhile(s_kv, k_blocks, bs):
+        call = topk_plan._Call(card, topk, " ends")
+        visible = [ke - ks for ks, ke in ranges]
+        _gathered(call, card, visible, topk, k_blocks, bs, fp4)
+        key_bytes = D // 2 + 4 if fp4 else D + 4
+        keys = sum(min(v, k_blocks * bs) for v in visible)
+        return call.launches, 2.0 * H * D * keys, keys * key_bytes * 3 + len(ranges) * (topk * 4 + k_blocks * 4)
     nblocks = -(-s_kv // bs)
     call = topk_plan._Call(card, topk, " starts ends")
     for g0, g1 in _groups(len(ranges), nblocks):
@@ -170,10 +214,18 @@ def _prefill(card, make_rows, s_kv, topk, k_blocks, bs, fp4, write):
 
 def _decode(card, b, ctx, next_n, topk, k_blocks, bs, fp4, write, width=MODEL_LEN):
     """``b`` requests of context ``ctx`` (an int, or a list of one per request)."""
+    from sm12x.kernels.indexer import candidate_gather as cg
+
     ctxs = list(ctx) if isinstance(ctx, (list, tuple)) else [ctx] * b
     nblocks = -(-width // bs)
     rows = b * next_n
     call = topk_plan._Call(card, topk, " ends")
+    if not write and cg.worthwhile(width, k_blocks, bs):
+        visible = [min(c - next_n + 1 + t, width) for c in ctxs for t in range(next_n)]
+        _gathered(call, card, visible, topk, k_blocks, bs, fp4)
+        key_bytes = D // 2 + 4 if fp4 else D + 4
+        keys = sum(min(v, k_blocks * bs) for v in visible)
+        return call.launches, 2.0 * H * D * keys, keys * key_bytes * 3 + rows * (topk * 4 + k_blocks * 4)
     for g0, g1 in _groups(rows, nblocks):  # whole requests: the groups are multiples of next_n
         hook = _Hook(card, write, k_blocks, bs, width)
         topk_plan.decode_windows(call, card, ctxs[g0 // next_n:g1 // next_n], next_n, topk, width, fp4=fp4,
