@@ -20,7 +20,19 @@ declare -A MODULES=(
                  vllm/model_executor/kernels/attention/dsa/fused_mqa_topk.py
                  vllm/model_executor/kernels/attention/dsa/candidate_blocks.py"
   [vllm-0.25.1]="vllm/model_executor/layers/sparse_attn_indexer.py"
-  [sglang-0.5.23]="sglang/srt/layers/attention/dsv4/indexer.py"
+  [sglang-0.5.23]="sglang/srt/layers/attention/dsv4/indexer.py
+                   sglang/srt/layers/attention/dsv4/v41_indexer/__init__.py
+                   sglang/srt/layers/attention/dsv4/v41_indexer/types.py
+                   sglang/srt/layers/attention/dsv4/v41_indexer/sparse_table.py
+                   sglang/srt/layers/attention/dsv4/v41_indexer/scoring.py
+                   sglang/srt/layers/attention/dsv4/v41_indexer/full_topk.py
+                   sglang/srt/layers/attention/dsv4/v41_indexer/dense_blocks.py
+                   sglang/kernels/ops/attention/dsv4/index_logits.py
+                   sglang/kernels/ops/attention/dsv4/candidate_blocks.py
+                   sglang/kernels/ops/attention/dsv4/candidate_table.py
+                   sglang/kernels/ops/attention/dsv4/topk.py
+                   sglang/kernels/ops/attention/dsv4/utils.py
+                   sglang/srt/layers/deep_gemm_wrapper/configurer.py"
 )
 
 status=0

@@ -5,7 +5,12 @@ decode rows), run with sm12x's indexer top-k records applied and without them. W
 vLLM 0.34.0 also runs DeepSeek-V4.1's two-level selection: for a prefill chunk and for decode
 rows, the candidate source layer (``candidate_write``: publishes each row's best blocks) and a
 consumer layer (ranks only keys in them), through vLLM's own ``candidate_blocks`` kernels when
-unpatched; the index sets of both layers and the published blocks are compared exactly.
+unpatched; the index sets of both layers and the published blocks are compared exactly. With
+``--v41`` SGLang 0.5.23 also runs its own V4.1 candidate indexer package (``v41_indexer``) on a
+GPU it reads as SM120: the attention backend's ``make_candidate_indexer`` (SGLang's
+``RuntimeError`` unpatched, the sparse-table backend patched) and the candidate source layer's
+decode with a consumer layer, checked against sm12x's references in both modes
+(``scripts/prove_1m/sglang_v41.py`` says what runs and what stands in).
 
     scripts/extract_indexer_sources.sh /tmp/moe-wheels .proof-src
     python3 scripts/prove_1m_indexer.py --src .proof-src                          # on a GPU
@@ -95,6 +100,8 @@ def parse_args(argv=None):
     p.add_argument("--json", default="", help="also write every measured row (JSON list) to this file")
     p.add_argument("--v41", action="store_true",
                    help="also run DeepSeek-V4.1's passes (vLLM 0.34.0: candidate source and consumer layers)")
+    p.add_argument("--passes", default="",
+                   help="run only these passes (comma list, e.g. init-v41,decode-v41); default: every pass")
     p.add_argument("--candidate-block-size", type=int, default=64,
                    help="V4.1 candidate block size, in indexer keys (default 64)")
     p.add_argument("--candidate-blocks", type=int, default=0,
@@ -111,6 +118,7 @@ def parse_args(argv=None):
     else:
         args.context_list = sorted({max(args.queries, args.keys >> s) for s in (3, 2, 1, 0)})
     args.release_list = [r for r in args.releases.split(",") if r]
+    args.pass_list = tuple(x for x in args.passes.split(",") if x)
     if not args.candidate_blocks:
         args.candidate_blocks = -(-args.topk // args.candidate_block_size) + 2
     if args.budget_s and not args.worker:

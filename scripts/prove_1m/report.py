@@ -6,7 +6,7 @@ import functools
 import json
 import time
 
-from prove_1m.common import FRAMEWORK_CALL, PASS_LABEL, TIE_TOL, passes_for
+from prove_1m.common import FRAMEWORK_CALL, PASS_CALL, PASS_LABEL, TIE_TOL, passes_for
 
 def _gib(b):
     return "n/a" if b is None else f"{b / 2 ** 30:.2f} GiB"
@@ -37,7 +37,7 @@ def table(args, rows):
     failures = []
     by = {(r["release"], r["mode"], r["pass"], r["keys"]): r for r in rows}
     for release in args.release_list:
-        for kind in passes_for(release, getattr(args, "v41", False)):
+        for kind in passes_for(release, getattr(args, "v41", False), getattr(args, "pass_list", ())):
             un = [r for r in rows if r["release"] == release and r["mode"] == "unpatched" and r["pass"] == kind]
             stop = next((r for r in un if not r["ok"]), None)
             shown = sorted({r["keys"] for r in rows if r["release"] == release and r["pass"] == kind} | {args.keys})
@@ -51,6 +51,8 @@ def table(args, rows):
                     note = stop["error"] if keys == stop["keys"] else ""
                 else:
                     note = "within the cap at every step" if un and keys == shown[-1] else ""
+                if (u and "outcome" in u) or (p and "outcome" in p):  # a pass whose result is an outcome
+                    note = f"unpatched: {(u or {}).get('outcome', 'not run')}; sm12x: {(p or {}).get('outcome', 'not run')}"
                 ratio = f"{u['peak'] / p['peak']:.1f}x" if u_ok and p_ok and u["peak"] and p["peak"] else ""
                 speed = f"{u['ms'] / p['ms']:.2f}x" if u_ok and p_ok and u["ms"] and p["ms"] else ""
                 check = f"{p['same']} / {p['ties']} / {p['wrong']}" if p_ok and "same" in p else ""
@@ -58,11 +60,13 @@ def table(args, rows):
                 unpatched = (f"{_gib(u['peak'])} | {_ms(u['ms'])}" if u_ok
                              else f"{'failed' if u else 'not run'} | ")
                 mine = f"{_gib(p['peak'])} | {_ms(p['ms'])}" if p_ok else f"{'FAILED' if p else 'not run'} | "
-                lines.append(f"| {FRAMEWORK_CALL[release]} | {PASS_LABEL.get((release, kind), kind)} | {keys:,} | "
+                lines.append(f"| {PASS_CALL.get((release, kind), FRAMEWORK_CALL[release])} | {PASS_LABEL.get((release, kind), kind)} | {keys:,} | "
                              f"{unpatched} | {mine} | {ratio} | {speed} | {calls} | {check} | {note} |")
     for r in rows:
-        if r["mode"] == "patched" and r.get("ok") and r.get("wrong"):
-            failures.append(f"{r['release']} {r['pass']} at {r['keys']} keys: {r['wrong']} rows differ beyond ties")
+        # the V4.1 SGLang passes check both modes against the references: a wrong unpatched row fails too
+        if r.get("ok") and r.get("wrong") and (r["mode"] == "patched" or r.get("checked") == "reference"):
+            failures.append(f"{r['release']} {r['pass']} ({r['mode']}) at {r['keys']} keys: {r['wrong']} rows differ "
+                            f"beyond ties")
         if r["pass"] == "worker":
             failures.append(f"{r['release']} {r['mode']}: {r['error']}")
     return "\n".join(lines), failures

@@ -1,0 +1,462 @@
+"""SGLang 0.5.23's DeepSeek-V4.1 candidate indexer in the proof (``--v41`` with the SGLang release):
+its own ``v41_indexer`` package run on a GPU that SGLang reads as SM120.
+
+Two passes:
+
+- ``init-v41``: ``make_candidate_indexer`` (the call ``DeepseekV4AttnBackend.__init__`` makes for a
+  V4.1 model, ``candidate_topk_blocks > 0``). Unpatched (the gate record skipped) it must raise
+  SGLang's ``RuntimeError`` ("the candidate indexer needs DeepGEMM's paged sparse MQA logits"),
+  patched it must build the sparse-table backend (``SparseTableBackend``) for decode.
+- ``decode-v41``: the candidate source layer's decode (``SparseTableBackend.publish_decode``: its
+  own top-k as pool slots, and the table of its best blocks of 8 positions) and a consumer layer
+  (``consume_decode``: candidate-only paged sparse logits over those blocks, then SGLang's top-k),
+  one decode row per request, at every context. Patched, the backend is the one
+  ``make_candidate_indexer`` built; unpatched, SGLang's ``SparseTableBackend`` itself (the class
+  that function builds where SGLang's own flag is true), so that the source layer computes its
+  [rows, max_compressed_seq_len] FP32 logits as SGLang does. Both layers' index sets and the
+  published blocks are checked in both modes against ``sm12x.kernels.indexer.reference``: the
+  same sets per row, or sets that differ only by entries tied with the row's k-th reference score
+  (``TIE_TOL`` relative for the FP32 source scores and block maxima, ``BF16_TOL`` for the
+  consumer, whose logits are bf16 as DeepGEMM's sparse logits are).
+
+What runs as SGLang's code (extracted from the wheel by ``extract_indexer_sources.sh``):
+``srt/layers/attention/dsv4/v41_indexer/`` (``__init__``, ``types``, ``sparse_table``,
+``scoring``, ``full_topk``, ``dense_blocks``), ``kernels/ops/attention/dsv4/`` ``index_logits``,
+``candidate_blocks`` (its Triton ``candidate_row_lens`` kernel included), ``candidate_table``,
+``topk`` and ``utils``, ``srt/layers/deep_gemm_wrapper/configurer`` (which computes
+``DEEPGEMM_PAGED_SPARSE_MQA_LOGITS`` from the stand-in SM120 platform), and the DeepSeek-V4
+``indexer`` module the C4 passes run. DeepGEMM is what SGLang imports on SM12x: sm12x's records,
+or sm12x's stand-in ``deep_gemm`` where none is installed. Stand-ins (besides those of
+``stand_ins.sglang_stand_ins``), all for code absent on the device machine:
+
+- SGLang's JIT CUDA kernels, returned by a stand-in ``load_jit``: top-k v2 (``topk_plan``: no
+  plan, as on a GPU without clusters; ``topk_transform_paged``: the k best of a row's first
+  ``seq_len`` scores through ``common.logits_topk``), ``block_amax`` (block maxima of 8, the
+  newest block +inf, nothing written past a row's block count), ``candidate_block_table`` (the
+  block ids ascending, INT32_MAX padded, and their pool slots / 8) and ``topk_bf16_small`` (the
+  consumer's top-k over its sparse row, page-table transform included), each with the semantics
+  its Python wrapper documents;
+- ``fp4_indexer_rope.index_q_rope_pack_weights`` (SGLang's fused RoPE + FP4 query pack): sm12x's
+  FP4 quantiser on the stand-in's already-rotated query, the head weights times their scale;
+- the model layer (``DeepseekV41Indexer``: its ``wq_b`` hands the query through), the memory
+  pool (one MXFP4 index-K pool of 68-byte slots at SGLang's SM12x page of 64 slots, shared by
+  both layers) and the configuration / platform (``get_device_sm`` 120, ``is_sm100`` false);
+- ``torch.cuda.get_device_capability`` answers (12, 0) while ``make_candidate_indexer`` first
+  runs (its ``is_sm100_or_newer`` is cached from that call, as it would be on an SM120 card);
+- ``msgspec.Struct`` where msgspec is not installed (a keyword / positional record class);
+- on the CPU only, CUDA streams and events (no-ops: one stream).
+
+Shapes: ``--decode-rows`` requests, request b seeing ``keys - 7 b`` compressed positions (the
+V4.1 ratio-1 index layers keep one per token, so 1,048,576 keys are a 1M-token context),
+``--heads`` x ``--dim`` index heads, top ``--topk``, ``2 topk / 8`` candidate blocks of 8.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import sys
+import types
+
+from prove_1m.common import SEED, TIE_TOL, logits_topk
+
+PAGE = 64  # the index-K pool's page on SM12x (dsv41_index_page_size without DeepGEMM's SM100 flag)
+KV_PAGE = 256  # SGLang's DeepSeek-V4 KV page (model override)
+BLOCK = 8  # SGLang's CANDIDATE_BLOCK_SIZE
+SLOT_BYTES = 68  # MXFP4 index key: 64 bytes of e2m1 and 4 of packed UE8M0
+BF16_TOL = 2.0 ** -7  # relative: two bf16-rounded scores this close may trade places
+INT32_MAX = 2 ** 31 - 1
+PASSES = ("init-v41", "decode-v41")
+GATE = "sglang.v41.candidate_indexer_gate"
+PACKAGE = "sglang.srt.layers.attention.dsv4.v41_indexer"
+GATE_ERROR = "the candidate indexer needs DeepGEMM's paged sparse MQA logits"
+
+
+def topk_blocks(topk):
+    """Candidate blocks per row: twice the top-k's worth of blocks of 8."""
+    return max(1, 2 * topk // BLOCK)
+
+
+# ---------------------------------------------------------------------------------------------
+# Stand-ins
+# ---------------------------------------------------------------------------------------------
+
+def _msgspec_module():
+    class Struct:
+        """msgspec.Struct as SGLang's V4.1 records use it: annotated fields (bases first), set by
+        keyword or position, class attributes as defaults."""
+
+        def __init_subclass__(cls, frozen=False, kw_only=False, **kwargs):
+            super().__init_subclass__(**kwargs)
+            fields = []
+            for base in reversed(cls.__mro__):
+                for name in inspect.get_annotations(base):
+                    if name not in fields:
+                        fields.append(name)
+            cls.__struct_fields__ = tuple(fields)
+
+        def __init__(self, *args, **kwargs):
+            fields = type(self).__struct_fields__
+            if len(args) > len(fields):
+                raise TypeError(f"{type(self).__name__}: {len(args)} positional fields, {len(fields)} declared")
+            values = dict(zip(fields, args), **kwargs)
+            for name in fields:
+                if name in values:
+                    object.__setattr__(self, name, values[name])
+                elif not hasattr(type(self), name):
+                    raise TypeError(f"{type(self).__name__}: missing field {name!r}")
+
+    module = types.ModuleType("msgspec")
+    module.Struct = Struct
+    return module
+
+
+def install_msgspec():
+    """The stand-in ``msgspec`` where none is installed."""
+    try:
+        import msgspec  # noqa: F401
+    except ImportError:
+        sys.modules["msgspec"] = _msgspec_module()
+
+
+def _topk_plan(seq_lens, metadata, static_threshold):
+    """No plan: the path a GPU without thread-block clusters takes."""
+
+
+def _topk_transform_paged(scores, seq_lens, page_tables, out_page_indices, page_size, metadata,
+                          out_raw_indices=None):
+    """Top-k v2: per row the k best of its first seq_len scores (all of them when at most k),
+    -1 padded; through ``page_tables`` as pool slots when given, raw positions otherwise."""
+    from prove_1m.stand_ins import sglang_topk_transform
+
+    if page_tables is not None:
+        sglang_topk_transform(scores, seq_lens, page_tables, out_page_indices, page_size, out_raw_indices)
+        return
+    positions = logits_topk(scores, out_page_indices.shape[1], seq_lens.reshape(-1))
+    out_page_indices.copy_(positions)
+
+
+def _amax8_varlen(scores, seq_lens, out, topk):
+    """Block maxima of 8 scores for blocks < ceil(seq_len / 8), the newest +inf, nothing written
+    past that count; rows of at most ``topk`` blocks skipped (``topk`` 0: none). Four rows at a
+    time, so the scratch stays O(4 x width)."""
+    import torch
+
+    rows, width = scores.shape
+    nb = out.shape[1]
+    for r0 in range(0, rows, 4):
+        r1 = min(rows, r0 + 4)
+        lens = seq_lens[r0:r1].long()
+        n = (lens + BLOCK - 1) // BLOCK
+        chunk = torch.full((r1 - r0, nb * BLOCK), float("-inf"), device=scores.device)
+        chunk[:, :min(width, nb * BLOCK)] = scores[r0:r1, :nb * BLOCK].float()
+        m = chunk.view(r1 - r0, nb, BLOCK).amax(dim=2)
+        i = torch.arange(nb, device=scores.device)[None]
+        m = torch.where(i == (n - 1)[:, None], torch.full_like(m, float("inf")), m)
+        write = (i < n[:, None]) & ((n > topk)[:, None] if topk > 0 else True)
+        out[r0:r1] = torch.where(write, m.to(out.dtype), out[r0:r1])
+
+
+def _candidate_block_table(blocks, seq_lens, page_table, out_pages, page_size):
+    """In place: a row's block ids ascending, INT32_MAX past min(k, ceil(seq_len / 8)); a row of
+    at most k blocks the identity; their pool slots / 8 into ``out_pages``, same padding."""
+    import torch
+
+    k = blocks.shape[1]
+    n = (seq_lens.long() + BLOCK - 1) // BLOCK
+    col = torch.arange(k, device=blocks.device)[None]
+    ids = torch.where(blocks >= 0, blocks.long(), torch.full_like(blocks, INT32_MAX, dtype=torch.long))
+    ids = torch.where((n <= k)[:, None], col.expand_as(ids), ids.sort(dim=1).values)
+    valid = col < torch.minimum(n, torch.full_like(n, k))[:, None]
+    ids = torch.where(valid, ids, INT32_MAX)
+    bpp = page_size // BLOCK
+    pages = page_table.long().gather(1, (ids.clamp(max=page_table.shape[1] * bpp - 1) // bpp))
+    slots = torch.where(valid, pages * bpp + ids % bpp, INT32_MAX)
+    blocks.copy_(ids.to(blocks.dtype))
+    out_pages.copy_(slots.to(out_pages.dtype))
+
+
+def _topk_bf16_small(scores, seq_lens, page_table, out_page_indices, page_size):
+    """The consumer's top-k: per row the k best of its first seq_len (bf16) scores, written as
+    ``page_table[b, i // page_size] * page_size + i % page_size``, -1 padded."""
+    import torch
+
+    pos = logits_topk(scores.float(), out_page_indices.shape[1], seq_lens.reshape(-1)).long()
+    p = pos.clamp(min=0)
+    slot = page_table.long().gather(1, p // page_size) * page_size + p % page_size
+    out_page_indices.copy_(torch.where(pos >= 0, slot, -1).to(out_page_indices.dtype))
+
+
+# SGLang's JIT modules by their .cuh file: the wrapper names each Python function calls
+JIT = {"topk_v2": {"topk_plan": _topk_plan, "topk_transform_paged": _topk_transform_paged},
+       "block_amax": {"amax8_varlen": _amax8_varlen},
+       "candidate_block_table": {"transform": _candidate_block_table},
+       "topk_bf16_small": {"topk_transform": _topk_bf16_small}}
+
+
+def _load_jit(name, *args, cuda_files=(), cuda_wrappers=(), **kwargs):
+    from prove_1m.stand_ins import Absent
+
+    kernel = cuda_files[0].rsplit("/", 1)[-1].removesuffix(".cuh") if cuda_files else name
+    impl = JIT.get(kernel, {})
+    return types.SimpleNamespace(**{w: impl.get(w, Absent(f"JIT {kernel}.{w}")) for w, _ in cuda_wrappers})
+
+
+def _index_q_rope_pack_weights(q, freqs, positions, weights, scale):
+    from sm12x.kernels.indexer.cache import quant_fp4_per_token
+
+    q_fp4, q_sf = quant_fp4_per_token(q.float())
+    return q_fp4, q_sf, weights.float() * scale
+
+
+def _async_h2d(values, dtype, device):
+    import torch
+
+    return torch.tensor(values, dtype=dtype, device=device)
+
+
+def stand_ins():
+    """{module: {name: value}} for what the V4.1 modules import beyond the C4 indexer's."""
+    return {
+        "sglang.kernels.jit.utils": {"cache_once": functools.cache, "is_arch_support_pdl": lambda: False,
+                                     "is_hip_runtime": lambda: False, "load_jit": _load_jit,
+                                     "make_cpp_args": lambda *a: ", ".join(map(str, a))},
+        "sglang.kernels.jit.utils.occupancy": {"NoSchedulableClustersError": RuntimeError,
+                                               "get_max_active_clusters": lambda *a, **k: 0},
+        "sglang.kernels.ops.attention.deep_select": {"is_deep_select_supported": lambda: False},
+        "sglang.kernels.ops.attention.dsv4.fp4_indexer": {},
+        "sglang.kernels.ops.attention.dsv4.fp4_indexer_rope":
+            {"index_q_rope_pack_weights": _index_q_rope_pack_weights},
+        "sglang.kernels.ops.quantization.fp4_indexer_quant": {},
+        "sglang.srt.utils.common": {"async_h2d": _async_h2d, "ceil_align": lambda x, a: -(-x // a) * a},
+        "sglang.srt.layers.attention.dsv4.dsv41_sparse": {},
+        "sglang.srt.mem_cache.deepseek_v4_memory_pool": {},
+        "sglang.srt.layers.deep_gemm_wrapper": {},
+    }
+
+
+@contextlib.contextmanager
+def sm120_capability():
+    """``torch.cuda.get_device_capability`` answers (12, 0) inside: SGLang's V4.1 functions read the
+    capability there, and a Hopper or CPU run must take SM120's branches."""
+    import torch
+
+    real = torch.cuda.get_device_capability
+    torch.cuda.get_device_capability = lambda *a, **k: (12, 0)
+    try:
+        yield
+    finally:
+        torch.cuda.get_device_capability = real
+
+
+def cpu_cuda_stand_ins():
+    """One stream on the CPU: SGLang's V4.1 decode makes a side stream and events."""
+    import torch
+
+    class Stream:
+        def __init__(self, *a, **k):
+            pass
+
+        def wait_stream(self, other):
+            pass
+
+        def wait_event(self, event):
+            pass
+
+    class Event:
+        def __init__(self, *a, **k):
+            pass
+
+        def record(self, stream=None):
+            pass
+
+        def synchronize(self):
+            pass
+
+    main = Stream()
+    torch.cuda.Stream, torch.cuda.Event = Stream, Event
+    torch.cuda.current_stream = lambda *a, **k: main
+    torch.cuda.stream = lambda s: contextlib.nullcontext()
+    torch.Tensor.record_stream = lambda self, stream: None
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs and the passes
+# ---------------------------------------------------------------------------------------------
+
+class V41Inputs(types.SimpleNamespace):
+    """The pool (uint8 [pages, PAGE x 68], ``cache`` its [pages, PAGE, 1, 68] view) and per layer
+    the stand-in's rotated query (float32 [rows, heads x dim]) and head weights [rows, heads]."""
+
+
+def make_inputs(args, device):
+    import torch
+
+    from sm12x.kernels.indexer.cache import quant_fp4_paged_cache
+
+    g = torch.Generator(device=device).manual_seed(SEED + 41)
+    pages = -(-args.keys // PAGE)
+    flat = torch.empty(pages, PAGE * SLOT_BYTES, dtype=torch.uint8, device=device)
+    for p0 in range(0, pages, 2048):  # in slices: the float32 keys take 4 bytes a value
+        p1 = min(pages, p0 + 2048)
+        values = torch.randn(p1 - p0, PAGE, args.dim, generator=g, device=device)
+        flat[p0:p1] = quant_fp4_paged_cache(values).reshape(p1 - p0, -1)
+    rows = args.decode_rows
+
+    def layer():
+        return (torch.randn(rows, args.heads * args.dim, generator=g, device=device),
+                torch.rand(rows, args.heads, generator=g, device=device))
+
+    (q_src, w_src), (q_con, w_con) = layer(), layer()
+    return V41Inputs(flat=flat, cache=flat.view(pages, PAGE, 1, SLOT_BYTES), q_src=q_src, w_src=w_src,
+                     q_con=q_con, w_con=w_con)
+
+
+def _lens(keys, rows, device):
+    import torch
+
+    return (keys - 7 * torch.arange(rows, dtype=torch.int32, device=device)).clamp(min=1)
+
+
+def _pool(inputs):
+    return types.SimpleNamespace(get_index_k_with_scale_buffer=lambda layer_id: inputs.flat,
+                                 get_index_k_page_size=lambda ratio: PAGE)
+
+
+def make_backend(inputs, topk, device):
+    """SGLang's ``make_candidate_indexer`` as the attention backend calls it for a V4.1 model:
+    (prefill backend, decode backend), or the exception it raises."""
+    import torch
+
+    package = sys.modules.get(PACKAGE) or __import__(PACKAGE, fromlist=["_"])
+    with sm120_capability():
+        return package.make_candidate_indexer(
+            token_to_kv_pool=_pool(inputs), req_to_token=torch.zeros(1, 1, dtype=torch.int32, device=device),
+            page_size=KV_PAGE, candidate_topk_blocks=topk_blocks(topk), candidate_block_size=BLOCK)
+
+
+def init_outcome(inputs, topk, mode, device):
+    """The init pass: {outcome, same, ties, wrong} (wrong 1 when the outcome is not the mode's)."""
+    try:
+        prefill, decode = make_backend(inputs, topk, device)
+        outcome = f"{type(decode).__name__} (prefill: {type(prefill).__name__})"
+        good = mode == "patched" and type(decode).__name__ == "SparseTableBackend"
+    except Exception as e:  # SGLang's refusal is this pass's unpatched result
+        outcome = f"{type(e).__name__}: {str(e).splitlines()[0][:90] if str(e) else ''}"
+        good = mode == "unpatched" and isinstance(e, RuntimeError) and GATE_ERROR in str(e)
+    return {"outcome": outcome, "same": int(good), "ties": 0, "wrong": int(not good)}
+
+
+def decode_call(inputs, keys, args, mode, device):
+    """A call running the source layer's ``publish_decode`` and a consumer's ``consume_decode`` at
+    ``keys`` compressed positions; it returns [source slots | consumer slots | published blocks
+    (INT32_MAX padded)], int32 [rows, 2 topk + topk_blocks]."""
+    import torch
+
+    import deep_gemm
+    from sglang.kernels.ops.attention.dsv4.topk import plan_topk_v2
+    from sglang.srt.layers.attention.dsv4.metadata import PagedIndexerMetadata
+
+    types_mod = sys.modules.get(f"{PACKAGE}.types") or __import__(f"{PACKAGE}.types", fromlist=["_"])
+    if mode == "patched":
+        _, backend = make_backend(inputs, args.topk, device)
+    else:
+        from sglang.srt.layers.attention.dsv4.v41_indexer.sparse_table import SparseTableBackend
+
+        backend = SparseTableBackend(token_to_kv_pool=_pool(inputs), page_size=KV_PAGE,
+                                     candidate_topk_blocks=topk_blocks(args.topk), candidate_block_size=BLOCK)
+    rows = args.decode_rows
+    lens = _lens(keys, rows, device)
+    pages = -(-keys // PAGE)
+    table = torch.arange(pages, dtype=torch.int32, device=device)[None].expand(rows, -1).contiguous()
+    metadata = PagedIndexerMetadata(
+        page_size=KV_PAGE, compressed_page_size=PAGE, page_table=table, compressed_seq_lens=lens, use_topk_v2=True,
+        deep_gemm_metadata=deep_gemm.get_paged_mqa_logits_metadata(lens[:, None].contiguous(), PAGE, 132),
+        topk_metadata=plan_topk_v2(lens), max_compressed_seq_len=keys, rows_per_request=1)
+    indexer = types.SimpleNamespace(n_local_heads=args.heads, n_heads=args.heads, index_head_dim=args.dim,
+                                    index_topk=args.topk, wq_b=lambda q_lora: (q_lora, None),
+                                    head_weights_raw=lambda x: x, head_weight_scale=1.0)
+    freqs = torch.ones(1, 1, dtype=torch.complex64, device=device)
+
+    def layer(layer_id, q, w):
+        return types_mod.DecodeInputs(
+            indexer=indexer, layer_id=layer_id, compress_ratio=1, freqs_cis=freqs, x=w, q_lora=q,
+            positions=(lens - 1).long(), req_rows=torch.arange(rows, device=device), paged_metadata=metadata,
+            is_verify=False, out_page_indices=torch.full((rows, args.topk), -7, dtype=torch.int32, device=device))
+
+    source, consumer = layer(0, inputs.q_src, inputs.w_src), layer(1, inputs.q_con, inputs.w_con)
+
+    def call():
+        published = backend.publish_decode(source)
+        backend.consume_decode(consumer, published)
+        return torch.cat([source.out_page_indices, consumer.out_page_indices, published.blocks], dim=1)
+
+    return call
+
+
+# ---------------------------------------------------------------------------------------------
+# The check against the references
+# ---------------------------------------------------------------------------------------------
+
+def _verdict(scores, got, k, tol):
+    """'same', 'tied' or 'wrong': ``got`` (a set of columns) against the k best of ``scores`` (one
+    row, -inf where invalid), entries that differ allowed only within ``tol`` of the k-th."""
+    import torch
+
+    k = min(k, int(torch.isfinite(scores).sum()) + int((scores == float("inf")).sum()))
+    if len(got) != k:
+        return "wrong"
+    if k == 0:
+        return "same"
+    want = set(torch.topk(scores, k).indices.tolist())
+    if got == want:
+        return "same"
+    kth = scores[list(want)].min()
+    diff = torch.tensor(sorted(got ^ want), device=scores.device)
+    if bool(((scores[diff] - kth).abs() <= tol * kth.abs().clamp(min=1e-6)).all()):
+        return "tied"
+    return "wrong"
+
+
+def check(inputs, keys, args, out):
+    """(rows same, rows tied, rows wrong) of a decode pass's output against the references."""
+    import torch
+
+    from sm12x.kernels.indexer.cache import dequant_fp4, dequant_paged_cache, quant_fp4_per_token
+    from sm12x.kernels.indexer.reference import ref_mqa_logits
+
+    device = inputs.flat.device
+    rows, topk, kb = args.decode_rows, args.topk, topk_blocks(args.topk)
+    lens = _lens(keys, rows, device)
+    pages = -(-keys // PAGE)
+    k = dequant_paged_cache(inputs.cache[:pages], args.dim, fp4=True).reshape(-1, args.dim)[:keys]
+
+    def ref(q, w, idx):  # the scores of the query the stand-in packs: its FP4 values
+        qf = dequant_fp4(*quant_fp4_per_token(q[idx].view(-1, args.heads, args.dim).float()))
+        return ref_mqa_logits(qf, k, None, w[idx], torch.zeros(len(idx), dtype=torch.int32, device=device),
+                              lens[idx])
+
+    counts = {"same": 0, "tied": 0, "wrong": 0}
+    for r0 in range(0, rows, 8):
+        idx = list(range(r0, min(rows, r0 + 8)))
+        s_src, s_con = ref(inputs.q_src, inputs.w_src, idx), ref(inputs.q_con, inputs.w_con, idx)
+        nb = -(-keys // BLOCK)
+        padded = torch.full((len(idx), nb * BLOCK), float("-inf"), device=device)
+        padded[:, :keys] = s_src
+        block_scores = padded.view(len(idx), nb, BLOCK).amax(dim=2)
+        for i, r in enumerate(idx):
+            n = -(-int(lens[r]) // BLOCK)
+            block_scores[i, n - 1] = float("inf")
+            block_scores[i, n:] = float("-inf")
+            src = set(out[r, :topk].tolist()) - {-1}
+            con = set(out[r, topk:2 * topk].tolist()) - {-1}
+            blocks = set(out[r, 2 * topk:].tolist()) - {INT32_MAX, -1}
+            allowed = torch.full_like(s_con[i], float("-inf"))
+            ids = torch.tensor(sorted(blocks), dtype=torch.long, device=device)
+            cols = (ids[:, None] * BLOCK + torch.arange(BLOCK, device=device)[None]).flatten()
+            cols = cols[cols < int(lens[r])]
+            allowed[cols] = s_con[i, cols]
+            verdicts = {_verdict(s_src[i], src, topk, TIE_TOL), _verdict(block_scores[i], blocks, kb, TIE_TOL),
+                        _verdict(allowed, con, topk, BF16_TOL)}
+            counts["wrong" if "wrong" in verdicts else "tied" if "tied" in verdicts else "same"] += 1
+    return counts["same"], counts["tied"], counts["wrong"]
