@@ -32,11 +32,15 @@ pair where the release's source shows it:
   own copies of ``fp8_fp4_paged_mqa_logits`` and ``get_indexer_topk`` (decode) as the pair above;
   its prefill goes through the ``fused_mqa_topk`` seam, whose copies the fused records rebind.
 - SGLang 0.5.23's DeepSeek-V4.1 sparse-table scheme (``v41_indexer/sparse_table.py``): the
-  candidate source layer's unchunked decode (``publish_decode``) reads one [rows,
-  max_compressed_seq_len] logits tensor with the v2 transform and ``amax_topk_blocks``; the
-  module's copies of those two and of ``deep_gemm_fp4_paged_mqa_logits`` are replaced as a set
-  (:mod:`sm12x.frontends.sglang.v41`). Its prefill scores in SGLang's own 2 GiB tiles and its
-  consumers read candidate-only logits already.
+  candidate source layer's decode (``publish_decode``) reads one [rows, max_compressed_seq_len]
+  logits tensor with the v2 transform and ``amax_topk_blocks``; the module's copies of those two
+  and of ``deep_gemm_fp4_paged_mqa_logits`` are replaced as a set
+  (:mod:`sm12x.frontends.sglang.v41`). Its chunked form (``_publish_decode_chunked``: SGLang's
+  row chunks past SM120's 4,096-row cap or an eager step's free-memory budget) reads each chunk's
+  logits through the DeepSeek-V4 indexer module's ``topk_transform_paged_from_metadata``, i.e.
+  that module's transforms, which the ``sglang.dsv4.indexer.topk_transform_paged(_v2)`` records
+  replace: served the same way where they are applied. Its prefill scores in SGLang's own 2 GiB
+  tiles and its consumers read candidate-only logits already.
 - SGLang 0.5.20-0.5.23's DeepSeek-V4 indexer: the paged logits functions SM120 uses by default
   (TileLang, torch) and DeepGEMM's ``fp8_paged_mqa_logits`` when those are turned off (a
   placeholder only for ``run_paged_indexer``'s call): ``PAGED_LAYERS``, which the DeepGEMM-route
@@ -257,8 +261,9 @@ def _sglang_v41(name, make, why):
     return Patch(name=f"sglang.v41.sparse_table.{name}", target=f"{sglang_wrappers.V41_SPARSE_TABLE}:{name}",
                  make=make, why=why, upstream=_SGLANG_V41_UPSTREAM, library="sglang", versions=">=0.5.23,<0.5.24",
                  retire_when=_RETIRE_SGLANG_V41,
-                 notes="the unchunked publish_decode only (a chunked logits plan keeps SGLang's path), and only "
-                       "with all three records applied and the candidate gate letting SGLang build this scheme")
+                 notes="publish_decode, and its chunked form where the DeepSeek-V4 indexer's transform records "
+                       "(sglang.dsv4.indexer.topk_transform_paged / _v2) are applied too; only with all three "
+                       "records applied and the candidate gate letting SGLang build this scheme")
 
 
 SGLANG_V41_PATCHES = (
