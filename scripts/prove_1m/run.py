@@ -430,7 +430,7 @@ def _sglang_v41_pass(kind, inputs, keys, args, device, row):
         row.update(ok=True, peak=None, ms=None, logits_topk_calls=0, checked="reference",
                    **sglang_v41.init_outcome(inputs, args.topk, args.mode, device))
         return
-    call = sglang_v41.decode_call(inputs, keys, args, args.mode, device)
+    call = sglang_v41.decode_call(inputs, keys, args, args.mode, device, chunked=kind.endswith("-chunked"))
     RUN.logits_topk_calls = 0
     out, peak, ms = measure(call, device, args.reps)
     row.update(ok=True, peak=peak, ms=ms, logits_topk_calls=RUN.logits_topk_calls // (1 + args.reps))

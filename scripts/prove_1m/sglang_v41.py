@@ -13,7 +13,13 @@ Two passes:
   one decode row per request, at every context. Patched, the backend is the one
   ``make_candidate_indexer`` built; unpatched, SGLang's ``SparseTableBackend`` itself (the class
   that function builds where SGLang's own flag is true), so that the source layer computes its
-  [rows, max_compressed_seq_len] FP32 logits as SGLang does. Both layers' index sets and the
+  [rows, max_compressed_seq_len] FP32 logits as SGLang does.
+- ``decode-v41-chunked``: the same with the metadata in two row chunks, SGLang's plan past SM120's
+  4,096-row cap or an eager step's free-memory budget: the source layer's
+  ``_publish_decode_chunked`` (a chunk's logits at a time, ranked through the DeepSeek-V4 indexer
+  module's ``topk_transform_paged_from_metadata``).
+
+In both decode passes both layers' index sets and the
   published blocks are checked in both modes against ``sm12x.kernels.indexer.reference``: the
   same sets per row, or sets that differ only by entries tied with the row's k-th reference score
   (``TIE_TOL`` relative for the FP32 source scores and block maxima, ``BF16_TOL`` for the
@@ -46,6 +52,10 @@ or sm12x's stand-in ``deep_gemm`` where none is installed. Stand-ins (besides th
 - ``msgspec.Struct`` where msgspec is not installed (a keyword / positional record class);
 - on the CPU only, CUDA streams and events (no-ops: one stream).
 
+The metadata is SM120's: DeepGEMM's schedule (SGLang forces it for the FP4 indexer on SM120)
+and no top-k v2 (SGLang's SM120 hook turns it off, so the plan is empty and the chunked form ranks
+through the v1 transform; the unchunked ``publish_decode`` calls the v2 transform regardless).
+
 Shapes: ``--decode-rows`` requests, request b seeing ``keys - 7 b`` compressed positions (the
 V4.1 ratio-1 index layers keep one per token, so 1,048,576 keys are a 1M-token context),
 ``--heads`` x ``--dim`` index heads, top ``--topk``, ``2 topk / 8`` candidate blocks of 8.
@@ -66,7 +76,7 @@ BLOCK = 8  # SGLang's CANDIDATE_BLOCK_SIZE
 SLOT_BYTES = 68  # MXFP4 index key: 64 bytes of e2m1 and 4 of packed UE8M0
 BF16_TOL = 2.0 ** -7  # relative: two bf16-rounded scores this close may trade places
 INT32_MAX = 2 ** 31 - 1
-PASSES = ("init-v41", "decode-v41")
+PASSES = ("init-v41", "decode-v41", "decode-v41-chunked")
 GATE = "sglang.v41.candidate_indexer_gate"
 PACKAGE = "sglang.srt.layers.attention.dsv4.v41_indexer"
 GATE_ERROR = "the candidate indexer needs DeepGEMM's paged sparse MQA logits"
@@ -347,14 +357,24 @@ def init_outcome(inputs, topk, mode, device):
     return {"outcome": outcome, "same": int(good), "ties": 0, "wrong": int(not good)}
 
 
-def decode_call(inputs, keys, args, mode, device):
-    """A call running the source layer's ``publish_decode`` and a consumer's ``consume_decode`` at
+class ChunkedMetadata(types.SimpleNamespace):
+    """SGLang's PagedIndexerMetadata with its logits plan in row chunks: ``deep_gemm_metadata`` a
+    list of per-chunk schedules, ``row_chunks()`` the (rows, schedule) pairs."""
+
+    def row_chunks(self):
+        n = self.compressed_seq_lens.shape[0]
+        starts = range(0, n, self.rows_per_chunk)
+        return [(slice(s, min(s + self.rows_per_chunk, n)), plan) for s, plan in zip(starts, self.deep_gemm_metadata)]
+
+
+def decode_call(inputs, keys, args, mode, device, chunked=False):
+    """A call running the source layer's ``publish_decode`` (``chunked``: with its metadata in two
+    row chunks, so SGLang takes ``_publish_decode_chunked``) and a consumer's ``consume_decode`` at
     ``keys`` compressed positions; it returns [source slots | consumer slots | published blocks
     (INT32_MAX padded)], int32 [rows, 2 topk + topk_blocks]."""
     import torch
 
     import deep_gemm
-    from sglang.kernels.ops.attention.dsv4.topk import plan_topk_v2
     from sglang.srt.layers.attention.dsv4.metadata import PagedIndexerMetadata
 
     types_mod = sys.modules.get(f"{PACKAGE}.types") or __import__(f"{PACKAGE}.types", fromlist=["_"])
@@ -369,10 +389,18 @@ def decode_call(inputs, keys, args, mode, device):
     lens = _lens(keys, rows, device)
     pages = -(-keys // PAGE)
     table = torch.arange(pages, dtype=torch.int32, device=device)[None].expand(rows, -1).contiguous()
-    metadata = PagedIndexerMetadata(
-        page_size=KV_PAGE, compressed_page_size=PAGE, page_table=table, compressed_seq_lens=lens, use_topk_v2=True,
-        deep_gemm_metadata=deep_gemm.get_paged_mqa_logits_metadata(lens[:, None].contiguous(), PAGE, 132),
-        topk_metadata=plan_topk_v2(lens), max_compressed_seq_len=keys, rows_per_request=1)
+    def schedule(rows):
+        return deep_gemm.get_paged_mqa_logits_metadata(lens[rows, None].contiguous(), PAGE, 132)
+
+    common = dict(page_size=KV_PAGE, compressed_page_size=PAGE, page_table=table, compressed_seq_lens=lens,
+                  use_topk_v2=False, topk_metadata=torch.empty((0,)), topk_metadata_chunks=None,
+                  max_compressed_seq_len=keys, rows_per_request=1)
+    if chunked:
+        per = max(1, -(-rows // 2))
+        metadata = ChunkedMetadata(**common, rows_per_chunk=per,
+                                   deep_gemm_metadata=[schedule(slice(s, s + per)) for s in range(0, rows, per)])
+    else:
+        metadata = PagedIndexerMetadata(**common, rows_per_chunk=None, deep_gemm_metadata=schedule(slice(None)))
     indexer = types.SimpleNamespace(n_local_heads=args.heads, n_heads=args.heads, index_head_dim=args.dim,
                                     index_topk=args.topk, wq_b=lambda q_lora: (q_lora, None),
                                     head_weights_raw=lambda x: x, head_weight_scale=1.0)

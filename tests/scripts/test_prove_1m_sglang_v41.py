@@ -1,8 +1,8 @@
 """scripts/prove_1m_indexer.py's SGLang 0.5.23 DeepSeek-V4.1 passes (``--v41``, ``init-v41`` and
-``decode-v41``) end to end at a tiny scale on the CPU (Triton interpreter): unpatched,
+``decode-v41``, ``decode-v41-chunked``) end to end at a tiny scale on the CPU (Triton interpreter): unpatched,
 ``make_candidate_indexer`` raises SGLang's RuntimeError and SGLang's own source decode ranks its
-materialised logits; patched, the backend is the sparse table and the source layer's top-k and
-blocks come from sm12x's fused candidate top-k (one top-k over logits left: the consumer's sparse
+materialised logits (whole, or in row chunks); patched, the backend is the sparse table and the
+source layer's top-k and blocks come from sm12x's fused candidate top-k (one top-k over logits left: the consumer's sparse
 row); both modes' index sets match the references. A planted bug in SGLang's row lengths makes
 the script exit 1.
 
@@ -25,7 +25,7 @@ SCRIPT = os.path.join(REPO, "scripts", "prove_1m_indexer.py")
 RELEASE = "sglang-0.5.23"
 TINY = ["--device", "cpu", "--keys", "256", "--queries", "8", "--decode-rows", "2", "--topk", "16", "--heads", "16",
         "--dim", "128", "--reps", "0", "--contexts", "256", "--releases", RELEASE, "--v41",
-        "--passes", "init-v41,decode-v41"]
+        "--passes", "init-v41,decode-v41,decode-v41-chunked"]
 V41 = "sglang/srt/layers/attention/dsv4/v41_indexer"
 OPS = "sglang/kernels/ops/attention/dsv4"
 
@@ -34,7 +34,19 @@ def _tree(bug=False):
     valid = "valid // 2" if bug else "valid"  # the planted bug: each sparse row half its keys
     return {
         **dist_infos({"sglang": "0.5.23"}),
-        "sglang/srt/layers/attention/dsv4/indexer.py": "# the C4 indexer: not run by the V4.1 passes\n",
+        # the C4 indexer's transforms, which the chunked source decode reaches through its metadata
+        "sglang/srt/layers/attention/dsv4/indexer.py": """
+            from sglang.kernels.ops.attention.dsv4 import topk_transform_paged, topk_transform_paged_v2
+
+            def topk_transform_paged_from_metadata(logits, metadata, page_indices, raw_indices=None, *, rows=None,
+                                                   topk_metadata=None):
+                seq_lens, table = metadata.compressed_seq_lens[rows], metadata.page_table[rows]
+                if metadata.use_topk_v2:
+                    topk_transform_paged_v2(logits, seq_lens, table, page_indices[rows],
+                                            metadata.compressed_page_size, topk_metadata)
+                else:
+                    topk_transform_paged(logits, seq_lens, table, page_indices[rows], metadata.compressed_page_size)
+        """,
         "sglang/srt/layers/deep_gemm_wrapper/configurer.py": """
             from sglang.srt.runtime_context import get_platform
             DEEPGEMM_BLACKWELL = get_platform().is_sm100
@@ -90,6 +102,7 @@ def _tree(bug=False):
             from sglang.kernels.ops.attention.dsv4.fp4_indexer_rope import index_q_rope_pack_weights
             from sglang.kernels.ops.attention.dsv4.index_logits import deep_gemm_fp4_paged_mqa_logits, sparse_logits
             from sglang.kernels.ops.attention.dsv4.topk import topk_transform_paged_v2, topk_transform_sparse
+            from sglang.srt.layers.attention.dsv4.indexer import topk_transform_paged_from_metadata
 
             def _data(inputs, pool):
                 ind, rows = inputs.indexer, inputs.x.shape[0]
@@ -111,6 +124,8 @@ def _tree(bug=False):
                     m = inputs.paged_metadata
                     q_fp4, q_sf, w, k = _data(inputs, self.token_to_kv_pool)
                     seq_lens = m.compressed_seq_lens.reshape(-1)
+                    if isinstance(m.deep_gemm_metadata, list):
+                        return self._publish_decode_chunked(inputs, (q_fp4, q_sf, w, k), seq_lens)
                     logits = deep_gemm_fp4_paged_mqa_logits((q_fp4, q_sf), k, w, seq_lens, m.page_table,
                                                             m.deep_gemm_metadata, m.max_compressed_seq_len)
                     topk_transform_paged_v2(logits, seq_lens, m.page_table, inputs.out_page_indices,
@@ -122,6 +137,26 @@ def _tree(bug=False):
                                                              q_fp4.dtype, torch.arange(len(seq_lens)).int())
                     return types.SimpleNamespace(blocks=blocks, schedule=schedule, phys_blocks=phys,
                                                  valid_lens=valid, ready=None)
+
+                def _publish_decode_chunked(self, inputs, data, seq_lens):
+                    m = inputs.paged_metadata
+                    q_fp4, q_sf, w, k = data
+                    blocks, phys, valid = [], [], []
+                    for rows, plan in m.row_chunks():
+                        logits = deep_gemm_fp4_paged_mqa_logits((q_fp4[rows], q_sf[rows]), k, w[rows], seq_lens[rows],
+                                                                m.page_table[rows], plan, m.max_compressed_seq_len)
+                        topk_transform_paged_from_metadata(logits, m, inputs.out_page_indices, None, rows=rows)
+                        nblocks, v = candidate_row_lens(seq_lens[rows], self.topk_blocks)
+                        b = amax_topk_blocks(logits, seq_lens[rows], nblocks, self.topk_blocks)
+                        phys.append(sort_candidate_blocks(b, seq_lens[rows], m.page_table[rows],
+                                                          m.compressed_page_size))
+                        blocks.append(b)
+                        valid.append(v)
+                    blocks = torch.cat(blocks)
+                    schedule = build_sparse_indexer_schedule(blocks, seq_lens, m.page_table, m.compressed_page_size,
+                                                             q_fp4.dtype, torch.arange(len(seq_lens)).int())
+                    return types.SimpleNamespace(blocks=blocks, schedule=schedule, phys_blocks=torch.cat(phys),
+                                                 valid_lens=torch.cat(valid), ready=None)
 
                 def consume_decode(self, inputs, published):
                     q_fp4, q_sf, w, k = _data(inputs, self.token_to_kv_pool)
@@ -248,9 +283,12 @@ def test_sglang_v41_init_and_decode_through_sm12x(tmp_path):
     assert "RuntimeError: the candidate indexer needs DeepGEMM's paged sparse MQA logits" in \
         by["unpatched", "init-v41"]["outcome"], by
     assert by["patched", "init-v41"]["outcome"].startswith("SparseTableBackend"), by
-    for mode, topk_on_logits in (("unpatched", 3), ("patched", 1)):
-        r = by[mode, "decode-v41"]
-        # unpatched: the source's own top-k, its block top-k and the consumer's; patched: the consumer's
+    # unpatched: the source's own top-k and its block top-k (per row chunk) and the consumer's; patched:
+    # the consumer's
+    for (mode, kind), topk_on_logits in {("unpatched", "decode-v41"): 3, ("patched", "decode-v41"): 1,
+                                         ("unpatched", "decode-v41-chunked"): 5,
+                                         ("patched", "decode-v41-chunked"): 1}.items():
+        r = by[mode, kind]
         assert r["ok"] and r["logits_topk_calls"] == topk_on_logits, r
         assert (r["same"] + r["ties"], r["wrong"]) == (2, 0), r
     assert "FAIL" not in proc.stderr
