@@ -6,7 +6,7 @@
 #   scripts/extract_indexer_sources.sh WHEEL_DIR [OUT_DIR]      (OUT_DIR defaults to .proof-src)
 #
 # WHEEL_DIR holds vllm-0.34.0-*.whl, vllm-0.25.1-*.whl and sglang-0.5.23-*.whl (a missing one
-# is reported and skipped). OUT_DIR/<dist>-<version>/ gets the files; about 300 KB in all, so
+# is reported and skipped). OUT_DIR/<dist>-<version>/ gets the files; about 450 KB in all, so
 # it can be carried to a device machine. OUT_DIR is git-ignored: nothing of theirs is committed.
 set -euo pipefail
 
