@@ -20,7 +20,8 @@ decode with a consumer layer, checked against sm12x's references in both modes
 What runs as the frameworks' code: the modules ``extract_indexer_sources.sh`` takes from the
 wheels (vLLM: ``sparse_attn_indexer``, and for 0.34 ``indexer_topk`` and ``fused_mqa_topk``;
 SGLang: ``srt/layers/attention/dsv4/indexer``, and for ``--v41`` its V4.1 indexer package with
-the kernel-op modules it calls, listed in ``scripts/prove_1m/sglang_v41.py``). Every other module they import is a stand-in
+the kernel-op modules it calls, listed in ``scripts/prove_1m/sglang_v41.py``). Every other module
+they import is a stand-in
 (``scripts/prove_1m/stand_ins.py``: ``vllm_stand_ins``, ``sglang_stand_ins``): configuration, distributed state,
 forward context, metadata classes, and the compiled kernels they call, which are absent on the
 device machine:

@@ -52,7 +52,8 @@ def table(args, rows):
                 else:
                     note = "within the cap at every step" if un and keys == shown[-1] else ""
                 if (u and "outcome" in u) or (p and "outcome" in p):  # a pass whose result is an outcome
-                    note = f"unpatched: {(u or {}).get('outcome', 'not run')}; sm12x: {(p or {}).get('outcome', 'not run')}"
+                    note = (f"unpatched: {(u or {}).get('outcome', 'not run')}; "
+                            f"sm12x: {(p or {}).get('outcome', 'not run')}")
                 ratio = f"{u['peak'] / p['peak']:.1f}x" if u_ok and p_ok and u["peak"] and p["peak"] else ""
                 speed = f"{u['ms'] / p['ms']:.2f}x" if u_ok and p_ok and u["ms"] and p["ms"] else ""
                 check = f"{p['same']} / {p['ties']} / {p['wrong']}" if p_ok and "same" in p else ""
@@ -60,13 +61,14 @@ def table(args, rows):
                 unpatched = (f"{_gib(u['peak'])} | {_ms(u['ms'])}" if u_ok
                              else f"{'failed' if u else 'not run'} | ")
                 mine = f"{_gib(p['peak'])} | {_ms(p['ms'])}" if p_ok else f"{'FAILED' if p else 'not run'} | "
-                lines.append(f"| {PASS_CALL.get((release, kind), FRAMEWORK_CALL[release])} | {PASS_LABEL.get((release, kind), kind)} | {keys:,} | "
+                call = PASS_CALL.get((release, kind), FRAMEWORK_CALL[release])
+                lines.append(f"| {call} | {PASS_LABEL.get((release, kind), kind)} | {keys:,} | "
                              f"{unpatched} | {mine} | {ratio} | {speed} | {calls} | {check} | {note} |")
     for r in rows:
         # the V4.1 SGLang passes check both modes against the references: a wrong unpatched row fails too
         if r.get("ok") and r.get("wrong") and (r["mode"] == "patched" or r.get("checked") == "reference"):
-            failures.append(f"{r['release']} {r['pass']} ({r['mode']}) at {r['keys']} keys: {r['wrong']} rows differ "
-                            f"beyond ties")
+            mode = "" if r["mode"] == "patched" else f" ({r['mode']})"
+            failures.append(f"{r['release']} {r['pass']}{mode} at {r['keys']} keys: {r['wrong']} rows differ beyond ties")
         if r["pass"] == "worker":
             failures.append(f"{r['release']} {r['mode']}: {r['error']}")
     return "\n".join(lines), failures

@@ -1,15 +1,15 @@
-"""scripts/prove_1m_indexer.py's SGLang 0.5.23 DeepSeek-V4.1 passes (``--v41``, ``init-v41`` and
-``decode-v41``, ``decode-v41-chunked``) end to end at a tiny scale on the CPU (Triton interpreter): unpatched,
-``make_candidate_indexer`` raises SGLang's RuntimeError and SGLang's own source decode ranks its
-materialised logits (whole, or in row chunks); patched, the backend is the sparse table and the
-source layer's top-k and blocks come from sm12x's fused candidate top-k (one top-k over logits left: the consumer's sparse
-row); both modes' index sets match the references. A planted bug in SGLang's row lengths makes
-the script exit 1.
+"""scripts/prove_1m_indexer.py's SGLang 0.5.23 DeepSeek-V4.1 passes (``--v41``: ``init-v41``,
+``decode-v41``, ``decode-v41-chunked``) end to end at a tiny scale on the CPU (Triton
+interpreter): unpatched, ``make_candidate_indexer`` raises SGLang's RuntimeError and SGLang's own
+source decode ranks its materialised logits (whole, or in row chunks); patched, the backend is
+the sparse table and the source layer's top-k and blocks come from sm12x's fused candidate top-k
+(one top-k over logits left: the consumer's sparse row); both modes' index sets match the
+references. A planted bug in SGLang's row lengths makes the script exit 1.
 
 SGLang's modules are the real ones extracted from the wheel when it is on this machine
-(``SM12X_FRAMEWORK_WHEELS`` when set, else /tmp/moe-wheels or /tmp/wheels), else the stand-in tree below:
-written from those modules' sources, it keeps the names, signatures and call sequence the
-records and the script meet (the gate, the source decode's three readers of its logits, the
+(``SM12X_FRAMEWORK_WHEELS`` when set, else /tmp/moe-wheels or /tmp/wheels), else the stand-in
+tree below: written from those modules' sources, it keeps the names, signatures and call sequence
+the records and the script meet (the gate, the source decode's three readers of its logits, the
 consumer's sparse logits and top-k, the JIT modules by file name), the rest left out."""
 import json
 import os
@@ -300,4 +300,5 @@ def test_sglang_v41_wrong_rows_fail_the_proof(tmp_path):
     src, _ = _sources(tmp_path, bug=True)
     proc, rows = _prove(src, tmp_path)
     assert proc.returncode == 1, proc.stderr
-    assert "decode-v41 (patched) at 256 keys" in proc.stderr and "rows differ beyond ties" in proc.stderr
+    assert "decode-v41 at 256 keys" in proc.stderr and "decode-v41 (unpatched) at 256 keys" in proc.stderr, proc.stderr
+    assert "rows differ beyond ties" in proc.stderr
