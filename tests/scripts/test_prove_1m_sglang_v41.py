@@ -302,3 +302,23 @@ def test_sglang_v41_wrong_rows_fail_the_proof(tmp_path):
     assert proc.returncode == 1, proc.stderr
     assert "decode-v41 at 256 keys" in proc.stderr and "decode-v41 (unpatched) at 256 keys" in proc.stderr, proc.stderr
     assert "rows differ beyond ties" in proc.stderr
+
+
+def test_verdict_allows_ties_at_the_kth_score_only():
+    """The reference check (``sglang_v41._verdict``): the k best columns of a row are 'same', a swap
+    with a key tied at the k-th score (within the tolerance) 'tied', anything else 'wrong'."""
+    import torch
+
+    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    try:
+        from prove_1m.sglang_v41 import _verdict
+    finally:
+        sys.path.remove(os.path.join(REPO, "scripts"))
+    inf = float("inf")
+    s = torch.tensor([5.0, 4.0, 3.0, 3.0 + 1e-7, 1.0, -inf])
+    assert _verdict(s, {0, 1, 3}, 3, 1e-5) == "same"
+    assert _verdict(s, {0, 1, 2}, 3, 1e-5) == "tied"
+    assert _verdict(s, {0, 1, 4}, 3, 1e-5) == "wrong"
+    assert _verdict(s, {0, 1}, 3, 1e-5) == "wrong"  # too few
+    assert _verdict(s, {0, 1, 2, 3, 4}, 9, 1e-5) == "same"  # a row of fewer keys than k: all of them
+    assert _verdict(s, {0, 1, 2, 3, 5}, 9, 1e-5) == "wrong"  # an invisible key
