@@ -24,9 +24,10 @@ FRAMEWORK_CALL = {"vllm-0.34.0": "vllm 0.34.0 sparse_attn_indexer", "vllm-0.25.1
 V41_PASSES = {"vllm-0.34.0": ("prefill-v41", "decode-v41"),
               # SGLang 0.5.23's V4.1 candidate indexer (prove_1m.sglang_v41): backend init, then a
               # source and a consumer layer's decode
-              "sglang-0.5.23": ("init-v41", "decode-v41", "decode-v41-chunked")}
+              "sglang-0.5.23": ("init-v41", "prefill-v41", "decode-v41", "decode-v41-chunked")}
 # the framework function a pass runs, where it is not the release's FRAMEWORK_CALL
 PASS_CALL = {("sglang-0.5.23", "init-v41"): "sglang 0.5.23 v41_indexer.make_candidate_indexer",
+             ("sglang-0.5.23", "prefill-v41"): "sglang 0.5.23 SparseTableBackend.publish_prefill + consume_prefill",
              ("sglang-0.5.23", "decode-v41"): "sglang 0.5.23 SparseTableBackend.publish_decode + consume_decode",
              ("sglang-0.5.23", "decode-v41-chunked"):
                  "sglang 0.5.23 SparseTableBackend._publish_decode_chunked + consume_decode"}
@@ -45,6 +46,7 @@ PASS_LABEL = {("sglang-0.5.23", "prefill"): "prefill (paged: TileLang, SM120 def
               ("vllm-0.34.0", "prefill-v41"): "V4.1 prefill (candidate source + consumer layer)",
               ("vllm-0.34.0", "decode-v41"): "V4.1 decode (candidate source + consumer layer)",
               ("sglang-0.5.23", "init-v41"): "V4.1 attention-backend init (SM120)",
+              ("sglang-0.5.23", "prefill-v41"): "V4.1 prefill chunk (up to 1024 rows; no sm12x top-k record)",
               ("sglang-0.5.23", "decode-v41"): "V4.1 decode (candidate source + consumer layer)",
               ("sglang-0.5.23", "decode-v41-chunked"): "V4.1 decode, logits plan in 2 row chunks"}
 BLOCK = 64  # key-cache page size (vLLM's indexer cache and SGLang's C4 pages)

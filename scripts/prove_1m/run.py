@@ -424,17 +424,19 @@ def worker(args):
 
 
 def _sglang_v41_pass(kind, inputs, keys, args, device, row):
-    """SGLang's V4.1 passes (:mod:`prove_1m.sglang_v41`): the init outcome, or the decode pass
-    measured and checked against the references, into ``row``."""
+    """SGLang's V4.1 passes (:mod:`prove_1m.sglang_v41`): the init outcome, or the prefill or decode
+    pass measured and checked against the references, into ``row``."""
     if kind == "init-v41":
         row.update(ok=True, peak=None, ms=None, logits_topk_calls=0, checked="reference",
                    **sglang_v41.init_outcome(inputs, args.topk, args.mode, device))
         return
-    call = sglang_v41.decode_call(inputs, keys, args, args.mode, device, chunked=kind.endswith("-chunked"))
+    prefill = kind.startswith("prefill")
+    call = (sglang_v41.prefill_call(inputs, keys, args, args.mode, device) if prefill else
+            sglang_v41.decode_call(inputs, keys, args, args.mode, device, chunked=kind.endswith("-chunked")))
     RUN.logits_topk_calls = 0
     out, peak, ms = measure(call, device, args.reps)
     row.update(ok=True, peak=peak, ms=ms, logits_topk_calls=RUN.logits_topk_calls // (1 + args.reps))
-    row["same"], row["ties"], row["wrong"] = sglang_v41.check(inputs, keys, args, out)
+    row["same"], row["ties"], row["wrong"] = sglang_v41.check(inputs, keys, args, out, prefill=prefill)
     row["checked"] = "reference"
 
 

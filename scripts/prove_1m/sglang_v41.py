@@ -14,12 +14,17 @@ Two passes:
   ``make_candidate_indexer`` built; unpatched, SGLang's ``SparseTableBackend`` itself (the class
   that function builds where SGLang's own flag is true), so that the source layer computes its
   [rows, max_compressed_seq_len] FP32 logits as SGLang does.
+- ``prefill-v41``: a prefill chunk of one request (the last ``min(--queries, 1024)`` tokens of
+  the context) through the source layer's ``publish_prefill`` (SGLang's flat-K FP4 logits in its
+  own 2 GiB tiles, its top-k and block selection per tile, the table) and a consumer's
+  ``consume_prefill`` (the table's sparse logits), as request-local positions; sm12x serves the
+  DeepGEMM calls (flat and sparse logits, the table's schedule), no top-k record takes part.
 - ``decode-v41-chunked``: the same with the metadata in two row chunks, SGLang's plan past SM120's
   4,096-row cap or an eager step's free-memory budget: the source layer's
   ``_publish_decode_chunked`` (a chunk's logits at a time, ranked through the DeepSeek-V4 indexer
   module's ``topk_transform_paged_from_metadata``).
 
-In both decode passes both layers' index sets and the
+In the prefill and decode passes both layers' index sets and the
   published blocks are checked in both modes against ``sm12x.kernels.indexer.reference``: the
   same sets per row, or sets that differ only by entries tied with the row's k-th reference score
   (``TIE_TOL`` relative for the FP32 source scores and block maxima, ``BF16_TOL`` for the
@@ -76,7 +81,8 @@ BLOCK = 8  # SGLang's CANDIDATE_BLOCK_SIZE
 SLOT_BYTES = 68  # MXFP4 index key: 64 bytes of e2m1 and 4 of packed UE8M0
 BF16_TOL = 2.0 ** -7  # relative: two bf16-rounded scores this close may trade places
 INT32_MAX = 2 ** 31 - 1
-PASSES = ("init-v41", "decode-v41", "decode-v41-chunked")
+PASSES = ("init-v41", "prefill-v41", "decode-v41", "decode-v41-chunked")
+PREFILL_ROWS = 1024  # rows of the V4.1 prefill chunk (at most --queries)
 GATE = "sglang.v41.candidate_indexer_gate"
 PACKAGE = "sglang.srt.layers.attention.dsv4.v41_indexer"
 GATE_ERROR = "the candidate indexer needs DeepGEMM's paged sparse MQA logits"
@@ -127,6 +133,25 @@ def install_msgspec():
         import msgspec  # noqa: F401
     except ImportError:
         sys.modules["msgspec"] = _msgspec_module()
+
+
+def _topk_transform_ragged(scores, seq_lens, row_starts, out_offsets, out_indices):
+    """Top-k v2 ragged: per row the k best of ``scores[i, s : s + seq_lens[i]]`` (s = row_starts[i],
+    0 without them) as ``position + out_offsets[i]``, -1 padded."""
+    import torch
+
+    lens = seq_lens.reshape(-1).to(torch.int32)
+    starts = torch.zeros_like(lens) if row_starts is None else row_starts.reshape(-1).to(torch.int32)
+    pos = logits_topk(scores, out_indices.shape[1], starts + lens, starts)
+    out_indices.copy_(torch.where(pos >= 0, pos + out_offsets.reshape(-1, 1).to(pos.dtype), -1).to(out_indices.dtype))
+
+
+def _package_topk_transform_ragged_v2(*args, **kwargs):
+    """``sglang.kernels.ops.attention.dsv4.topk_transform_ragged_v2``: the package re-exports the
+    ``topk`` module's function (extracted, real)."""
+    from sglang.kernels.ops.attention.dsv4.topk import topk_transform_ragged_v2
+
+    return topk_transform_ragged_v2(*args, **kwargs)
 
 
 def _topk_plan(seq_lens, metadata, static_threshold):
@@ -198,7 +223,8 @@ def _topk_bf16_small(scores, seq_lens, page_table, out_page_indices, page_size):
 
 
 # SGLang's JIT modules by their .cuh file: the wrapper names each Python function calls
-JIT = {"topk_v2": {"topk_plan": _topk_plan, "topk_transform_paged": _topk_transform_paged},
+JIT = {"topk_v2": {"topk_plan": _topk_plan, "topk_transform_paged": _topk_transform_paged,
+                   "topk_transform_ragged": _topk_transform_ragged},
        "block_amax": {"amax8_varlen": _amax8_varlen},
        "candidate_block_table": {"transform": _candidate_block_table},
        "topk_bf16_small": {"topk_transform": _topk_bf16_small}}
@@ -225,9 +251,38 @@ def _async_h2d(values, dtype, device):
     return torch.tensor(values, dtype=dtype, device=device)
 
 
-def stand_ins():
-    """{module: {name: value}} for what the V4.1 modules import beyond the C4 indexer's."""
-    return {
+def _mqa_logits_rows_per_chunk(*, num_rows, row_bytes, budget_bytes):
+    if num_rows * row_bytes <= budget_bytes:
+        return None
+    rows = max(budget_bytes // max(row_bytes, 1), 1)
+    return int(rows) if rows < num_rows else None
+
+
+def _expand_index_page_table(page_table, *, full_page_size, compress_ratio, index_page_size):
+    import torch
+
+    per = full_page_size // compress_ratio // index_page_size
+    if per == 1:
+        return page_table
+    base = page_table.to(torch.int64).unsqueeze(-1) * per + torch.arange(per, device=page_table.device)
+    return base.reshape(page_table.shape[0], -1).to(torch.int32)
+
+
+def stand_ins(base):
+    """``base`` (the C4 indexer's stand-ins) with what the V4.1 modules import besides: SGLang's
+    logits-budget helpers (``mqa_logits_row_bytes`` / ``_rows_per_chunk``, DeepGEMM's 256-column
+    row stride) and ``expand_index_page_table`` with their SGLang semantics, the package's
+    ``topk_transform_ragged_v2``, and the modules below."""
+    merged = dict(base)
+    merged["sglang.srt.layers.attention.mqa_logits_utils"] = {
+        **base.get("sglang.srt.layers.attention.mqa_logits_utils", {}),
+        "mqa_logits_row_bytes": lambda num_cols: -(-num_cols // 256) * 256 * 4,
+        "mqa_logits_rows_per_chunk": _mqa_logits_rows_per_chunk}
+    merged["sglang.srt.layers.attention.dsv4.metadata"] = {
+        **base.get("sglang.srt.layers.attention.dsv4.metadata", {}), "expand_index_page_table": _expand_index_page_table}
+    merged["sglang.kernels.ops.attention.dsv4"] = {
+        **base.get("sglang.kernels.ops.attention.dsv4", {}), "topk_transform_ragged_v2": _package_topk_transform_ragged_v2}
+    merged.update({
         "sglang.kernels.jit.utils": {"cache_once": functools.cache, "is_arch_support_pdl": lambda: False,
                                      "is_hip_runtime": lambda: False, "load_jit": _load_jit,
                                      "make_cpp_args": lambda *a: ", ".join(map(str, a))},
@@ -242,21 +297,25 @@ def stand_ins():
         "sglang.srt.layers.attention.dsv4.dsv41_sparse": {},
         "sglang.srt.mem_cache.deepseek_v4_memory_pool": {},
         "sglang.srt.layers.deep_gemm_wrapper": {},
-    }
+    })
+    return merged
 
 
 @contextlib.contextmanager
 def sm120_capability():
     """``torch.cuda.get_device_capability`` answers (12, 0) inside: SGLang's V4.1 functions read the
-    capability there, and a Hopper or CPU run must take SM120's branches."""
+    capability there, and a Hopper or CPU run must take SM120's branches. On a CPU build of torch,
+    CUDA also reads as available inside (``has_dense_fp4_indexer`` asks), as on the GPU."""
     import torch
 
-    real = torch.cuda.get_device_capability
+    real = torch.cuda.get_device_capability, torch.cuda.is_available, torch.version.cuda
     torch.cuda.get_device_capability = lambda *a, **k: (12, 0)
+    if real[2] is None:
+        torch.cuda.is_available, torch.version.cuda = (lambda: True), "cpu-stand-in"
     try:
         yield
     finally:
-        torch.cuda.get_device_capability = real
+        torch.cuda.get_device_capability, torch.cuda.is_available, torch.version.cuda = real
 
 
 def cpu_cuda_stand_ins():
@@ -311,15 +370,16 @@ def make_inputs(args, device):
         p1 = min(pages, p0 + 2048)
         values = torch.randn(p1 - p0, PAGE, args.dim, generator=g, device=device)
         flat[p0:p1] = quant_fp4_paged_cache(values).reshape(p1 - p0, -1)
-    rows = args.decode_rows
 
-    def layer():
+    def layer(rows):
         return (torch.randn(rows, args.heads * args.dim, generator=g, device=device),
                 torch.rand(rows, args.heads, generator=g, device=device))
 
-    (q_src, w_src), (q_con, w_con) = layer(), layer()
-    return V41Inputs(flat=flat, cache=flat.view(pages, PAGE, 1, SLOT_BYTES), q_src=q_src, w_src=w_src,
-                     q_con=q_con, w_con=w_con)
+    (q_src, w_src), (q_con, w_con) = layer(args.decode_rows), layer(args.decode_rows)
+    prefill_rows = min(args.queries, PREFILL_ROWS)
+    (p_src, pw_src), (p_con, pw_con) = layer(prefill_rows), layer(prefill_rows)
+    return V41Inputs(flat=flat, cache=flat.view(pages, PAGE, 1, SLOT_BYTES), dim=args.dim, q_src=q_src, w_src=w_src,
+                     q_con=q_con, w_con=w_con, p_src=p_src, pw_src=pw_src, p_con=p_con, pw_con=pw_con)
 
 
 def _lens(keys, rows, device):
@@ -329,8 +389,20 @@ def _lens(keys, rows, device):
 
 
 def _pool(inputs):
+    """The DeepSeek-V4 memory pool as the V4.1 indexer reads it: one MXFP4 index-K pool (slot =
+    compressed position here), paged at PAGE slots, and its rows gathered flat by slot."""
+    from sm12x.kernels.indexer.cache import paged_cache_parts
+
+    def flat_keys(layer_id, slots):
+        import torch
+
+        vals, scales = paged_cache_parts(inputs.cache, inputs.dim, fp4=True)
+        s = slots.long()
+        return vals.reshape(-1, vals.shape[-1])[s].view(torch.int8), scales.reshape(-1)[s]
+
     return types.SimpleNamespace(get_index_k_with_scale_buffer=lambda layer_id: inputs.flat,
-                                 get_index_k_page_size=lambda ratio: PAGE)
+                                 get_index_k_page_size=lambda ratio: PAGE, get_low_ratio_index_k_fp4=flat_keys)
+
 
 
 def make_backend(inputs, topk, device):
@@ -357,6 +429,63 @@ def init_outcome(inputs, topk, mode, device):
     return {"outcome": outcome, "same": int(good), "ties": 0, "wrong": int(not good)}
 
 
+def _backend(inputs, args, mode, device, decode):
+    """Patched: the backend ``make_candidate_indexer`` built (its decode or prefill one); unpatched,
+    where SGLang refuses to build one: its ``SparseTableBackend``, the class it builds for both."""
+    if mode == "patched":
+        return make_backend(inputs, args.topk, device)[1 if decode else 0]
+    from sglang.srt.layers.attention.dsv4.v41_indexer.sparse_table import SparseTableBackend
+
+    return SparseTableBackend(token_to_kv_pool=_pool(inputs), page_size=KV_PAGE,
+                              candidate_topk_blocks=topk_blocks(args.topk), candidate_block_size=BLOCK)
+
+
+def _indexer(args):
+    """The model layer (``DeepseekV41Indexer``) as the indexer reads it: its ``wq_b`` hands the
+    stand-in's rotated query through, its head weights are ``x``."""
+    return types.SimpleNamespace(n_local_heads=args.heads, n_heads=args.heads, index_head_dim=args.dim,
+                                 index_topk=args.topk, wq_b=lambda q_lora: (q_lora, None),
+                                 head_weights_raw=lambda x: x, head_weight_scale=1.0)
+
+
+def prefill_rows(args, keys):
+    return min(args.queries, PREFILL_ROWS, keys)
+
+
+def prefill_call(inputs, keys, args, mode, device):
+    """A call running the source layer's ``publish_prefill`` and a consumer's ``consume_prefill`` for
+    one request's prefill chunk (its last ``prefill_rows`` tokens) at ``keys`` compressed positions;
+    it returns [source positions | consumer positions | published blocks (INT32_MAX padded)]."""
+    import torch
+
+    types_mod = sys.modules.get(f"{PACKAGE}.types") or __import__(f"{PACKAGE}.types", fromlist=["_"])
+    backend = _backend(inputs, args, mode, device, decode=False)
+    rows = prefill_rows(args, keys)
+    positions = torch.arange(keys - rows, keys, device=device)
+    kv_pages = -(-keys // KV_PAGE)
+    freqs = torch.ones(1, 1, dtype=torch.complex64, device=device)
+
+    def layer(layer_id, q, w):
+        return types_mod.PrefillInputs(
+            indexer=_indexer(args), layer_id=layer_id, compress_ratio=1, freqs_cis=freqs, x=w[:rows], q_lora=q[:rows],
+            positions=positions, req_rows=torch.zeros(rows, dtype=torch.int64, device=device),
+            req_pool_indices=torch.zeros(1, dtype=torch.int64, device=device),
+            k_slots=torch.arange(keys, dtype=torch.int64, device=device), index_plans=None,
+            kv_page_table=torch.arange(kv_pages, dtype=torch.int32, device=device)[None].expand(rows, -1).contiguous(),
+            seq_lens_cpu=[keys], rows_per_request=[rows],
+            rows_per_request_device=torch.tensor([rows], dtype=torch.int32, device=device),
+            out_raw_indices=torch.full((rows, args.topk), -7, dtype=torch.int32, device=device), out_page_indices=None)
+
+    source, consumer = layer(0, inputs.p_src, inputs.pw_src), layer(1, inputs.p_con, inputs.pw_con)
+
+    def call():
+        published = backend.publish_prefill(source)
+        backend.consume_prefill(consumer, published)
+        return torch.cat([source.out_raw_indices, consumer.out_raw_indices, published.blocks], dim=1)
+
+    return call
+
+
 class ChunkedMetadata(types.SimpleNamespace):
     """SGLang's PagedIndexerMetadata with its logits plan in row chunks: ``deep_gemm_metadata`` a
     list of per-chunk schedules, ``row_chunks()`` the (rows, schedule) pairs."""
@@ -378,17 +507,12 @@ def decode_call(inputs, keys, args, mode, device, chunked=False):
     from sglang.srt.layers.attention.dsv4.metadata import PagedIndexerMetadata
 
     types_mod = sys.modules.get(f"{PACKAGE}.types") or __import__(f"{PACKAGE}.types", fromlist=["_"])
-    if mode == "patched":
-        _, backend = make_backend(inputs, args.topk, device)
-    else:
-        from sglang.srt.layers.attention.dsv4.v41_indexer.sparse_table import SparseTableBackend
-
-        backend = SparseTableBackend(token_to_kv_pool=_pool(inputs), page_size=KV_PAGE,
-                                     candidate_topk_blocks=topk_blocks(args.topk), candidate_block_size=BLOCK)
+    backend = _backend(inputs, args, mode, device, decode=True)
     rows = args.decode_rows
     lens = _lens(keys, rows, device)
     pages = -(-keys // PAGE)
     table = torch.arange(pages, dtype=torch.int32, device=device)[None].expand(rows, -1).contiguous()
+
     def schedule(rows):
         return deep_gemm.get_paged_mqa_logits_metadata(lens[rows, None].contiguous(), PAGE, 132)
 
@@ -401,9 +525,7 @@ def decode_call(inputs, keys, args, mode, device, chunked=False):
                                    deep_gemm_metadata=[schedule(slice(s, s + per)) for s in range(0, rows, per)])
     else:
         metadata = PagedIndexerMetadata(**common, rows_per_chunk=None, deep_gemm_metadata=schedule(slice(None)))
-    indexer = types.SimpleNamespace(n_local_heads=args.heads, n_heads=args.heads, index_head_dim=args.dim,
-                                    index_topk=args.topk, wq_b=lambda q_lora: (q_lora, None),
-                                    head_weights_raw=lambda x: x, head_weight_scale=1.0)
+    indexer = _indexer(args)
     freqs = torch.ones(1, 1, dtype=torch.complex64, device=device)
 
     def layer(layer_id, q, w):
@@ -446,16 +568,24 @@ def _verdict(scores, got, k, tol):
     return "wrong"
 
 
-def check(inputs, keys, args, out):
-    """(rows same, rows tied, rows wrong) of a decode pass's output against the references."""
+def check(inputs, keys, args, out, prefill=False):
+    """(rows same, rows tied, rows wrong) of a prefill or decode pass's output against the
+    references."""
     import torch
 
     from sm12x.kernels.indexer.cache import dequant_fp4, dequant_paged_cache, quant_fp4_per_token
     from sm12x.kernels.indexer.reference import ref_mqa_logits
 
     device = inputs.flat.device
-    rows, topk, kb = args.decode_rows, args.topk, topk_blocks(args.topk)
-    lens = _lens(keys, rows, device)
+    topk, kb = args.topk, topk_blocks(args.topk)
+    if prefill:
+        rows = prefill_rows(args, keys)
+        lens = torch.arange(keys - rows + 1, keys + 1, dtype=torch.int32, device=device)
+        q_src, w_src, q_con, w_con = inputs.p_src, inputs.pw_src, inputs.p_con, inputs.pw_con
+    else:
+        rows = args.decode_rows
+        lens = _lens(keys, rows, device)
+        q_src, w_src, q_con, w_con = inputs.q_src, inputs.w_src, inputs.q_con, inputs.w_con
     pages = -(-keys // PAGE)
     k = dequant_paged_cache(inputs.cache[:pages], args.dim, fp4=True).reshape(-1, args.dim)[:keys]
 
@@ -465,9 +595,9 @@ def check(inputs, keys, args, out):
                               lens[idx])
 
     counts = {"same": 0, "tied": 0, "wrong": 0}
-    for r0 in range(0, rows, 8):
-        idx = list(range(r0, min(rows, r0 + 8)))
-        s_src, s_con = ref(inputs.q_src, inputs.w_src, idx), ref(inputs.q_con, inputs.w_con, idx)
+    for r0 in range(0, rows, 64):  # 64 rows of reference scores at a time
+        idx = list(range(r0, min(rows, r0 + 64)))
+        s_src, s_con = ref(q_src, w_src, idx), ref(q_con, w_con, idx)
         nb = -(-keys // BLOCK)
         padded = torch.full((len(idx), nb * BLOCK), float("-inf"), device=device)
         padded[:, :keys] = s_src

@@ -359,8 +359,7 @@ def sglang_stand_ins(release):
 
     from prove_1m import sglang_v41
 
-    return {
-        **sglang_v41.stand_ins(),
+    return sglang_v41.stand_ins({
         "sglang.kernels.ops.attention.dsv4": {"topk_transform_paged": sglang_topk_transform,
                                               "topk_transform_paged_v2": Absent("topk_transform_paged_v2")},
         "sglang.kernels.ops.attention.dsv4.fp4_indexer_hip": {"FP4RowgroupDecodeWorkspace": type("Absent", (), {})},
@@ -388,4 +387,4 @@ def sglang_stand_ins(release):
         "sglang.srt.utils": {"is_cuda": lambda: True, "is_hip": lambda: False, "is_xpu": lambda: False,
                              "is_musa": lambda: False, "get_device_sm": lambda: 120,
                              "add_prefix": lambda name, prefix: f"{prefix}.{name}" if prefix else name},
-    }
+    })

@@ -24,8 +24,10 @@ pytestmark = pytest.mark.cpu_only
 SCRIPT = os.path.join(REPO, "scripts", "prove_1m_indexer.py")
 RELEASE = "sglang-0.5.23"
 TINY = ["--device", "cpu", "--keys", "256", "--queries", "8", "--decode-rows", "2", "--topk", "16", "--heads", "16",
-        "--dim", "128", "--reps", "0", "--contexts", "256", "--releases", RELEASE, "--v41",
-        "--passes", "init-v41,decode-v41,decode-v41-chunked"]
+        "--dim", "128", "--reps", "0", "--contexts", "256", "--releases", RELEASE, "--v41"]
+# the stand-in tree has no prefill (no sm12x record takes part there): the real modules run it too
+PASSES = {"stand-in": "init-v41,decode-v41,decode-v41-chunked",
+          "real": "init-v41,prefill-v41,decode-v41,decode-v41-chunked"}
 V41 = "sglang/srt/layers/attention/dsv4/v41_indexer"
 OPS = "sglang/kernels/ops/attention/dsv4"
 
@@ -266,10 +268,11 @@ def _sources(tmp_path, bug=False):
     return write_tree(tmp_path / "stand-in" / RELEASE, _tree(bug)).parent, "stand-in"
 
 
-def _prove(src, tmp_path):
+def _prove(src, kind, tmp_path):
     out = tmp_path / "rows.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SM12X_")}
-    proc = subprocess.run([sys.executable, SCRIPT, "--src", str(src), "--json", str(out), *TINY],
+    proc = subprocess.run([sys.executable, SCRIPT, "--src", str(src), "--json", str(out), *TINY,
+                           "--passes", PASSES[kind]],
                           capture_output=True, text=True, env=env, timeout=300, check=False)
     return proc, (json.loads(out.read_text()) if out.exists() else [])
 
@@ -277,7 +280,7 @@ def _prove(src, tmp_path):
 def test_sglang_v41_init_and_decode_through_sm12x(tmp_path):
     pytest.importorskip("triton")
     src, kind = _sources(tmp_path)
-    proc, rows = _prove(src, tmp_path)
+    proc, rows = _prove(src, kind, tmp_path)
     assert proc.returncode == 0, f"{kind} sources:\n{proc.stdout}\n{proc.stderr}"
     by = {(r["mode"], r["pass"]): r for r in rows}
     assert "RuntimeError: the candidate indexer needs DeepGEMM's paged sparse MQA logits" in \
@@ -291,14 +294,18 @@ def test_sglang_v41_init_and_decode_through_sm12x(tmp_path):
         r = by[mode, kind]
         assert r["ok"] and r["logits_topk_calls"] == topk_on_logits, r
         assert (r["same"] + r["ties"], r["wrong"]) == (2, 0), r
+    if kind == "real":  # SGLang's prefill publish and consume on sm12x's DeepGEMM calls, the same in both modes
+        for mode in ("unpatched", "patched"):
+            r = by[mode, "prefill-v41"]
+            assert r["ok"] and (r["same"] + r["ties"], r["wrong"]) == (8, 0), r
     assert "FAIL" not in proc.stderr
 
 
 def test_sglang_v41_wrong_rows_fail_the_proof(tmp_path):
     """SGLang's sparse rows cut to half their keys: the consumers miss keys the reference keeps, exit 1."""
     pytest.importorskip("triton")
-    src, _ = _sources(tmp_path, bug=True)
-    proc, rows = _prove(src, tmp_path)
+    src, kind = _sources(tmp_path, bug=True)
+    proc, rows = _prove(src, kind, tmp_path)
     assert proc.returncode == 1, proc.stderr
     assert "decode-v41 at 256 keys" in proc.stderr and "decode-v41 (unpatched) at 256 keys" in proc.stderr, proc.stderr
     assert "rows differ beyond ties" in proc.stderr
