@@ -1,12 +1,13 @@
 """SGLang 0.5.23's DeepSeek-V4.1 candidate indexer in the proof (``--v41`` with the SGLang release):
 its own ``v41_indexer`` package run on a GPU that SGLang reads as SM120.
 
-Two passes:
+Four passes:
 
 - ``init-v41``: ``make_candidate_indexer`` (the call ``DeepseekV4AttnBackend.__init__`` makes for a
   V4.1 model, ``candidate_topk_blocks > 0``). Unpatched (the gate record skipped) it must raise
   SGLang's ``RuntimeError`` ("the candidate indexer needs DeepGEMM's paged sparse MQA logits"),
-  patched it must build the sparse-table backend (``SparseTableBackend``) for decode.
+  patched it must build the sparse-table backend (``SparseTableBackend``) for decode (and, where
+  DeepGEMM's flat FP4 logits are there, sm12x's included, for prefill).
 - ``decode-v41``: the candidate source layer's decode (``SparseTableBackend.publish_decode``: its
   own top-k as pool slots, and the table of its best blocks of 8 positions) and a consumer layer
   (``consume_decode``: candidate-only paged sparse logits over those blocks, then SGLang's top-k),
@@ -24,11 +25,11 @@ Two passes:
   ``_publish_decode_chunked`` (a chunk's logits at a time, ranked through the DeepSeek-V4 indexer
   module's ``topk_transform_paged_from_metadata``).
 
-In the prefill and decode passes both layers' index sets and the
-  published blocks are checked in both modes against ``sm12x.kernels.indexer.reference``: the
-  same sets per row, or sets that differ only by entries tied with the row's k-th reference score
-  (``TIE_TOL`` relative for the FP32 source scores and block maxima, ``BF16_TOL`` for the
-  consumer, whose logits are bf16 as DeepGEMM's sparse logits are).
+In the prefill and decode passes both layers' index sets and the published blocks are checked
+in both modes against ``sm12x.kernels.indexer.reference``: the same sets per row, or sets that
+differ only by entries tied with the row's k-th reference score (``TIE_TOL`` relative for the
+FP32 source scores and block maxima, ``BF16_TOL`` for the consumer, whose logits are bf16 as
+DeepGEMM's sparse logits are).
 
 What runs as SGLang's code (extracted from the wheel by ``extract_indexer_sources.sh``):
 ``srt/layers/attention/dsv4/v41_indexer/`` (``__init__``, ``types``, ``sparse_table``,
@@ -41,8 +42,8 @@ or sm12x's stand-in ``deep_gemm`` where none is installed. Stand-ins (besides th
 ``stand_ins.sglang_stand_ins``), all for code absent on the device machine:
 
 - SGLang's JIT CUDA kernels, returned by a stand-in ``load_jit``: top-k v2 (``topk_plan``: no
-  plan, as on a GPU without clusters; ``topk_transform_paged``: the k best of a row's first
-  ``seq_len`` scores through ``common.logits_topk``), ``block_amax`` (block maxima of 8, the
+  plan, as on a GPU without clusters; ``topk_transform_paged`` / ``_ragged``: the k best of a
+  row's first ``seq_len`` scores through ``common.logits_topk``), ``block_amax`` (block maxima of 8, the
   newest block +inf, nothing written past a row's block count), ``candidate_block_table`` (the
   block ids ascending, INT32_MAX padded, and their pool slots / 8) and ``topk_bf16_small`` (the
   consumer's top-k over its sparse row, page-table transform included), each with the semantics
@@ -50,10 +51,16 @@ or sm12x's stand-in ``deep_gemm`` where none is installed. Stand-ins (besides th
 - ``fp4_indexer_rope.index_q_rope_pack_weights`` (SGLang's fused RoPE + FP4 query pack): sm12x's
   FP4 quantiser on the stand-in's already-rotated query, the head weights times their scale;
 - the model layer (``DeepseekV41Indexer``: its ``wq_b`` hands the query through), the memory
-  pool (one MXFP4 index-K pool of 68-byte slots at SGLang's SM12x page of 64 slots, shared by
-  both layers) and the configuration / platform (``get_device_sm`` 120, ``is_sm100`` false);
+  pool (one MXFP4 index-K pool of 68-byte slots at SGLang's SM12x page of 64 slots, slot =
+  compressed position, shared by both layers; its flat-K gather by slot for prefill) and the
+  configuration / platform (``get_device_sm`` 120, ``is_sm100`` false);
+- SGLang Python beside the extracted modules, with its semantics: ``expand_index_page_table``
+  and the logits-budget helpers ``mqa_logits_row_bytes`` / ``mqa_logits_rows_per_chunk`` (their
+  modules import what the proof does not provide), the package's ``topk_transform_ragged_v2``
+  (the ``topk`` module's);
 - ``torch.cuda.get_device_capability`` answers (12, 0) while ``make_candidate_indexer`` first
-  runs (its ``is_sm100_or_newer`` is cached from that call, as it would be on an SM120 card);
+  runs (its ``is_sm100_or_newer`` is cached from that call, as it would be on an SM120 card; on
+  a CPU build CUDA also reads as available there);
 - ``msgspec.Struct`` where msgspec is not installed (a keyword / positional record class);
 - on the CPU only, CUDA streams and events (no-ops: one stream).
 
