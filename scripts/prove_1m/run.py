@@ -11,7 +11,7 @@ import time
 import types
 from dataclasses import dataclass
 
-from prove_1m import sglang_v41
+from prove_1m import sglang_v41, sglang_v41_stand_ins
 from prove_1m.common import BLOCK, REPO, RUN, SCRIPT, SEED, TIE_TOL, passes_for
 from prove_1m.finder import install_framework
 from prove_1m.stand_ins import (SGLANG_ENV, ForwardMode, PagedIndexerMetadata, VllmDecodeMetadata,
@@ -354,9 +354,9 @@ def worker(args):
     top = args.release.partition("-")[0]
     sglang_v41_on = top == "sglang" and args.v41
     if sglang_v41_on:
-        sglang_v41.install_msgspec()
+        sglang_v41_stand_ins.install_msgspec()
         if device.type == "cpu":
-            sglang_v41.cpu_cuda_stand_ins()
+            sglang_v41_stand_ins.cpu_cuda_stand_ins()
     install_framework(args.release, args.src)
     module = __import__("vllm.model_executor.layers.sparse_attn_indexer" if top == "vllm"
                         else "sglang.srt.layers.attention.dsv4.indexer", fromlist=["_"])

@@ -354,12 +354,12 @@ def _tilelang_paged_logits(q_fp8, kvcache_fp8, weight, seq_lens, page_table, dee
 
 def sglang_stand_ins(release):
     """{module: {name: value}} for what SGLang 0.5.23's DeepSeek-V4 indexer module imports, and
-    its DeepSeek-V4.1 indexer package (:func:`prove_1m.sglang_v41.stand_ins`)."""
+    its DeepSeek-V4.1 indexer package (:func:`prove_1m.sglang_v41_stand_ins.stand_ins`)."""
     import torch
 
-    from prove_1m import sglang_v41
+    from prove_1m import sglang_v41_stand_ins
 
-    return sglang_v41.stand_ins({
+    return sglang_v41_stand_ins.stand_ins({
         "sglang.kernels.ops.attention.dsv4": {"topk_transform_paged": sglang_topk_transform,
                                               "topk_transform_paged_v2": Absent("topk_transform_paged_v2")},
         "sglang.kernels.ops.attention.dsv4.fp4_indexer_hip": {"FP4RowgroupDecodeWorkspace": type("Absent", (), {})},
