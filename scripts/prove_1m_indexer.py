@@ -8,8 +8,9 @@ consumer layer (ranks only keys in them), through vLLM's own ``candidate_blocks`
 unpatched; the index sets of both layers and the published blocks are compared exactly. With
 ``--v41`` SGLang 0.5.23 also runs its own V4.1 candidate indexer package (``v41_indexer``) on a
 GPU it reads as SM120: the attention backend's ``make_candidate_indexer`` (SGLang's
-``RuntimeError`` unpatched, the sparse-table backend patched) and the candidate source layer's
-decode with a consumer layer, checked against sm12x's references in both modes
+``RuntimeError`` unpatched, the sparse-table backend patched) and a candidate source layer with
+a consumer layer in a prefill chunk and in decode (whole and in SGLang's row chunks), checked
+against sm12x's references in both modes
 (``scripts/prove_1m/sglang_v41.py`` says what runs and what stands in).
 
     scripts/extract_indexer_sources.sh /tmp/moe-wheels .proof-src

@@ -23,7 +23,7 @@ FRAMEWORK_CALL = {"vllm-0.34.0": "vllm 0.34.0 sparse_attn_indexer", "vllm-0.25.1
 # layer and a consumer layer, a prefill chunk and decode rows
 V41_PASSES = {"vllm-0.34.0": ("prefill-v41", "decode-v41"),
               # SGLang 0.5.23's V4.1 candidate indexer (prove_1m.sglang_v41): backend init, then a
-              # source and a consumer layer's decode
+              # source and a consumer layer in a prefill chunk and in decode (whole and row-chunked)
               "sglang-0.5.23": ("init-v41", "prefill-v41", "decode-v41", "decode-v41-chunked")}
 # the framework function a pass runs, where it is not the release's FRAMEWORK_CALL
 PASS_CALL = {("sglang-0.5.23", "init-v41"): "sglang 0.5.23 v41_indexer.make_candidate_indexer",

@@ -68,7 +68,8 @@ def table(args, rows):
         # the V4.1 SGLang passes check both modes against the references: a wrong unpatched row fails too
         if r.get("ok") and r.get("wrong") and (r["mode"] == "patched" or r.get("checked") == "reference"):
             mode = "" if r["mode"] == "patched" else f" ({r['mode']})"
-            failures.append(f"{r['release']} {r['pass']}{mode} at {r['keys']} keys: {r['wrong']} rows differ beyond ties")
+            failures.append(f"{r['release']} {r['pass']}{mode} at {r['keys']} keys: {r['wrong']} rows differ "
+                            "beyond ties")
         if r["pass"] == "worker":
             failures.append(f"{r['release']} {r['mode']}: {r['error']}")
     return "\n".join(lines), failures
