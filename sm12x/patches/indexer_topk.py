@@ -64,7 +64,11 @@ pair where the release's source shows it:
 Not covered (see the front ends' docstrings): vLLM releases before 0.22.1; vLLM prefill and decode
 with DCP > 1, BF16 logits or SM100 MX inputs, v4.1 candidate blocks before 0.34.0 and a 0.34.0 decode
 whose [B, 1] lengths bound next_n > 1 rows of a request (real logits, vLLM's top-k); GLM-5-next's dense
-prefill (an FP4 indexer cache, which vLLM 0.34.0 refuses on SM12x);
+prefill (an FP4 indexer cache, which vLLM 0.34.0 refuses on SM12x); SGLang 0.5.23's V4.1 candidate
+source prefill (``publish_prefill_table``: flat-K logits in SGLang's own 2 GiB row tiles, each tile
+read by its ragged top-k and by the block maxima that a second ragged top-k ranks, so memory is
+bounded without sm12x; serving it would take three more records and a flat, request-offset form of
+the candidate top-k);
 SGLang's DeepSeek-V4 paged indexer with the FP4 indexer cache (a (values, scales) query: real
 logits); SGLang 0.5.20's DeepSeek-V4 non-paged prefill (``_forward_nonpaged_indexer``: every
 row's logits at once); SGLang's DSA indexer in prefill context parallel
