@@ -67,8 +67,8 @@ whose [B, 1] lengths bound next_n > 1 rows of a request (real logits, vLLM's top
 prefill (an FP4 indexer cache, which vLLM 0.34.0 refuses on SM12x); SGLang 0.5.23's V4.1 candidate
 source prefill (``publish_prefill_table``: flat-K logits in SGLang's own 2 GiB row tiles, each tile
 read by its ragged top-k and by the block maxima that a second ragged top-k ranks, so memory is
-bounded without sm12x; serving it would take three more records and a flat, request-offset form of
-the candidate top-k);
+bounded without sm12x; serving it would take records on the tile's logits call, the package's
+ragged top-k and the block maxima, and a flat, request-offset form of the candidate top-k);
 SGLang's DeepSeek-V4 paged indexer with the FP4 indexer cache (a (values, scales) query: real
 logits); SGLang 0.5.20's DeepSeek-V4 non-paged prefill (``_forward_nonpaged_indexer``: every
 row's logits at once); SGLang's DSA indexer in prefill context parallel
