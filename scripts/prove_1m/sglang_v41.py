@@ -68,8 +68,10 @@ The metadata is SM120's: DeepGEMM's schedule (SGLang forces it for the FP4 index
 and no top-k v2 (SGLang's SM120 hook turns it off, so the plan is empty and the chunked form ranks
 through the v1 transform; the unchunked ``publish_decode`` calls the v2 transform regardless).
 
-Shapes: ``--decode-rows`` requests, request b seeing ``keys - 7 b`` compressed positions (the
-V4.1 ratio-1 index layers keep one per token, so 1,048,576 keys are a 1M-token context),
+Shapes: ``--decode-rows`` requests, request b seeing ``keys - 7 b`` compressed positions (V4.1's
+candidate layers are its low-ratio index layers: at ratio 1 one compressed position per token,
+so 1,048,576 keys are a 1M-token context, at ratio 2 524,288 keys are; the layers run at ratio 1
+here),
 ``--heads`` x ``--dim`` index heads, top ``--topk``, ``2 topk / 8`` candidate blocks of 8.
 """
 from __future__ import annotations
