@@ -6,7 +6,7 @@
 #   scripts/extract_indexer_sources.sh WHEEL_DIR [OUT_DIR]      (OUT_DIR defaults to .proof-src)
 #
 # WHEEL_DIR holds vllm-0.34.0-*.whl, vllm-0.25.1-*.whl and sglang-0.5.23-*.whl (a missing one
-# is reported and skipped). OUT_DIR/<dist>-<version>/ gets the files; about 400 KB in all, so
+# is reported and skipped). OUT_DIR/<dist>-<version>/ gets the files; about 500 KB in all, so
 # it can be carried to a device machine. OUT_DIR is git-ignored: nothing of theirs is committed.
 set -euo pipefail
 
@@ -24,7 +24,19 @@ declare -A MODULES=(
                  vllm/models/glm5next/common/sparse_indexer.py
                  vllm/models/glm5next/nvidia/ops/kpool_compress.py"
   [vllm-0.25.1]="vllm/model_executor/layers/sparse_attn_indexer.py"
-  [sglang-0.5.23]="sglang/srt/layers/attention/dsv4/indexer.py"
+  [sglang-0.5.23]="sglang/srt/layers/attention/dsv4/indexer.py
+                   sglang/srt/layers/attention/dsv4/v41_indexer/__init__.py
+                   sglang/srt/layers/attention/dsv4/v41_indexer/types.py
+                   sglang/srt/layers/attention/dsv4/v41_indexer/sparse_table.py
+                   sglang/srt/layers/attention/dsv4/v41_indexer/scoring.py
+                   sglang/srt/layers/attention/dsv4/v41_indexer/full_topk.py
+                   sglang/srt/layers/attention/dsv4/v41_indexer/dense_blocks.py
+                   sglang/kernels/ops/attention/dsv4/index_logits.py
+                   sglang/kernels/ops/attention/dsv4/candidate_blocks.py
+                   sglang/kernels/ops/attention/dsv4/candidate_table.py
+                   sglang/kernels/ops/attention/dsv4/topk.py
+                   sglang/kernels/ops/attention/dsv4/utils.py
+                   sglang/srt/layers/deep_gemm_wrapper/configurer.py"
 )
 
 status=0

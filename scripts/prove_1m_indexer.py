@@ -9,6 +9,12 @@ unpatched; the index sets of both layers and the published blocks are compared e
 ``--glm5next``, vLLM 0.34.0 also runs GLM-5-next's pool indexer (``SparseAttnIndexerKpool`` from
 ``models/glm5next``, a prefill chunk and decode rows; keys are pools of ``--index-kpool`` tokens;
 ``scripts/prove_1m/glm5next.py`` says what runs and how the indices are compared).
+With ``--v41``, SGLang 0.5.23 also runs its own V4.1 candidate indexer package (``v41_indexer``) on a
+GPU it reads as SM120: the attention backend's ``make_candidate_indexer`` (SGLang's
+``RuntimeError`` unpatched, the sparse-table backend patched) and a candidate source layer with
+a consumer layer in a prefill chunk and in decode (whole and in SGLang's row chunks), checked
+against sm12x's references in both modes
+(``scripts/prove_1m/sglang_v41.py`` says what runs and what stands in).
 
     scripts/extract_indexer_sources.sh /tmp/moe-wheels .proof-src
     python3 scripts/prove_1m_indexer.py --src .proof-src                          # on a GPU
@@ -17,7 +23,9 @@ unpatched; the index sets of both layers and the published blocks are compared e
 
 What runs as the frameworks' code: the modules ``extract_indexer_sources.sh`` takes from the
 wheels (vLLM: ``sparse_attn_indexer``, and for 0.34 ``indexer_topk`` and ``fused_mqa_topk``;
-SGLang: ``srt/layers/attention/dsv4/indexer``). Every other module they import is a stand-in
+SGLang: ``srt/layers/attention/dsv4/indexer``, and for ``--v41`` its V4.1 indexer package with
+the kernel-op modules it calls, listed in ``scripts/prove_1m/sglang_v41.py``). Every other module
+they import is a stand-in
 (``scripts/prove_1m/stand_ins.py``: ``vllm_stand_ins``, ``sglang_stand_ins``): configuration, distributed state,
 forward context, metadata classes, and the compiled kernels they call, which are absent on the
 device machine:
@@ -98,6 +106,8 @@ def parse_args(argv=None):
     p.add_argument("--json", default="", help="also write every measured row (JSON list) to this file")
     p.add_argument("--v41", action="store_true",
                    help="also run DeepSeek-V4.1's passes (vLLM 0.34.0: candidate source and consumer layers)")
+    p.add_argument("--passes", default="",
+                   help="run only these passes (comma list, e.g. init-v41,decode-v41); default: every pass")
     p.add_argument("--candidate-block-size", type=int, default=64,
                    help="V4.1 candidate block size, in indexer keys (default 64)")
     p.add_argument("--candidate-blocks", type=int, default=0,
@@ -118,6 +128,7 @@ def parse_args(argv=None):
     else:
         args.context_list = sorted({max(args.queries, args.keys >> s) for s in (3, 2, 1, 0)})
     args.release_list = [r for r in args.releases.split(",") if r]
+    args.pass_list = tuple(x for x in args.passes.split(",") if x)
     if not args.candidate_blocks:
         args.candidate_blocks = -(-args.topk // args.candidate_block_size) + 2
     if args.budget_s and not args.worker:

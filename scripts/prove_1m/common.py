@@ -21,17 +21,21 @@ FRAMEWORK_CALL = {"vllm-0.34.0": "vllm 0.34.0 sparse_attn_indexer", "vllm-0.25.1
                   "sglang-0.5.23": "sglang 0.5.23 forward_c4_indexer"}
 # DeepSeek-V4.1's two-level selection through vLLM 0.34's indexer (--v41): the candidate source
 # layer and a consumer layer, a prefill chunk and decode rows
-V41_PASSES = {"vllm-0.34.0": ("prefill-v41", "decode-v41")}
+V41_PASSES = {"vllm-0.34.0": ("prefill-v41", "decode-v41"),
+              # SGLang 0.5.23's V4.1 candidate indexer (prove_1m.sglang_v41): backend init, then a
+              # source and a consumer layer in a prefill chunk and in decode (whole and row-chunked)
+              "sglang-0.5.23": ("init-v41", "prefill-v41", "decode-v41", "decode-v41-chunked")}
 # GLM-5-next's pool indexer through vLLM 0.34's own module (--glm5next; prove_1m.glm5next)
 # (its dense prefill too: what layers outside the fused seam take, with real logits either way)
 GLM5NEXT_PASSES = {"vllm-0.34.0": ("prefill-glm5next", "prefill-dense-glm5next", "decode-glm5next")}
 
 
-def passes_for(release, v41=False, glm5next=False):
+def passes_for(release, v41=False, glm5next=False, only=()):
     """The passes a release runs (with ``v41`` / ``glm5next``, its DeepSeek-V4.1 / GLM-5-next
-    passes too)."""
-    return (PASSES[release] + (V41_PASSES.get(release, ()) if v41 else ())
-            + (GLM5NEXT_PASSES.get(release, ()) if glm5next else ()))
+    passes too; ``only``: those of them named there)."""
+    passes = (PASSES[release] + (V41_PASSES.get(release, ()) if v41 else ())
+              + (GLM5NEXT_PASSES.get(release, ()) if glm5next else ()))
+    return tuple(p for p in passes if p in only) if only else passes
 
 
 PASS_LABEL = {("sglang-0.5.23", "prefill"): "prefill (paged: TileLang, SM120 default)",
@@ -41,10 +45,19 @@ PASS_LABEL = {("sglang-0.5.23", "prefill"): "prefill (paged: TileLang, SM120 def
               ("vllm-0.34.0", "decode-v41"): "V4.1 decode (candidate source + consumer layer)",
               ("vllm-0.34.0", "prefill-glm5next"): "GLM-5-next prefill (keys: pools)",
               ("vllm-0.34.0", "prefill-dense-glm5next"): "GLM-5-next dense prefill (VLLM_USE_FUSED_MQA_TOPK=0)",
-              ("vllm-0.34.0", "decode-glm5next"): "GLM-5-next decode (keys: pools)"}
-# the framework function of a pass whose release runs several
-PASS_CALL = {("vllm-0.34.0", kind): "vllm 0.34.0 glm5next SparseAttnIndexerKpool"
-             for kind in ("prefill-glm5next", "prefill-dense-glm5next", "decode-glm5next")}
+              ("vllm-0.34.0", "decode-glm5next"): "GLM-5-next decode (keys: pools)",
+              ("sglang-0.5.23", "init-v41"): "V4.1 attention-backend init (SM120)",
+              ("sglang-0.5.23", "prefill-v41"): "V4.1 prefill chunk (up to 1024 rows; no sm12x top-k record)",
+              ("sglang-0.5.23", "decode-v41"): "V4.1 decode (candidate source + consumer layer)",
+              ("sglang-0.5.23", "decode-v41-chunked"): "V4.1 decode, logits plan in 2 row chunks"}
+# the framework function a pass runs, where it is not the release's FRAMEWORK_CALL
+PASS_CALL = {("sglang-0.5.23", "init-v41"): "sglang 0.5.23 v41_indexer.make_candidate_indexer",
+             ("sglang-0.5.23", "prefill-v41"): "sglang 0.5.23 SparseTableBackend.publish_prefill + consume_prefill",
+             ("sglang-0.5.23", "decode-v41"): "sglang 0.5.23 SparseTableBackend.publish_decode + consume_decode",
+             ("sglang-0.5.23", "decode-v41-chunked"):
+                 "sglang 0.5.23 SparseTableBackend._publish_decode_chunked + consume_decode",
+             **{("vllm-0.34.0", kind): "vllm 0.34.0 glm5next SparseAttnIndexerKpool"
+                for kind in ("prefill-glm5next", "prefill-dense-glm5next", "decode-glm5next")}}
 BLOCK = 64  # key-cache page size (vLLM's indexer cache and SGLang's C4 pages)
 TIE_TOL = 1e-5  # relative: a key this close to the k-th score counts as tied with it
 SEED = 1234

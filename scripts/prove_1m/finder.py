@@ -49,6 +49,10 @@ class FrameworkFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname, path=None, target=None):
         if fullname.partition(".")[0] != self.top:
             return None
+        package = os.path.join(self.src, *fullname.split("."), "__init__.py")
+        if os.path.isfile(package):  # an extracted package (SGLang's v41_indexer): its own __init__
+            return importlib.util.spec_from_file_location(fullname, package,
+                                                          submodule_search_locations=[os.path.dirname(package)])
         real = self._file(fullname)
         if real:
             if fullname in INTERPRETER_EDITS and os.environ.get("TRITON_INTERPRET") == "1":

@@ -11,6 +11,7 @@ import time
 import types
 from dataclasses import dataclass
 
+from prove_1m import sglang_v41, sglang_v41_stand_ins
 from prove_1m.common import BLOCK, REPO, RUN, SCRIPT, SEED, TIE_TOL, passes_for
 from prove_1m.finder import install_framework
 from prove_1m.glm5next import MODULE as GLM5NEXT_MODULE
@@ -352,8 +353,13 @@ def worker(args):
         # a CPU build of torch cannot ask CUDA whether a graph is being captured (SGLang's
         # non-paged plan asks); the answer on the CPU is no
         torch.cuda.is_current_stream_capturing = lambda: False
-    install_framework(args.release, args.src)
     top = args.release.partition("-")[0]
+    sglang_v41_on = top == "sglang" and args.v41
+    if sglang_v41_on:
+        sglang_v41_stand_ins.install_msgspec()
+        if device.type == "cpu":
+            sglang_v41_stand_ins.cpu_cuda_stand_ins()
+    install_framework(args.release, args.src)
     module = __import__("vllm.model_executor.layers.sparse_attn_indexer" if top == "vllm"
                         else "sglang.srt.layers.attention.dsv4.indexer", fromlist=["_"])
     from sm12x import apply
@@ -363,16 +369,25 @@ def worker(args):
         total = torch.cuda.get_device_properties(index).total_memory
         torch.cuda.set_per_process_memory_fraction(min(1.0, args.memory_cap_gib * 2 ** 30 / total), index)
     inputs = make_inputs(args, device)
+    v41_inputs = sglang_v41.make_inputs(args, device) if sglang_v41_on else None
     results, call, out, want = [], None, None, None
-    for kind in passes_for(args.release, args.v41, args.glm5next):
+    for kind in passes_for(args.release, args.v41, args.glm5next, args.pass_list):
         for keys in args.context_list:
-            row = {"release": args.release, "mode": args.mode, "pass": kind, "keys": keys}
+            if kind == "init-v41" and keys != args.context_list[-1]:
+                continue  # backend init: once, whatever the context
+            row = {"release": args.release, "mode": args.mode, "pass": kind,
+                   "keys": args.keys if kind == "init-v41" else keys}
             if args.deadline and time.time() > args.deadline:
                 row.update(ok=False, error="not run: --budget-s spent")
                 print(json.dumps(row), flush=True)
                 results.append(row)
                 continue
             try:
+                if kind in sglang_v41.PASSES and top == "sglang":
+                    _sglang_v41_pass(kind, v41_inputs, keys, args, device, row)
+                    results.append(row)
+                    print(json.dumps(row), flush=True)
+                    continue
                 if kind.endswith("-glm5next"):
                     call = glm5next_pass(__import__(GLM5NEXT_MODULE, fromlist=["_"]), kind, inputs, keys, args.topk,
                                          args.index_kpool)
@@ -397,9 +412,11 @@ def worker(args):
                         check = compare(kind, inputs, keys, out, want, args.topk)
                     row["same"], row["ties"], row["wrong"] = check
             except torch.cuda.OutOfMemoryError as e:
+                row.pop("checked", None)
                 row.update(ok=False, error=f"out of memory under the {args.memory_cap_gib} GiB cap: "
                                            f"{str(e).splitlines()[0][:120]}")
             except Exception as e:  # a failing pass is a result: reported, stepping stops
+                row.pop("checked", None)
                 row.update(ok=False, error=f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
             call = out = want = None  # this pass's buffers go before the next one is measured
             RUN.workspaces.clear()
@@ -411,9 +428,26 @@ def worker(args):
             if args.mode == "unpatched" and (not row["ok"] or (row.get("peak") or 0) > args.memory_cap_gib * 2 ** 30):
                 break
     # read last: a pass's module (GLM-5-next's) imports, and its records apply, during the run
-    records = set(indexer_topk_record_names())
+    records = set(indexer_topk_record_names()) | ({sglang_v41.GATE} if sglang_v41_on else set())
     outcomes = {k: v[0] for k, v in apply.OUTCOMES.items() if k in records}
     print(json.dumps({"outcomes": outcomes, "release": args.release, "mode": args.mode}), flush=True)
+
+
+def _sglang_v41_pass(kind, inputs, keys, args, device, row):
+    """SGLang's V4.1 passes (:mod:`prove_1m.sglang_v41`): the init outcome, or the prefill or decode
+    pass measured and checked against the references, into ``row``."""
+    if kind == "init-v41":
+        row.update(ok=True, peak=None, ms=None, logits_topk_calls=0, checked="reference",
+                   **sglang_v41.init_outcome(inputs, args.topk, args.mode, device))
+        return
+    prefill = kind.startswith("prefill")
+    call = (sglang_v41.prefill_call(inputs, keys, args, args.mode, device) if prefill else
+            sglang_v41.decode_call(inputs, keys, args, args.mode, device, chunked=kind.endswith("-chunked")))
+    RUN.logits_topk_calls = 0
+    out, peak, ms = measure(call, device, args.reps)
+    row.update(ok=True, peak=peak, ms=ms, logits_topk_calls=RUN.logits_topk_calls // (1 + args.reps))
+    row["same"], row["ties"], row["wrong"] = sglang_v41.check(inputs, keys, args, out, prefill=prefill)
+    row["checked"] = "reference"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -437,7 +471,9 @@ def run_worker(args, release, mode, work):
     if args.device == "cpu":
         env.update(SM12X_ARCH="12.0", TRITON_INTERPRET="1")
     if mode == "unpatched":
-        env["SM12X_SKIP"] = ",".join(indexer_topk_record_names())
+        # with SGLang's V4.1 passes the candidate-indexer gate too: its init must refuse as SGLang does
+        gate = [sglang_v41.GATE] if args.v41 and release.startswith("sglang") else []
+        env["SM12X_SKIP"] = ",".join(indexer_topk_record_names() + gate)
     contexts = args.context_list if mode == "unpatched" else sorted(set(args.context_list) | {args.keys})
     cmd = [sys.executable, SCRIPT, "--worker", "--release", release, "--mode", mode,
            "--src", args.src, "--work", work, "--device", args.device, "--contexts", ",".join(map(str, contexts)),
@@ -449,6 +485,8 @@ def run_worker(args, release, mode, work):
         cmd.append("--v41")
     if args.glm5next:
         cmd += ["--glm5next", "--index-kpool", str(args.index_kpool)]
+    if args.passes:
+        cmd += ["--passes", args.passes]
     rows, outcomes, other = [], None, []
     with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO) as proc:
         for line in proc.stdout:

@@ -278,7 +278,9 @@ class _Flag:
 SGLANG_ENV = {"SGLANG_OPT_USE_TILELANG_INDEXER": True, "SGLANG_FP8_PAGED_MQA_LOGITS_TORCH": True,
               "SGLANG_OPT_USE_AITER_INDEXER": False, "SGLANG_DSA_FUSE_TOPK": False,
               "SGLANG_OPT_DSV4_NONPAGED_INDEXER": True, "SGLANG_OPT_DSV4_NONPAGED_INDEXER_MIN_QUERY_TOKENS": 1,
-              "SGLANG_DSA_TOPK_FLASHINFER_DETERMINISTIC": False}
+              "SGLANG_DSA_TOPK_FLASHINFER_DETERMINISTIC": False,
+              # read by the V4.1 passes (sglang_v41): logits dtype left to SGLang, its DeepGEMM on
+              "SGLANG_OPT_DSV41_BF16_INDEX_LOGITS": None, "SGLANG_ENABLE_JIT_DEEPGEMM": True}
 
 
 class ForwardMode:
@@ -354,10 +356,13 @@ def _tilelang_paged_logits(q_fp8, kvcache_fp8, weight, seq_lens, page_table, dee
 
 
 def sglang_stand_ins(release):
-    """{module: {name: value}} for what SGLang 0.5.23's DeepSeek-V4 indexer module imports."""
+    """{module: {name: value}} for what SGLang 0.5.23's DeepSeek-V4 indexer module imports, and
+    its DeepSeek-V4.1 indexer package (:func:`prove_1m.sglang_v41_stand_ins.stand_ins`)."""
     import torch
 
-    return {
+    from prove_1m import sglang_v41_stand_ins
+
+    return sglang_v41_stand_ins.stand_ins({
         "sglang.kernels.ops.attention.dsv4": {"topk_transform_paged": sglang_topk_transform,
                                               "topk_transform_paged_v2": Absent("topk_transform_paged_v2")},
         "sglang.kernels.ops.attention.dsv4.fp4_indexer_hip": {"FP4RowgroupDecodeWorkspace": type("Absent", (), {})},
@@ -379,8 +384,10 @@ def sglang_stand_ins(release):
         "sglang.srt.model_executor.runner_backend_utils.tc_piecewise_cuda_graph":
             {"is_in_tc_piecewise_cuda_graph": lambda: False},
         "sglang.srt.runtime_context": {"get_parallel": lambda: types.SimpleNamespace(attn_cp_size=1),
-                                       "get_platform": lambda: types.SimpleNamespace(is_sm120=True)},
+                                       "get_platform": lambda: types.SimpleNamespace(is_sm120=True, is_sm100=False,
+                                                                                     is_sm90=False)},
         "sglang.srt.state_capturer.indexer_topk": {"get_global_indexer_capturer": lambda: None},
         "sglang.srt.utils": {"is_cuda": lambda: True, "is_hip": lambda: False, "is_xpu": lambda: False,
+                             "is_musa": lambda: False, "get_device_sm": lambda: 120,
                              "add_prefix": lambda name, prefix: f"{prefix}.{name}" if prefix else name},
-    }
+    })

@@ -51,7 +51,7 @@ PATHS = (
               "V4.1 layouts need SM100; SGLang's own)"),
     ModelPath("sglang", ">=0.5.23,<0.5.24", "DeepSeek-V4.1 indexer top-k",
               "the candidate source layer's decode on sm12x's fused candidate top-k (its page slots and blocks of "
-              "8 without the [rows, max_compressed_seq_len] logits; a chunked logits plan stays SGLang's); its "
+              "8 without the [rows, max_compressed_seq_len] logits, row-chunked or not); its "
               "prefill in SGLang's 2 GiB logits tiles; the consumer layers on candidate-only logits",
               _SGL_V41 + ("sglang.v41.sparse_table.deep_gemm_fp4_paged_mqa_logits",
                           "sglang.v41.sparse_table.topk_transform_paged_v2", "sglang.v41.sparse_table.amax_topk_blocks"),

@@ -32,11 +32,15 @@ pair where the release's source shows it:
   own copies of ``fp8_fp4_paged_mqa_logits`` and ``get_indexer_topk`` (decode) as the pair above;
   its prefill goes through the ``fused_mqa_topk`` seam, whose copies the fused records rebind.
 - SGLang 0.5.23's DeepSeek-V4.1 sparse-table scheme (``v41_indexer/sparse_table.py``): the
-  candidate source layer's unchunked decode (``publish_decode``) reads one [rows,
-  max_compressed_seq_len] logits tensor with the v2 transform and ``amax_topk_blocks``; the
-  module's copies of those two and of ``deep_gemm_fp4_paged_mqa_logits`` are replaced as a set
-  (:mod:`sm12x.frontends.sglang.v41`). Its prefill scores in SGLang's own 2 GiB tiles and its
-  consumers read candidate-only logits already.
+  candidate source layer's decode (``publish_decode``) reads one [rows, max_compressed_seq_len]
+  logits tensor with the v2 transform and ``amax_topk_blocks``; the module's copies of those two
+  and of ``deep_gemm_fp4_paged_mqa_logits`` are replaced as a set
+  (:mod:`sm12x.frontends.sglang.v41`). Its chunked form (``_publish_decode_chunked``: SGLang's
+  row chunks past SM120's 4,096-row cap or an eager step's free-memory budget) reads each chunk's
+  logits through the DeepSeek-V4 indexer module's ``topk_transform_paged_from_metadata``, i.e.
+  that module's transforms, which the ``sglang.dsv4.indexer.topk_transform_paged(_v2)`` records
+  replace: served the same way where they are applied. Its prefill scores in SGLang's own 2 GiB
+  tiles and its consumers read candidate-only logits already.
 - SGLang 0.5.20-0.5.23's DeepSeek-V4 indexer: the paged logits functions SM120 uses by default
   (TileLang, torch) and DeepGEMM's ``fp8_paged_mqa_logits`` when those are turned off (a
   placeholder only for ``run_paged_indexer``'s call): ``PAGED_LAYERS``, which the DeepGEMM-route
@@ -60,7 +64,11 @@ pair where the release's source shows it:
 Not covered (see the front ends' docstrings): vLLM releases before 0.22.1; vLLM prefill and decode
 with DCP > 1, BF16 logits or SM100 MX inputs, v4.1 candidate blocks before 0.34.0 and a 0.34.0 decode
 whose [B, 1] lengths bound next_n > 1 rows of a request (real logits, vLLM's top-k); GLM-5-next's dense
-prefill (an FP4 indexer cache, which vLLM 0.34.0 refuses on SM12x);
+prefill (an FP4 indexer cache, which vLLM 0.34.0 refuses on SM12x); SGLang 0.5.23's V4.1 candidate
+source prefill (``publish_prefill_table``: flat-K logits in SGLang's own 2 GiB row tiles, each tile
+read by its ragged top-k and by the block maxima that a second ragged top-k ranks, so memory is
+bounded without sm12x; serving it would take records on the tile's logits call, the package's
+ragged top-k and the block maxima, and a flat, request-offset form of the candidate top-k);
 SGLang's DeepSeek-V4 paged indexer with the FP4 indexer cache (a (values, scales) query: real
 logits); SGLang 0.5.20's DeepSeek-V4 non-paged prefill (``_forward_nonpaged_indexer``: every
 row's logits at once); SGLang's DSA indexer in prefill context parallel
@@ -257,8 +265,9 @@ def _sglang_v41(name, make, why):
     return Patch(name=f"sglang.v41.sparse_table.{name}", target=f"{sglang_wrappers.V41_SPARSE_TABLE}:{name}",
                  make=make, why=why, upstream=_SGLANG_V41_UPSTREAM, library="sglang", versions=">=0.5.23,<0.5.24",
                  retire_when=_RETIRE_SGLANG_V41,
-                 notes="the unchunked publish_decode only (a chunked logits plan keeps SGLang's path), and only "
-                       "with all three records applied and the candidate gate letting SGLang build this scheme")
+                 notes="publish_decode, and its chunked form where the DeepSeek-V4 indexer's transform records "
+                       "(sglang.dsv4.indexer.topk_transform_paged / _v2) are applied too; only with all three "
+                       "records applied and the candidate gate letting SGLang build this scheme")
 
 
 SGLANG_V41_PATCHES = (

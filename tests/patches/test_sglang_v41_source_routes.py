@@ -3,8 +3,11 @@ sm12x's records (:mod:`sm12x.patches.indexer_topk`, ``sglang.v41.sparse_table.*`
 tree shaped like the release: its MXFP4 paged logits, the v2 top-k transform (page slots) and the
 block selection of 8-position blocks read one [rows, max_compressed_seq_len] logits tensor. With
 sm12x the logits are a placeholder and the page slots and published blocks are the sets SGLang's
-functions give (the stand-ins keep their semantics as the release documents them); a chunked
-caller or a reader left to SGLang keeps real logits."""
+functions give (the stand-ins keep their semantics as the release documents them). The chunked
+decode (``_publish_decode_chunked``: a row chunk's logits at a time, its transform through the
+DeepSeek-V4 indexer module's ``topk_transform_paged_from_metadata``, v1 or v2 by the metadata) is
+served the same way where that module's transforms are sm12x's records; a reader left to SGLang
+keeps real logits."""
 import pytest
 
 from tests_support import REPO, dist_infos, last_json, run_py, write_tree
@@ -57,11 +60,28 @@ TREE = {
         def amax_topk_blocks(logits, seq_lens, nblocks, topk_blocks, max_seq_len=None):
             return ref_select_candidate_blocks(logits, seq_lens, topk_blocks, 8).int()
     """,
+    # the DeepSeek-V4 indexer module's transforms, and the function the chunked decode reaches them by
+    "sglang/srt/layers/attention/dsv4/indexer.py": """
+        from sglang.kernels.ops.attention.dsv4.topk import topk_transform_paged_v2
+        def topk_transform_paged(scores, seq_lens, page_tables, out_page_indices, page_size, out_raw_indices=None):
+            topk_transform_paged_v2(scores, seq_lens, page_tables, out_page_indices, page_size, None, out_raw_indices)
+        def topk_transform_paged_from_metadata(logits, metadata, page_indices, raw_indices=None, *, rows=None,
+                                               topk_metadata=None):
+            seq_lens, table = metadata.compressed_seq_lens[rows], metadata.page_table[rows]
+            if metadata.use_topk_v2:
+                topk_transform_paged_v2(logits, seq_lens, table, page_indices[rows], metadata.compressed_page_size,
+                                        topk_metadata)
+            else:
+                topk_transform_paged(logits, seq_lens, table, page_indices[rows], metadata.compressed_page_size)
+    """,
     "sglang/srt/layers/attention/dsv4/v41_indexer/sparse_table.py": """
+        import os
+        import types
         import torch
         from sglang.kernels.ops.attention.dsv4.candidate_blocks import amax_topk_blocks, candidate_row_lens
         from sglang.kernels.ops.attention.dsv4.index_logits import deep_gemm_fp4_paged_mqa_logits
         from sglang.kernels.ops.attention.dsv4.topk import topk_transform_paged_v2
+        from sglang.srt.layers.attention.dsv4.indexer import topk_transform_paged_from_metadata
 
         class SparseTableBackend:
             def __init__(self, topk_blocks):
@@ -78,12 +98,20 @@ TREE = {
                 return blocks, logits
 
             def _publish_decode_chunked(self, q, k_cache, weights, lens, table, out_page_indices, page_size, max_len):
-                # the chunked plan's path (one chunk here): the same readers, called from this method
+                # the chunked plan's path (two row chunks here): each chunk's logits, their transform through
+                # the indexer module (v1 or v2 by the metadata), the chunk's blocks
                 seq_lens = lens.reshape(-1)
-                logits = deep_gemm_fp4_paged_mqa_logits(q, k_cache, weights, lens, table, None, max_len)
-                topk_transform_paged_v2(logits, seq_lens, table, out_page_indices, page_size, None)
-                nblocks, row_valid_lens = candidate_row_lens(seq_lens, self.topk_blocks)
-                return amax_topk_blocks(logits, seq_lens, nblocks, self.topk_blocks), logits
+                metadata = types.SimpleNamespace(compressed_seq_lens=seq_lens, page_table=table,
+                                                 compressed_page_size=page_size,
+                                                 use_topk_v2=os.environ.get("TOPK_V2") == "1")
+                blocks = []
+                for rows in (slice(0, 1), slice(1, seq_lens.shape[0])):
+                    logits = deep_gemm_fp4_paged_mqa_logits((q[0][rows], q[1][rows]), k_cache, weights[rows],
+                                                            lens[rows], table[rows], None, max_len)
+                    topk_transform_paged_from_metadata(logits, metadata, out_page_indices, None, rows=rows)
+                    nblocks, row_valid_lens = candidate_row_lens(seq_lens[rows], self.topk_blocks)
+                    blocks.append(amax_topk_blocks(logits, seq_lens[rows], nblocks, self.topk_blocks))
+                return torch.cat(blocks), logits
     """,
 }
 
@@ -130,8 +158,15 @@ def test_v41_source_decode_without_logits(tmp_path):
     assert set(out["outcomes"].values()) == {"applied"} and len(out["outcomes"]) == 3, out["outcomes"]
 
 
-@pytest.mark.parametrize("env", [{"CHUNKED": "1"}, {"SM12X_SKIP": "sglang.v41.sparse_table.amax_topk_blocks"}],
-                         ids=["chunked caller", "block record off"])
+@pytest.mark.parametrize("env", [{"CHUNKED": "1"}, {"CHUNKED": "1", "TOPK_V2": "1"}], ids=["v1 transform", "v2"])
+def test_v41_chunked_source_decode_without_logits(tmp_path, env):
+    out = _run(tmp_path, env)
+    assert out["slots"] and out["blocks"] and out["bytes"] == 4, out
+
+
+@pytest.mark.parametrize("env", [{"SM12X_SKIP": "sglang.v41.sparse_table.amax_topk_blocks"},
+                                 {"CHUNKED": "1", "SM12X_SKIP": "sglang.dsv4.indexer.topk_transform_paged"}],
+                         ids=["block record off", "chunked, the indexer's transform record off"])
 def test_real_logits_elsewhere(tmp_path, env):
     out = _run(tmp_path, env)
     assert out["slots"] and out["blocks"] and out["bytes"] > 4, out

@@ -12,6 +12,9 @@ layer's own top-k, as page slots) and on a second stream ``amax_topk_blocks(logi
 nblocks, topk_blocks)``: per row the ``topk_blocks`` blocks of 8 positions with the largest block
 maximum among its first ``seq_lens`` positions, the newest block always included, ids in no
 particular order, -1 past the row's count (SGLang then sorts them). No other reader sees the logits.
+The chunked form (``_publish_decode_chunked``, SGLang's row chunks) makes the same call per chunk
+and reads it through the DeepSeek-V4 indexer module's ``topk_transform_paged_from_metadata`` (that
+module's v1 or v2 transform, sm12x's records) and ``amax_topk_blocks``, on one stream.
 
 ``deferred_source_logits`` returns a placeholder; the transform (sm12x's
 ``topk_transform_paged_v2`` record, :func:`sm12x.frontends.sglang.indexer.topk_transform`) runs the

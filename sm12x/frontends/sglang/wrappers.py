@@ -384,6 +384,11 @@ def make_dsa_paged_logits_native(original):
 V41_SPARSE_TABLE = "sglang.srt.layers.attention.dsv4.v41_indexer.sparse_table"
 # the names of that module a candidate source's decode logits go to (each must be sm12x's record)
 V41_READERS = ("topk_transform_paged_v2", "amax_topk_blocks")
+# the chunked decode (``_publish_decode_chunked``, a row chunk's logits at a time) reads them through
+# ``topk_transform_paged_from_metadata``, the DeepSeek-V4 indexer module's function, which calls that
+# module's own transform by ``metadata.use_topk_v2``: both of those must be sm12x's records too
+V41_CHUNKED_VIA = "topk_transform_paged_from_metadata"
+V41_CHUNKED_TRANSFORMS = ("topk_transform_paged", "topk_transform_paged_v2")
 
 
 def _v41():
@@ -392,14 +397,30 @@ def _v41():
     return v41
 
 
-def _v41_source_decode(frame):
-    """``topk_blocks`` when a logits call comes from ``SparseTableBackend.publish_decode`` (the
-    source layer's unchunked decode: one v2 transform and ``amax_topk_blocks`` read the logits)
-    and both of the module's readers are sm12x's; None otherwise."""
-    if (frame is None or frame.f_code.co_name != "publish_decode"
-            or frame.f_globals.get("__name__") != V41_SPARSE_TABLE):
+def _v41_readers(frame):
+    """The functions a candidate source's decode in ``frame`` hands its logits to, or None for any
+    other caller: ``publish_decode`` (one v2 transform and ``amax_topk_blocks``, the module's
+    copies) or ``_publish_decode_chunked`` (per row chunk ``topk_transform_paged_from_metadata``,
+    i.e. the DeepSeek-V4 indexer module's transforms, and ``amax_topk_blocks``)."""
+    if frame is None or frame.f_globals.get("__name__") != V41_SPARSE_TABLE:
         return None
-    if not all(getattr(frame.f_globals.get(n), "__sm12x_patch__", None) for n in V41_READERS):
+    names = frame.f_globals
+    if frame.f_code.co_name == "publish_decode":
+        return [names.get(n) for n in V41_READERS]
+    if frame.f_code.co_name == "_publish_decode_chunked":
+        via = getattr(names.get(V41_CHUNKED_VIA), "__globals__", {})
+        if via.get("__name__") != DSV4_INDEXER:
+            return None
+        return [names.get("amax_topk_blocks")] + [via.get(n) for n in V41_CHUNKED_TRANSFORMS]
+    return None
+
+
+def _v41_source_decode(frame):
+    """``topk_blocks`` when a logits call comes from a candidate source layer's decode
+    (``SparseTableBackend.publish_decode`` or its chunked form, :func:`_v41_readers`) and every
+    reader of the logits there is sm12x's; None otherwise."""
+    readers = _v41_readers(frame)
+    if not readers or not all(getattr(r, "__sm12x_patch__", None) for r in readers):
         return None
     blocks = getattr(frame.f_locals.get("self"), "topk_blocks", None)
     return blocks if isinstance(blocks, int) and blocks > 0 else None
