@@ -28,11 +28,12 @@ a window hook between each window's logits and its top-k:
 - a consumer whose width is at least ``candidate_gather.MIN_WIDTH_RATIO`` times its candidate keys
   (every production consumer here: the widths are 65,536-262,144, the candidate keys 1,153 or
   4,097) takes ``candidate_gather`` instead: per row group (``candidate_gather._group_rows``) the
-  positions list (``GATHER_POSITION_LAUNCHES`` torch launches on [rows, K x block_size + 1] int64,
-  two of them sorts), the key rows gathered and packed into pages (read and written twice, at the
-  key's bytes), the fused paged top-k over one "request" per row of min(visible, K x block_size)
-  keys in a window of the padded candidate count, and the fill / map back
-  (``GATHER_FILL_LAUNCHES`` launches on [rows, topk + candidates]).
+  blocks' sort (``GATHER_TORCH_LAUNCHES`` torch launches on [rows, K] int64, two of them sorts),
+  ``_gather_kernel`` (grid rows x slots / 32; its straight-line code from the SASS; each listed
+  key's row read and written), the fused paged top-k over one "request" per row of
+  min(visible, K x block_size) keys in a window of the padded candidate count, and
+  ``_map_fill_kernel`` (one program per row; the fill's rank search runs only for rows with fewer
+  candidate keys than topk, none here).
 
 What the SASS cannot say is taken as in ``topk_plan`` (independent scores), and: the source's best
 blocks are then uniform over each row's visible blocks, so a consumer row's candidate keys
@@ -77,12 +78,9 @@ MODEL_LEN = topk_plan.MODEL_LEN
 # ends, flag fill, int64 cast, the edge and -1 slots (4) and the scatter
 SOURCE_TORCH_LAUNCHES = 17
 CONSUMER_TORCH_LAUNCHES = 9
-# candidate_gather's torch launches per row group: the positions list (casts, edge / last-block
-# tests, the two sorts, the repeat test, the offsets, the ends' clip, the count) and the slot
-# arithmetic with the two row gathers and the page pack; the fill and map back (gather, counts,
-# the candidate flags' scatter, the free-position cumsum, the two scatters and the copy)
-GATHER_POSITION_LAUNCHES = 34
-GATHER_FILL_LAUNCHES = 22
+# candidate_gather's torch launches per row group: the cast, the real-block test and where, the
+# two sorts with the repeat test and fill, the arange of the gathered pages' table
+GATHER_TORCH_LAUNCHES = 9
 TOPK_PASSES = 4  # torch.topk's radix passes over float32 scores (8 bits each), then one gather
 
 # (framework, label, the rows' (ks, ke) (a function), keys = width, top-k, K blocks, block size, fp4)
@@ -174,18 +172,22 @@ def _gathered(call, card, visible, topk, k_blocks, bs, fp4):
     from sm12x.kernels.indexer import candidate_gather as cg
 
     torch_rep = _torch_report(card.target)
-    key_bytes = D // 2 + 4 if fp4 else D + 4
-    n = k_blocks * bs + 1
-    n_pad = -(-n // cg.PAGE) * cg.PAGE
-    step = cg._group_rows(len(visible), k_blocks * bs + cg.PAGE, key_bytes)
+    db = D // 2 if fp4 else D
+    gather = compiled.find("candidate_topk", card.target,
+                           lambda k, c: k == "_gather_kernel" and f" B{bs} " in c and ("FP4" in c) == fp4, "gather")
+    fill = compiled.find("candidate_topk", card.target, lambda k, c: k == "_map_fill_kernel", "map and fill")
+    n_pad = -(-(k_blocks * bs + 1) // cg.PAGE) * cg.PAGE
+    step = cg._group_rows(len(visible), k_blocks * bs + cg.PAGE, db + 4)
     for g0 in range(0, len(visible), step):
         rows = visible[g0:g0 + step]
         r = len(rows)
-        call.launches += [Launch(torch_rep, 1, 0.0, r * n * 8 * 2) for _ in range(GATHER_POSITION_LAUNCHES)]
-        # the candidates' key rows gathered (scattered reads of whole rows), then packed into pages
-        call.launches += [Launch(torch_rep, 1, 0.0, r * n_pad * key_bytes * 2) for _ in range(2)]
+        keys = sum(min(v, k_blocks * bs) for v in rows)
+        call.launches += [Launch(torch_rep, 1, 0.0, r * k_blocks * 8 * 2) for _ in range(GATHER_TORCH_LAUNCHES)]
+        # each listed key's row read (whole 32-byte sectors) and written, every slot's position written
+        call.launches.append(Launch(gather, r * math.ceil(n_pad / cg.GATHER_SLOTS), 0.0,
+                                    keys * (db + 4) * 2 + r * n_pad * 4, trips=0))
         topk_plan.decode_windows(call, card, [min(v, k_blocks * bs) for v in rows], 1, topk, n_pad, fp4=fp4)
-        call.launches += [Launch(torch_rep, 1, 0.0, r * (topk + n_pad) * 9) for _ in range(GATHER_FILL_LAUNCHES)]
+        call.launches.append(Launch(fill, r, 0.0, r * topk * 12, trips=0))
 
 
 def _prefill(card, make_rows, s_kv, topk, k_blocks, bs, fp4, write):

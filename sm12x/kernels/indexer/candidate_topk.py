@@ -249,7 +249,8 @@ def paged_mqa_candidate_topk_indices(q, kv_cache, weights, context_lens, block_t
 
 def compile_reports(targets=("sm_120", "sm_121"), block_sizes=(8, 64)):
     """Compile the window mask and the block-maximum fold for ``targets`` (block sizes of 8, as
-    SGLang's V4.1 path uses, and 64)."""
+    SGLang's V4.1 path uses, and 64), and the consumer's candidate-keys kernels
+    (``candidate_gather.compile_reports``)."""
     from sm12x.kernels.common.compile_check import compile_kernel, interpreting, reports_in_subprocess
 
     if interpreting():
@@ -270,4 +271,4 @@ def compile_reports(targets=("sm_120", "sm_121"), block_sizes=(8, 64)):
                                           {"HAS_BASE": True, "BLOCK_SIZE": bs, "BLOCK_P2": triton.next_power_of_2(bs),
                                            "BLOCKS": BLOCKS_PER_PROGRAM}, target=t, num_warps=4, num_stages=1,
                                           config_name=f"candidate block max B{bs}"))
-    return reports
+    return reports + candidate_gather.compile_reports(targets)

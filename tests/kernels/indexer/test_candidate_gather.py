@@ -31,19 +31,48 @@ def ref_positions(cands, end, width, bs):
     return sorted(p for p in keep if p < min(end, width))
 
 
-def test_candidate_positions_follow_vllms_mask_rule():
+def listed(cands, ends, width, bs, device, ks_shift=3):
+    """``_gather_kernel`` over flat keys whose value words and scale hold their own row number:
+    (positions, counts, and per row the key rows its gathered pages hold, in slot order)."""
+    import triton
+
+    rows, k = cands.shape
+    n_pad = -(-(k * bs + 1) // cg.PAGE) * cg.PAGE
+    n_keys = width + ks_shift + 8
+    values = torch.arange(n_keys, dtype=torch.int32, device=device)[:, None].repeat(1, 32)  # FP8 rows: 32 words
+    scales = torch.arange(n_keys, dtype=torch.int32, device=device)
+    ks = torch.full((rows,), ks_shift, dtype=torch.int32, device=device)
+    pos = torch.empty((rows, n_pad), dtype=torch.int32, device=device)
+    count = torch.empty((rows,), dtype=torch.int32, device=device)
+    cache = torch.zeros((rows * n_pad // cg.PAGE, cg.PAGE * 132 // 4), dtype=torch.int32, device=device)
+    blk = cg._sorted_blocks(cands.to(device), -(-width // bs))
+    cg._gather_kernel[(rows, triton.cdiv(n_pad, cg.GATHER_SLOTS))](
+        blk, cands.to(device).contiguous(), k, ends.to(device).int(), width, -(-width // bs), values, scales, ks, ks,
+        0, 0, 1, cache, pos, count, n_pad, BS=bs, KP2=triton.next_power_of_2(k), DB=128, BLOCK_KV=64, PAGED=False,
+        PG=cg.PAGE, SLOTS=cg.GATHER_SLOTS)
+    pages = cache.view(rows, n_pad // cg.PAGE, -1)
+    held_values = pages[:, :, : cg.PAGE * 32].reshape(rows, n_pad // cg.PAGE, cg.PAGE, 32)
+    held_scales = pages[:, :, cg.PAGE * 32:]
+    assert torch.equal(held_values, held_values[..., :1].expand_as(held_values))  # whole rows copied
+    return pos.cpu(), count.cpu(), held_values[..., 0].reshape(rows, -1).cpu(), held_scales.reshape(rows, -1).cpu()
+
+
+def test_candidates_listed_and_gathered_by_vllms_mask_rule(device):
     width, bs = 37, 8  # 5 blocks, the last one partial (32..36)
-    cands = torch.tensor([[1, 1, -1, 0],     # a duplicate and an ignored entry
+    cands = torch.tensor([[1, 1, -1, 0],     # a repeat and an ignored entry
                           [9, 2, 4, -1],     # past the width -> the edge key 36 (inside block 4 already)
                           [7, 3, -1, -1],    # past the width -> the edge key alone
                           [2, 3, 4, 0],      # a row that sees 20 positions
-                          [-1, -1, -1, -1]])
-    ends = torch.tensor([37, 40, 37, 20, 37])
-    pos, count = cg.candidate_positions(cands, ends, width, bs)
+                          [-1, -1, -1, -1],
+                          [4, 6, 0, 0]], dtype=torch.int32)  # the cut last block and an edge entry
+    ends = torch.tensor([37, 40, 37, 20, 37, 35])
+    pos, count, rows_held, scales_held = listed(cands, ends, width, bs, device)
     for r in range(cands.shape[0]):
         want = ref_positions(cands[r].tolist(), int(ends[r]), width, bs)
-        assert pos[r, : int(count[r])].tolist() == want
-        assert int(count[r]) == len(want) and bool((pos[r, int(count[r]):] == cg._FAR).all())
+        n = int(count[r])
+        assert pos[r, :n].tolist() == want and n == len(want)
+        assert bool((pos[r, n:] == -1).all())
+        assert rows_held[r, :n].tolist() == [3 + p for p in want] == scales_held[r, :n].tolist()
 
 
 def test_the_path_is_taken_only_for_wide_rows():
