@@ -87,22 +87,35 @@ def test_candidate_plan_adds_its_hooks_to_the_fused_topk(monkeypatch):
     assert sum(l.flops for l in src.launches) == pytest.approx(src.flops)
     torch_launches = [l for l in src.launches if l.report.config.startswith("torch")]
     assert len(torch_launches) == cp.SOURCE_TORCH_LAUNCHES + 1
-    # a consumer masks each window; a long decode row with 18 x 64 candidate keys draws a -FLT_MAX
-    # filter threshold: the full radix select follows the filter, which the source does not run
+    # a consumer 4x wider than its candidate keys ranks those keys only (candidate_gather): the
+    # gather, the fused paged top-k over them, the map and fill; cheaper than its source here
     dec = [c for c in cases if c.key[3] == "decode" and c.key[4] == 64 and c.key[5] == 262144]
     src, con = sorted(dec, key=lambda c: c.key[2] != "source")
+    assert _configs(con.launches).count("gather") == 1 and _configs(con.launches).count("map and fill") == 1
+    assert not any(x.startswith("candidate mask") for x in _configs(con.launches))
+    zero = dataclasses.replace(card, launch_us=0.0)
+    time = lambda c: engine.estimate_case(c.launches, zero).time_us  # noqa: E731
+    assert time(con) < time(src)
+    # scoring every visible key instead, it masks each window; a long decode row with 18 x 64
+    # candidate keys draws a -FLT_MAX filter threshold: the full radix select follows the filter
+    from sm12x.kernels.indexer import candidate_gather as cg
+
+    monkeypatch.setattr(cg, "MIN_WIDTH_RATIO", 1 << 62)
+    dense = [c for c in cp.cases(card) if c.key[3] == "decode" and c.key[4] == 64 and c.key[5] == 262144]
+    con = next(c for c in dense if c.key[2] == "consumer")
     assert sum(1 for l in con.launches if l.report.config == "candidate mask B64") == 1
     full = lambda c: [x for x in _configs(c.launches) if x.startswith(("segment histogram", "row ends B"))]
     assert not full(src) and full(con)
-    zero = dataclasses.replace(card, launch_us=0.0)
-    assert engine.estimate_case(con.launches, zero).time_us > engine.estimate_case(src.launches, zero).time_us
+    assert time(con) > time(src)
+    monkeypatch.undo()
+    monkeypatch.setattr(compiled, "find", _stand_in)
     # the H100 run's two-layer passes are sm_90 cases only, each layer's hooks in them
     assert not cp.validation_cases(card)
     val = cp.validation_cases(cards.H100)
     assert [c.key[2:4] for c in val] == [("source + consumer", "prefill"), ("source + consumer", "decode")]
-    for c in val:
+    for c in val:  # the source's fold; the consumer (1,048,576 wide, 4,097 candidate keys) gathers
         hooks = {l.report.config for l in c.launches if l.report.config.startswith("candidate")}
-        assert hooks == {"candidate block max B8", "candidate mask B8"}
+        assert hooks == {"candidate block max B8"} and "gather" in _configs(c.launches)
     # SGLang's source is FP4: its logits are the e2m1 kernel's, its roofline the MXFP4 rate
     sg = [c for c in cases if c.key[1] == "SGLang"]
     assert sg and all(c.kind == "mxf4" for c in sg)
