@@ -175,7 +175,22 @@ def init_outcome(inputs, topk, mode, device):
     except Exception as e:  # SGLang's refusal is this pass's unpatched result
         outcome = f"{type(e).__name__}: {str(e).splitlines()[0][:90] if str(e) else ''}"
         good = mode == "unpatched" and isinstance(e, RuntimeError) and GATE_ERROR in str(e)
-    return {"outcome": outcome, "same": int(good), "ties": 0, "wrong": int(not good)}
+    return {"outcome": outcome, "same": int(good), "ties": 0, "wrong": int(not good), "deep_gemm": _deep_gemm_seen()}
+
+
+def _deep_gemm_seen():
+    """What the gate saw: the ``deep_gemm`` SGLang imports and whether sm12x serves its sparse logits."""
+    try:
+        import deep_gemm
+
+        from sm12x.frontends.deep_gemm.sparse_wrappers import SPARSE_NAMES, sm12x_serves_sparse_logits
+
+        shim = getattr(deep_gemm, "__sm12x_shim__", False)
+        has = [n for n in SPARSE_NAMES if callable(getattr(deep_gemm, n, None))]
+        return (f"{'sm12x stand-in' if shim else getattr(deep_gemm, '__file__', '?')}; sparse functions {has}; "
+                f"sm12x serves them: {sm12x_serves_sparse_logits()}")
+    except Exception as e:  # what the import raised is the answer
+        return f"import deep_gemm: {type(e).__name__}: {e}"
 
 
 def _backend(inputs, args, mode, device, decode):

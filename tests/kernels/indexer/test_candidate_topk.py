@@ -7,7 +7,7 @@ from sm12x.frontends.deep_gemm import indexer as api
 from sm12x.kernels.indexer import candidate_topk as ct
 from sm12x.kernels.indexer import fused_topk as tk
 from sm12x.kernels.indexer.reference import (paged_valid_ends, ref_candidate_mask, ref_indexer_topk,
-                                             ref_select_candidate_blocks, topk_rows_differing)
+                                             ref_mqa_logits, ref_select_candidate_blocks, topk_rows_differing)
 
 from tests.kernels.indexer.test_indexer_topk import chunk_ranges
 from tests_support import assert_within_sm12x_limits
@@ -123,9 +123,11 @@ def test_gpu_v41_prefill_chunk():
     w2 = inp["weights"].flip(-1).contiguous()
     con = ct.mqa_candidate_topk_indices(inp["q"], inp["kv"], w2, ks, ke, topk, width=s_kv, block_size=bs,
                                         candidates=cand, write=False)
-    logits = api.fp8_fp4_mqa_logits(inp["q"], inp["kv"], w2, ks, ke)
+    # these rows rank their candidate keys in the paged kernel (candidate_gather), whose head sum is
+    # float32 where sm_90's mqa_logits rounds each head's score to bf16: against the float32
+    # reference, as sets (a differing key must tie the k-th score)
+    logits = ref_mqa_logits(inp["q"][0], inp["kv"][0], inp["kv"][1], w2, ks, ke)
     masked = ref_candidate_mask(logits, ke, cand, bs, fill=ct.MASKED)
-    # these rows rank their candidate keys in the paged kernel (candidate_gather): sets, ties free
     assert topk_rows_differing(con, ref_indexer_topk(masked, topk, ks, ke), masked, ks) == 0
 
 
