@@ -31,6 +31,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch
 
@@ -92,6 +93,7 @@ def candidate_topk_table(args, dev, topk=1024, block=64, kb=18, heads=64, model_
     from triton.testing import do_bench
 
     from sm12x.frontends.deep_gemm import indexer
+    import gpu_timing
     from sm12x.kernels.indexer import candidate_gather as cg
     from sm12x.kernels.indexer import candidate_topk as ct
     from sm12x.kernels.indexer.cache import quant_fp8_paged_cache
@@ -140,22 +142,9 @@ def candidate_topk_table(args, dev, topk=1024, block=64, kb=18, heads=64, model_
                     every = f"{do_bench(lambda: fused(write)) * 1e3:.1f}"
                 finally:
                     cg.MIN_WIDTH_RATIO = ratio
-            replay = f" {do_bench(graphed(lambda: fused(write))) * 1e3:.1f} |" if args.graph else ""
+            replay = f" {do_bench(gpu_timing.graphed(lambda: fused(write))) * 1e3:.1f} |" if args.graph else ""
             print(f"| {ctx} | {layer} | {m * 1e3:.1f} | {f * 1e3:.1f} | {m / f:.2f}x | {every} | "
                   f"{args.rows * model_len * 4 / 2 ** 20:.0f} |{replay}")
-
-
-def graphed(fn):
-    """``fn`` (no host syncs) captured in a CUDA graph after a warm-up run on a side stream: its replay."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph.replay
 
 
 if __name__ == "__main__":
