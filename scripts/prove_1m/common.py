@@ -90,3 +90,20 @@ def logits_topk(logits, topk, ends, starts=None, out=None):
     keys = topk_keys(logits, topk, ends=ends, starts=starts)
     shift = None if starts is None else (-starts).contiguous()
     return decode_keys(keys, topk, out=out, shift=shift)
+
+
+def block_table(keys, rows, device):
+    """int32 [rows, pages of ``keys``]: every request maps its page p to cache page p."""
+    import torch
+
+    return torch.arange(-(-keys // BLOCK), dtype=torch.int32, device=device)[None].expand(rows, -1).contiguous()
+
+
+def forward_context(metadata, device):
+    """vLLM's forward context as the indexer reads it: the metadata under "indexer", no CUDA graph."""
+    import types
+
+    from vllm.config import CUDAGraphMode
+
+    return types.SimpleNamespace(attn_metadata={"indexer": metadata}, cudagraph_runtime_mode=CUDAGraphMode.NONE,
+                                 device=device)

@@ -9,6 +9,7 @@ import linecache
 import os
 import sys
 
+from prove_1m import sglang_v41_stand_ins
 from prove_1m.stand_ins import StandInModule, _register_radix_topk, sglang_stand_ins, vllm_stand_ins
 
 # Under the Triton interpreter (--device cpu) only: vLLM's candidate-block kernels assert CUDA
@@ -80,7 +81,7 @@ def install_framework(release, src):
     top = release.partition("-")[0]
     root = os.path.join(src, release)
     sys.path.insert(0, root)  # its dist-info first: the release sm12x reads is this one
-    stand_ins = vllm_stand_ins(release) if top == "vllm" else sglang_stand_ins(release)
+    stand_ins = vllm_stand_ins(release) if top == "vllm" else sglang_v41_stand_ins.stand_ins(sglang_stand_ins(release))
     # after sm12x's watcher (which wraps what this finder loads), before the path finders: an
     # installed copy of the framework must not be the one that runs
     watchers = [i for i, f in enumerate(sys.meta_path) if getattr(f, "__sm12x_watcher__", False)]

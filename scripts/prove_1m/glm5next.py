@@ -46,7 +46,7 @@ from __future__ import annotations
 import sys
 import types
 
-from prove_1m.common import BLOCK, RUN, TIE_TOL, logits_topk
+from prove_1m.common import BLOCK, RUN, TIE_TOL, block_table, forward_context, logits_topk
 from prove_1m.stand_ins import VllmDecodeMetadata, VllmIndexerMetadata
 
 MODULE = "vllm.models.glm5next.sparse_indexer"  # the switch vLLM's model imports
@@ -102,7 +102,6 @@ def glm5next_pass(module, kind, inputs, keys, topk, kpool):
     then the row's tail tokens, -1 padded)."""
     import torch
 
-    from prove_1m.run import _forward_context, block_table
 
     _register_prefill_topk()
     device = inputs.cache.device
@@ -135,7 +134,7 @@ def glm5next_pass(module, kind, inputs, keys, topk, kpool):
         metadata = VllmIndexerMetadata(slot_mapping=torch.zeros(rows, dtype=torch.int64, device=device),
                                        num_decodes=rows, num_decode_tokens=rows, num_prefills=0, prefill=None,
                                        decode=decode, max_seq_len=tokens)
-    RUN.forward_context = _forward_context(metadata, device)
+    RUN.forward_context = forward_context(metadata, device)
     k_cache = types.SimpleNamespace(prefix="indexer", kv_cache=inputs.cache.squeeze(2))  # [pages, 64, dim + 4]
     op = module.SparseAttnIndexerKpool(k_cache, 128, "ue8m0", topk, dim, keys, keys, buffer,
                                        skip_k_cache_insert=True, use_fp4_cache=False, tail_cache=None)

@@ -12,7 +12,7 @@ import types
 from dataclasses import dataclass
 
 from prove_1m import sglang_v41, sglang_v41_stand_ins
-from prove_1m.common import BLOCK, REPO, RUN, SCRIPT, SEED, TIE_TOL, passes_for
+from prove_1m.common import BLOCK, REPO, RUN, SCRIPT, SEED, TIE_TOL, block_table, forward_context, passes_for
 from prove_1m.finder import install_framework
 from prove_1m.glm5next import MODULE as GLM5NEXT_MODULE
 from prove_1m.glm5next import compare_glm5next, glm5next_pass
@@ -71,23 +71,9 @@ def decode_lens(keys, rows, device):
     return (keys - 7 * torch.arange(rows, dtype=torch.int32, device=device)).clamp(min=1)
 
 
-def block_table(keys, rows, device):
-    """int32 [rows, pages of ``keys``]: every request maps its page p to cache page p."""
-    import torch
-
-    return torch.arange(-(-keys // BLOCK), dtype=torch.int32, device=device)[None].expand(rows, -1).contiguous()
-
-
 # ---------------------------------------------------------------------------------------------
 # Drivers: each calls the framework function the way the framework does, returns the indices
 # ---------------------------------------------------------------------------------------------
-
-def _forward_context(metadata, device):
-    from vllm.config import CUDAGraphMode
-
-    return types.SimpleNamespace(attn_metadata={"indexer": metadata}, cudagraph_runtime_mode=CUDAGraphMode.NONE,
-                                 device=device)
-
 
 def _vllm_prefill_chunks(release, keys, queries, device):
     """The prefill metadata vLLM's planner builds for one request: vLLM 0.34 one chunk (the
@@ -143,7 +129,7 @@ def vllm_pass(module, release, kind, inputs, keys, topk, candidates=(0, 0)):
         metadata = VllmIndexerMetadata(slot_mapping=torch.zeros(rows, dtype=torch.int64, device=device),
                                        num_decodes=rows, num_decode_tokens=rows, num_prefills=0, prefill=None,
                                        decode=decode, max_seq_len=keys)
-    RUN.forward_context = _forward_context(metadata, device)
+    RUN.forward_context = forward_context(metadata, device)
     hidden = torch.empty(rows, 1, device=device)
     common = dict(hidden_states=hidden, k_cache_prefix="indexer", kv_cache=vllm_cache, q_quant=q, q_scale=None,
                   k=None, weights=w, quant_block_size=128, scale_fmt="ue8m0", topk_tokens=topk, head_dim=dim,

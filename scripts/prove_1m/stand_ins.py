@@ -356,13 +356,11 @@ def _tilelang_paged_logits(q_fp8, kvcache_fp8, weight, seq_lens, page_table, dee
 
 
 def sglang_stand_ins(release):
-    """{module: {name: value}} for what SGLang 0.5.23's DeepSeek-V4 indexer module imports, and
-    its DeepSeek-V4.1 indexer package (:func:`prove_1m.sglang_v41_stand_ins.stand_ins`)."""
+    """{module: {name: value}} for what SGLang 0.5.23's DeepSeek-V4 indexer module imports (its
+    DeepSeek-V4.1 indexer package's: :func:`prove_1m.sglang_v41_stand_ins.stand_ins` over these)."""
     import torch
 
-    from prove_1m import sglang_v41_stand_ins
-
-    return sglang_v41_stand_ins.stand_ins({
+    return {
         "sglang.kernels.ops.attention.dsv4": {"topk_transform_paged": sglang_topk_transform,
                                               "topk_transform_paged_v2": Absent("topk_transform_paged_v2")},
         "sglang.kernels.ops.attention.dsv4.fp4_indexer_hip": {"FP4RowgroupDecodeWorkspace": type("Absent", (), {})},
@@ -390,4 +388,4 @@ def sglang_stand_ins(release):
         "sglang.srt.utils": {"is_cuda": lambda: True, "is_hip": lambda: False, "is_xpu": lambda: False,
                              "is_musa": lambda: False, "get_device_sm": lambda: 120,
                              "add_prefix": lambda name, prefix: f"{prefix}.{name}" if prefix else name},
-    })
+    }
