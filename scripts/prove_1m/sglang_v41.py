@@ -160,10 +160,27 @@ def make_backend(inputs, topk, device):
     import torch
 
     package = sys.modules.get(PACKAGE) or __import__(PACKAGE, fromlist=["_"])
+    settle_guard(device)
     with sm120_capability():
         return package.make_candidate_indexer(
             token_to_kv_pool=_pool(inputs), req_to_token=torch.zeros(1, 1, dtype=torch.int32, device=device),
             page_size=KV_PAGE, candidate_topk_blocks=topk_blocks(topk), candidate_block_size=BLOCK)
+
+
+def settle_guard(device):
+    """sm12x's runtime guard checks an op on the GPU the first time a record running it is
+    called, and the V4.1 gate's first call is SGLang's backend init, which runs under the
+    stand-in SM120 capability: there the check would take the sm_120 configurations on a Hopper
+    GPU. Its verdicts on the ops these passes route (the gate's sparse logits, the fused top-k
+    ops) are settled first, on the GPU's own capability, as a server on SM12x would see them (the
+    kernels' configuration key is also cached per process at its first read)."""
+    if getattr(device, "type", str(device).partition(":")[0]) != "cuda":
+        return  # the guard checks nothing on the CPU (the interpreter)
+    from sm12x import guard
+
+    index = getattr(device, "index", None) or 0
+    for op in ("paged_sparse_mqa_logits",) + guard.TOPK:
+        guard.verdict(op, f"cuda:{index}")
 
 
 def init_outcome(inputs, topk, mode, device):
@@ -187,8 +204,12 @@ def _deep_gemm_seen():
 
         shim = getattr(deep_gemm, "__sm12x_shim__", False)
         has = [n for n in SPARSE_NAMES if callable(getattr(deep_gemm, n, None))]
+        from sm12x import guard
+
+        verdicts = {op: True if v.get("ok") else v.get("detail", "refused")[:160]
+                    for op, v in guard.PROCESS_VERDICTS.items()}
         return (f"{'sm12x stand-in' if shim else getattr(deep_gemm, '__file__', '?')}; sparse functions {has}; "
-                f"sm12x serves them: {sm12x_serves_sparse_logits()}")
+                f"sm12x serves them: {sm12x_serves_sparse_logits()}; guard verdicts {verdicts}")
     except Exception as e:  # what the import raised is the answer
         return f"import deep_gemm: {type(e).__name__}: {e}"
 
