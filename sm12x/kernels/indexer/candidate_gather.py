@@ -22,7 +22,9 @@ its candidates. Here:
 So a row returns, as the dense consumer does, ``min(visible, topk)`` positions: its candidate keys
 by descending score (equal scores: lower position first), then that fill, -1 after them. Scores
 may differ from the dense path's in the last bits where the two logits kernels sum in another
-order (a tie at the k-th score may then break the other way).
+order (a tie at the k-th score may then break the other way); on sm_90, where the prefill
+``mqa_logits`` rounds each head's score to bf16 (``head_mma``), by up to 2**-8 of the scores'
+size: this path's head sums are float32, as every SM12x configuration's are.
 
 Memory: per row group (``GROUP_BYTES``) the gathered pages and the positions, O(rows x candidate
 keys); nothing of the row's width. No host sync: every shape comes from the call's shapes
