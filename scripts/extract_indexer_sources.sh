@@ -7,7 +7,7 @@
 #
 # WHEEL_DIR holds vllm-0.34.0-*.whl, vllm-0.25.1-*.whl and sglang-0.5.23-*.whl (a missing one
 # is reported and skipped). OUT_DIR/<dist>-<version>/ gets the files; about 500 KB in all, so
-# it can be carried to a device machine. OUT_DIR is git-ignored: nothing of theirs is committed.
+# it can be carried to a GPU machine. OUT_DIR is git-ignored: nothing of theirs is committed.
 set -euo pipefail
 
 wheels=${1:?usage: $0 WHEEL_DIR [OUT_DIR]}

@@ -28,7 +28,7 @@ the kernel-op modules it calls, listed in ``scripts/prove_1m/sglang_v41.py``). E
 they import is a stand-in
 (``scripts/prove_1m/stand_ins.py``: ``vllm_stand_ins``, ``sglang_stand_ins``): configuration, distributed state,
 forward context, metadata classes, and the compiled kernels they call, which are absent on the
-device machine:
+a GPU machine without the frameworks:
 
 - DeepGEMM's logits (vLLM's ``vllm.utils.deep_gemm`` wrappers) are sm12x's DeepGEMM front end;
   SGLang's TileLang paged logits are a stand-in that sm12x's DeepGEMM record

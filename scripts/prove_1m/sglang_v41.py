@@ -39,7 +39,7 @@ What runs as SGLang's code (extracted from the wheel by ``extract_indexer_source
 ``DEEPGEMM_PAGED_SPARSE_MQA_LOGITS`` from the stand-in SM120 platform), and the DeepSeek-V4
 ``indexer`` module the C4 passes run. DeepGEMM is what SGLang imports on SM12x: sm12x's records,
 or sm12x's stand-in ``deep_gemm`` where none is installed. Stand-ins (besides those of
-``stand_ins.sglang_stand_ins``), all for code absent on the device machine:
+``stand_ins.sglang_stand_ins``), all for code absent where no framework is installed:
 
 - SGLang's JIT CUDA kernels, returned by a stand-in ``load_jit``: top-k v2 (``topk_plan``: no
   plan, as on a GPU without clusters; ``topk_transform_paged`` / ``_ragged``: the k best of a

@@ -1,6 +1,6 @@
 """Stand-in modules for what the frameworks' indexer modules import: configuration, distributed
-state, forward context, metadata classes, and the compiled kernels they call (absent on the
-device machine). ``vllm_stand_ins(release)`` / ``sglang_stand_ins(release)`` map module names to
+state, forward context, metadata classes, and the compiled kernels they call (absent on a GPU
+machine without the frameworks). ``vllm_stand_ins(release)`` / ``sglang_stand_ins(release)`` map module names to
 the attributes the finder (:mod:`prove_1m.finder`) puts in them."""
 from __future__ import annotations
 

@@ -194,8 +194,7 @@ def mqa_candidate_topk_indices(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_
     ks, ke = cu_seq_len_k_start, cu_seq_len_k_end
     result = out if out is not None else torch.empty((rows, topk), dtype=torch.int32, device=qv.device)
     if not write and candidate_gather.worthwhile(width, candidates.shape[1], block_size):
-        qs = q[1] if isinstance(q, (tuple, list)) else None
-        check_mqa(OP, qv, qs, kv[0], kv[1], weights, ks, ke)
+        check_mqa(OP, qv, fused_topk.split_q(q)[1], kv[0], kv[1], weights, ks, ke)
         fused_topk.check_topk(OP, topk, out, rows, qv.device)
         return candidate_gather.flat_consumer_topk(q, kv, weights, ks, ke, topk, width, block_size, candidates,
                                                    result, workspace_bytes)
@@ -226,8 +225,8 @@ def paged_mqa_candidate_topk_indices(q, kv_cache, weights, context_lens, block_t
     _check(candidates, rows, max_context_len, block_size, write, qv.device)
     result = out if out is not None else torch.empty((rows, topk), dtype=torch.int32, device=qv.device)
     if not write and candidate_gather.worthwhile(max_context_len, candidates.shape[1], block_size):
-        qs = q[1] if isinstance(q, (tuple, list)) else None
-        kv_cache = check_paged(OP, qv, qs, kv_cache, weights, context_lens, block_table, None, max_context_len)
+        kv_cache = check_paged(OP, qv, fused_topk.split_q(q)[1], kv_cache, weights, context_lens, block_table,
+                               None, max_context_len)
         fused_topk.check_topk(OP, topk, out, rows, qv.device)
         return candidate_gather.paged_consumer_topk(q, kv_cache, weights, context_lens, block_table,
                                                     max_context_len, topk, block_size, candidates, result,

@@ -142,7 +142,8 @@ class _RunningTopk:
         return self.best
 
 
-def _split_q(q):
+def split_q(q):
+    """q as (values, scale or None): a tensor, or the (values, scale) pair of the FP4 form."""
     if isinstance(q, (tuple, list)):
         return q[0], q[1]
     return q, None
@@ -159,7 +160,7 @@ def mqa_topk_indices(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, topk:
     (:mod:`sm12x.kernels.indexer.candidate_topk`)."""
     from sm12x.kernels.indexer.validation import check_mqa
 
-    qv, qs = _split_q(q)
+    qv, qs = split_q(q)
     k, k_sf = kv
     check_mqa("mqa_topk_indices", qv, qs, k, k_sf, weights, cu_seq_len_k_start, cu_seq_len_k_end)
     check_topk("mqa_topk_indices", topk, out, qv.shape[0], qv.device)
@@ -203,7 +204,7 @@ def paged_mqa_topk_indices(q, kv_cache, weights, context_lens, block_table, max_
     b*next_n + t)."""
     from sm12x.kernels.indexer.validation import check_paged
 
-    qv, qs = _split_q(q)
+    qv, qs = split_q(q)
     kv_cache = check_paged("paged_mqa_topk_indices", qv, qs, kv_cache, weights, context_lens, block_table, None,
                  max_context_len)
     rows = qv.shape[0] * qv.shape[1]
