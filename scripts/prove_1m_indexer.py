@@ -5,7 +5,9 @@ decode rows), run with sm12x's indexer top-k records applied and without them. W
 vLLM 0.34.0 also runs DeepSeek-V4.1's two-level selection: for a prefill chunk and for decode
 rows, the candidate source layer (``candidate_write``: publishes each row's best blocks) and a
 consumer layer (ranks only keys in them), through vLLM's own ``candidate_blocks`` kernels when
-unpatched; the index sets of both layers and the published blocks are compared exactly. With
+unpatched; the source's index sets and the published blocks are compared exactly, a consumer's
+(which sm12x ranks in another logits kernel: ``prove_1m.run.compare_v41``) against the float32
+reference where they differ. With
 ``--glm5next``, vLLM 0.34.0 also runs GLM-5-next's pool indexer (``SparseAttnIndexerKpool`` from
 ``models/glm5next``, a prefill chunk and decode rows; keys are pools of ``--index-kpool`` tokens;
 ``scripts/prove_1m/glm5next.py`` says what runs and how the indices are compared).
@@ -80,7 +82,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the prove_1m p
 from prove_1m import run  # noqa: E402 (its module: the test replaces the reference scores there)
 from prove_1m.common import BLOCK, RELEASES, REPO  # noqa: E402,F401 (BLOCK: the test reads it here)
 from prove_1m.report import report, table  # noqa: E402,F401 (table: the test's)
-from prove_1m.run import Inputs, compare, run_worker, worker  # noqa: E402,F401 (Inputs, compare: the test's)
+from prove_1m.run import Inputs, compare, compare_v41, run_worker, worker  # noqa: E402,F401 (the test's)
 
 
 def parse_args(argv=None):

@@ -2,6 +2,7 @@
 worker (one release, one mode, every pass and context) and the parent's worker launch."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import statistics
@@ -272,20 +273,27 @@ def measure(call, device, reps):
     return out, peak, statistics.median(times) if times else None
 
 
-def reference_scores(kind, inputs, keys, k, rows):
+def reference_scores(kind, inputs, keys, k, rows, sizes=False):
     """Reference logits (``sm12x.kernels.indexer.reference``) of ``rows`` (row numbers) of a pass
-    over the dequantised keys ``k``: float32 [len(rows), keys], -inf where a row sees no key."""
+    over the dequantised keys ``k``: float32 [len(rows), keys], -inf where a row sees no key. With
+    ``sizes``, each logit's size instead (``ref_logit_sizes``: the scale of a kernel's rounding)."""
     import torch
 
-    from sm12x.kernels.indexer.reference import ref_mqa_logits
+    from sm12x.kernels.indexer.reference import ref_logit_sizes, ref_mqa_logits
 
     device = inputs.cache.device
     prefill = kind.startswith("prefill")
     q, w = (inputs.q_prefill, inputs.w_prefill) if prefill else (inputs.q_decode, inputs.w_decode)
-    ends = prefill_ends(keys, q.shape[0], device) if prefill else decode_lens(keys, q.shape[0], device)
+    ends = row_ends(kind, keys, q.shape[0], device)
     idx = torch.tensor(rows, device=device)
-    return ref_mqa_logits(q[idx].float(), k, torch.ones(keys, device=device), w[idx],
-                          torch.zeros(len(rows), dtype=torch.int32, device=device), ends[idx])
+    return (ref_logit_sizes if sizes else ref_mqa_logits)(
+        q[idx].float(), k, torch.ones(keys, device=device), w[idx],
+        torch.zeros(len(rows), dtype=torch.int32, device=device), ends[idx])
+
+
+def row_ends(kind, keys, rows, device):
+    """int32 [rows]: the exclusive end of each row's visible keys in a pass (all start at 0)."""
+    return prefill_ends(keys, rows, device) if kind.startswith("prefill") else decode_lens(keys, rows, device)
 
 
 def compare(kind, inputs, keys, got, want, topk):
@@ -313,18 +321,48 @@ def compare(kind, inputs, keys, got, want, topk):
     return got.shape[0] - len(differ), ties, wrong
 
 
-def compare_v41(got, want, topk):
-    """Rows of a V4.1 pass ([source | consumer | candidates], see ``vllm_pass``) whose three parts
-    hold the same sets in sm12x's run and the unpatched one: (same, 0, differing). No tie
-    allowance: both rank the same logits kernel's scores, lowest position first at equal ones."""
+def compare_v41(kind, inputs, keys, got, want, topk, block_size):
+    """Rows of a V4.1 pass ([source | consumer | candidates], see ``vllm_pass``) in sm12x's run
+    against the unpatched one: (same, tied, wrong). The source indices and the published blocks
+    must be the same sets: both runs rank the same logits kernel's scores, lowest position first at
+    equal ones. A consumer row whose sets differ ranks other kernels' scores in sm12x's run (its
+    long rows score only their candidate keys, in the paged kernel, ``candidate_gather``), so it
+    is tied when both runs' sets are the top-k of the float32 reference under vLLM's candidate mask
+    within a 1e-5 tie plus the logits kernels' stated rounding (``reference.HEAD_SUM_TOL`` of the
+    scores' sizes), and wrong otherwise."""
     import torch
 
-    parts = ((0, topk), (topk, 2 * topk), (2 * topk, got.shape[1]))
-    differ = torch.zeros(got.shape[0], dtype=torch.bool, device=got.device)
-    for lo, hi in parts:
-        differ |= (torch.sort(got[:, lo:hi], dim=1).values != torch.sort(want[:, lo:hi], dim=1).values).any(dim=1)
-    wrong = int(differ.sum())
-    return got.shape[0] - wrong, 0, wrong
+    from sm12x.kernels.indexer.cache import dequant_paged_cache
+    from sm12x.kernels.indexer.candidate_topk import MASKED
+    from sm12x.kernels.indexer.reference import (HEAD_SUM_TOL, ref_candidate_mask, ref_indexer_topk,
+                                                 topk_rows_differing)
+
+    def differing(lo, hi):
+        return (torch.sort(got[:, lo:hi], dim=1).values != torch.sort(want[:, lo:hi], dim=1).values).any(dim=1)
+
+    wrong = differing(0, topk) | differing(2 * topk, got.shape[1])
+    consumer = differing(topk, 2 * topk) & ~wrong
+    check = consumer.nonzero().flatten().tolist()
+    if check:
+        dim = inputs.q_prefill.shape[-1]
+        k = dequant_paged_cache(inputs.cache[:-(-keys // BLOCK)], dim, fp4=False).reshape(-1, dim)[:keys]
+        ends = row_ends(kind, keys, got.shape[0], got.device)
+        # the consumer ranks with the source's head weights reversed (``vllm_pass``)
+        flipped = dataclasses.replace(inputs, w_prefill=inputs.w_prefill.flip(-1), w_decode=inputs.w_decode.flip(-1))
+    for i in range(0, len(check), 64):  # reference logits for 64 rows at a time
+        rows = check[i:i + 64]
+        idx = torch.tensor(rows, device=got.device)
+        masked = ref_candidate_mask(reference_scores(kind, flipped, keys, k, rows), ends[idx],
+                                    got[idx, 2 * topk:], block_size, fill=MASKED)
+        slack = HEAD_SUM_TOL * reference_scores(kind, flipped, keys, k, rows, sizes=True)
+        ref = ref_indexer_topk(masked, topk, None, ends[idx])
+        for j, row in enumerate(rows):
+            one = slice(j, j + 1)
+            for run in (got, want):
+                if topk_rows_differing(run[row:row + 1, topk:2 * topk], ref[one], masked[one], slack=slack[one]):
+                    wrong[row] = True
+    ties = int((consumer & ~wrong).sum())
+    return got.shape[0] - int((consumer | wrong).sum()), ties, int(wrong.sum())
 
 
 def worker(args):
@@ -391,7 +429,7 @@ def worker(args):
                 elif os.path.exists(path + ".pt"):
                     want = torch.load(path + ".pt").to(device)
                     if kind.endswith("-v41"):
-                        check = compare_v41(out, want, args.topk)
+                        check = compare_v41(kind, inputs, keys, out, want, args.topk, args.candidate_block_size)
                     elif kind.endswith("-glm5next"):
                         check = compare_glm5next(kind, inputs, keys, out, want, args.topk, args.index_kpool)
                     else:

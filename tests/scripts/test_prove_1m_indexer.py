@@ -426,6 +426,33 @@ def test_compare_counts_ties_at_the_kth_score_and_nothing_else(prove, monkeypatc
     assert prove.compare("prefill", inputs, keys, want.flip(1), want, topk) == (3, 0, 0)  # order is free
 
 
+def test_compare_v41_holds_differing_consumer_rows_against_the_reference(prove, monkeypatch):
+    """V4.1 rows [source | consumer | candidate blocks]: the source and the blocks must be the same
+    sets; a consumer set that differs is tied when both runs' sets are the masked reference's top-k
+    within the kernels' stated rounding, wrong otherwise (a key outside the candidate blocks, or
+    one scoring well below the k-th)."""
+    keys, topk, bs = 64, 4, 8
+    inputs = _inputs(prove, keys)
+    scores = torch.arange(3 * keys, dtype=torch.float32).reshape(3, keys) + 1000.0
+    sizes_ = torch.full_like(scores, 1000.0)  # slack 2**-8 x 1000 ~ 3.9: a key 1-3 below the k-th passes
+    monkeypatch.setattr(prove.run, "reference_scores",
+                        lambda kind, inputs_, keys_, k, rows, sizes=False: (sizes_ if sizes else scores)[rows])
+    monkeypatch.setattr(prove.run, "row_ends", lambda kind, keys_, rows, device: torch.full((rows,), keys_))
+    blocks = torch.tensor([[6, 7]] * 3, dtype=torch.int32)  # candidate keys 48..63
+    source = torch.arange(keys - topk, keys, dtype=torch.int32).repeat(3, 1)
+    want = torch.cat([source, source, blocks], dim=1)
+    got = want.clone()
+    got[1, topk] = keys - topk - 2  # the consumer's 6th best candidate key for its 4th: within the rounding
+    got[2, topk] = 5  # a key outside the candidate blocks
+    assert prove.compare_v41("prefill-v41", inputs, keys, got, want, topk, bs) == (1, 1, 1)
+    wrong_source = want.clone()
+    wrong_source[0, 0] = 0
+    assert prove.compare_v41("prefill-v41", inputs, keys, wrong_source, want, topk, bs) == (2, 0, 1)
+    far = want.clone()
+    far[0, topk] = 48  # a candidate key 12 below the k-th: beyond the rounding
+    assert prove.compare_v41("decode-v41", inputs, keys, far, want, topk, bs) == (2, 0, 1)
+
+
 def test_table_fails_on_wrong_rows_and_on_a_failed_sm12x_pass(prove):
     args = types.SimpleNamespace(release_list=["vllm-0.25.1"], keys=256, queries=16, decode_rows=2, heads=8, dim=128,
                                  topk=16, memory_cap_gib=1.0, reps=2)
