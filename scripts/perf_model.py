@@ -77,18 +77,24 @@ MEASURED = {
 }
 MEASURED_NOTE = ("H200 (132 SMs), sm_90 configs, torch 2.11.0+cu130, Triton 3.6.0, docs/performance.md "
                  "(2026-12-04 / 05)")
-# H100 measurements, in µs, by case key (the rows' ``key``). DeepSeek-V4.1's fused candidate top-k:
-# both layers of one pass through vLLM 0.34's sparse_attn_indexer over 1,048,576 indexer keys
-# (docs/performance.md, the 1M-token indexer pass, --v41: median of timed calls, CUDA events, not
-# graph-replayed); ``scripts/bench_v41_indexer.py --graph``'s "fused, CUDA graph" column adds the
-# production decode rows, one entry per context and layer, e.g.
-# ("candidate_topk", "vLLM", "source", "decode", 64, 32768, 1, 1024, 18, 64, False): µs.
+# H100 measurements, in µs, by case key (the rows' ``key``). DeepSeek-V4.1's fused candidate top-k
+# (its consumer on the candidate keys only, ``candidate_gather``): both layers of one pass through
+# vLLM 0.34's sparse_attn_indexer over 1,048,576 indexer keys (docs/performance.md, the 1M-token
+# indexer pass, --v41: median of 3 timed calls, CUDA events, not graph-replayed), and the
+# production decode rows from ``scripts/bench_v41_indexer.py --graph``'s "fused, CUDA graph"
+# column (64 rows, each with its own pages, 64 FP8 heads, top-1024, 18 blocks of 64, max_model_len
+# 262,144), one entry per context and layer.
 MEASURED_H100 = {
-    ("candidate_topk", "vLLM", "source + consumer", "prefill", 8192, 1 << 20): 792600,
-    ("candidate_topk", "vLLM", "source + consumer", "decode", 64, 1 << 20): 7700,
+    ("candidate_topk", "vLLM", "source + consumer", "prefill", 8192, 1 << 20): 534100,
+    ("candidate_topk", "vLLM", "source + consumer", "decode", 64, 1 << 20): 4900,
+    **{("candidate_topk", "vLLM", layer, "decode", 64, ctx, 1, 1024, 18, 64, False): us
+       for (layer, ctx), us in {("source", 32768): 277.4, ("consumer", 32768): 90.7,
+                                ("source", 131072): 616.8, ("consumer", 131072): 90.4,
+                                ("source", 262144): 1113.8, ("consumer", 262144): 90.6}.items()},
 }
 MEASURED_H100_NOTE = ("NVIDIA H100 80GB HBM3 (132 SMs), sm_90 configs, torch 2.11.0+cu130, Triton 3.6.0, "
-                      "docs/performance.md (2026-12-06: scripts/prove_1m_indexer.py --v41)")
+                      "docs/performance.md (2026-12-06 16:13-16:17 UTC: scripts/prove_1m_indexer.py --v41, "
+                      "scripts/bench_v41_indexer.py --graph)")
 # the cards the validation models, each with its measurements and where they come from
 VALIDATION = {"H200": (MEASURED, MEASURED_NOTE), "H100 SXM": (MEASURED_H100, MEASURED_H100_NOTE)}
 ERROR_LIMIT = 0.30
