@@ -22,9 +22,7 @@ candidate keys only (``sm12x.kernels.indexer.candidate_gather``). Needs a CUDA G
 ``--graph`` adds columns to the second table: each call captured in a CUDA graph and timed by
 replay, as the frameworks run decode (no host launch gaps between its kernels: the eager columns
 are the host's launch rate wherever the kernels are short; the performance model's sm_90
-validation rows, ``scripts/perf_model.py`` ``MEASURED_H100``, take the fused one). The
-materialised source cannot be captured (the reference block selection indexes by a mask, a host
-sync): "-".
+validation rows, ``scripts/perf_model.py`` ``MEASURED_H100``, take the fused one).
 """
 from __future__ import annotations
 
@@ -153,12 +151,7 @@ def candidate_topk_table(args, dev, topk=1024, block=64, kb=18, heads=64, model_
                     cg.MIN_WIDTH_RATIO = ratio
             replay = ""
             if args.graph:
-                mat_graph = "-"
-                if not write:
-                    try:
-                        mat_graph = f"{do_bench(gpu_timing.graphed(lambda: materialised(write))) * 1e3:.1f}"
-                    except RuntimeError as e:  # a host sync in the stand-in steps: not capturable
-                        mat_graph = f"- ({type(e).__name__})"
+                mat_graph = f"{do_bench(gpu_timing.graphed(lambda: materialised(write))) * 1e3:.1f}"
                 replay = (f" {do_bench(gpu_timing.graphed(lambda: fused(write))) * 1e3:.1f} | {mat_graph} | "
                           f"{every_graph} |")
             print(f"| {ctx} | {layer} | {m * 1e3:.1f} | {f * 1e3:.1f} | {m / f:.2f}x | {every} | "

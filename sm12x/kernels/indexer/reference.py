@@ -223,8 +223,9 @@ def ref_select_candidate_blocks(logits, ends, topk_blocks: int, block_size: int)
     scores = blocks.amax(dim=2)  # NaN propagates (torch.amax does)
     pin = (ends.long() - 1).clamp(min=0) // block_size
     pinned = (ends.long() > 0) & (pin < nblocks)
-    rows = torch.arange(r, device=logits.device)[pinned]
-    scores[rows, pin[pinned]] = float("inf")
+    # a scatter, not indexing by the mask: no host sync, so a CUDA graph can capture it
+    slot = pin.clamp(max=nblocks - 1)[:, None]
+    scores.scatter_(1, slot, torch.where(pinned[:, None], float("inf"), scores.gather(1, slot)))
     k = min(topk_blocks, nblocks)
     top = scores.topk(k, dim=-1)
     out = torch.full((r, topk_blocks), -1, dtype=torch.int64, device=logits.device)
