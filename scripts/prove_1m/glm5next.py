@@ -47,11 +47,6 @@ import sys
 import types
 
 from prove_1m.common import BLOCK, RUN, TIE_TOL, block_table, forward_context, logits_topk
-
-# a logits kernel's rounding against the float32 reference, relative to sum_h |w_h| relu(q_h . k):
-# mqa_logits' stated bound where it rounds each head's score to bf16 (sm_90's head_mma); the
-# float32 head sums (the paged kernels, every SM12x config) stay far inside it
-KERNEL_TOL = 2.0 ** -8
 from prove_1m.stand_ins import VllmDecodeMetadata, VllmIndexerMetadata
 
 MODULE = "vllm.models.glm5next.sparse_indexer"  # the switch vLLM's model imports
@@ -183,11 +178,12 @@ def compare_glm5next(kind, inputs, keys, got, want, topk, kpool):
     the rows checked against the reference alone (those that differ and ``SAMPLE_ROWS`` spread
     over the pass: what catches a fault both runs share), it does not hold min(topk // kpool,
     visible pools) visible pools all scoring at least that k-th score (less the tie tolerance and
-    ``KERNEL_TOL`` of the larger of those pools' and the k-th pool's score sizes)."""
+    ``reference.HEAD_SUM_TOL``, the logits kernels' stated rounding, of the larger of those
+    pools' and the k-th pool's score sizes)."""
     import torch
 
     from sm12x.kernels.indexer.cache import dequant_paged_cache
-    from sm12x.kernels.indexer.reference import ref_mqa_logits
+    from sm12x.kernels.indexer.reference import HEAD_SUM_TOL, ref_logit_sizes, ref_mqa_logits
 
     select, rows, device = topk // kpool, got.shape[0], got.device
     got_pools, got_ok = _pools(got, topk, kpool)
@@ -209,7 +205,7 @@ def compare_glm5next(kind, inputs, keys, got, want, topk, kpool):
         zero = torch.zeros(len(part), dtype=torch.int32, device=device)
         scores = ref_mqa_logits(q[idx].float(), k, torch.ones(keys, device=device), w[idx], zero, ends[idx])
         # sum_h |w_h| relu(q_h . k): the scale of a kernel's rounding error in a pool's score
-        sizes = ref_mqa_logits(q[idx].float(), k, torch.ones(keys, device=device), w[idx].abs(), zero, ends[idx])
+        sizes = ref_logit_sizes(q[idx].float(), k, torch.ones(keys, device=device), w[idx], zero, ends[idx])
         for s, size, row in zip(scores, sizes, part):
             visible = int(torch.isfinite(s).sum())
             n = min(select, visible)
@@ -222,9 +218,9 @@ def compare_glm5next(kind, inputs, keys, got, want, topk, kpool):
                 continue
             held = torch.tensor(sorted(mine), device=device, dtype=torch.long)
             # against the reference alone a kernel's picks may differ by its stated rounding
-            # (KERNEL_TOL of the scores' size); between the two runs only by a tie
+            # (HEAD_SUM_TOL of the scores' size); between the two runs only by a tie
             near = torch.cat([held, top.indices[-1:]]) if n else held
-            slack = KERNEL_TOL * size[near].clamp(min=0).max() if near.numel() else 0.0
+            slack = HEAD_SUM_TOL * size[near].clamp(min=0).max() if near.numel() else 0.0
             right = len(mine) == n and bool((s[held] >= kth - tol - slack).all())
             extra = torch.tensor(sorted(mine ^ theirs), device=device, dtype=torch.long)
             tied = len(mine) == len(theirs) and bool(((s[extra] - kth).abs() <= tol).all())
